@@ -1,0 +1,77 @@
+"""The record model: one Kafka record, and the Arrow schema records travel in.
+
+Records move through the system as Arrow record batches of ``RECORD_SCHEMA``; the
+``Record`` dataclass is the row form, for ingest, dump and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+HEADER_TYPE = pa.struct(
+    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
+)
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False)), nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record. ``key`` None is a null key; ``value`` None is a tombstone."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+
+def records_to_batch(records: Sequence[Record]) -> pa.RecordBatch:
+    """Build one record batch of ``RECORD_SCHEMA`` from rows."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.offset for r in records], pa.int64()),
+            pa.array([r.timestamp for r in records], pa.int64()),
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            pa.array(
+                [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+                RECORD_SCHEMA.field("headers").type,
+            ),
+        ],
+        schema=RECORD_SCHEMA,
+    )
+
+
+def batch_to_records(batch: pa.RecordBatch) -> list[Record]:
+    """The rows of one record batch of ``RECORD_SCHEMA``."""
+    cols = batch.to_pydict()
+    return [
+        Record(
+            offset=o,
+            timestamp=t,
+            key=k,
+            value=v,
+            headers=tuple((h["key"], h["value"]) for h in hs),
+        )
+        for o, t, k, v, hs in zip(
+            cols["offset"], cols["timestamp"], cols["key"], cols["value"], cols["headers"],
+            strict=True,
+        )
+    ]
+
+
+def iter_records(batches: Iterable[pa.RecordBatch]) -> Iterable[Record]:
+    for batch in batches:
+        yield from batch_to_records(batch)

@@ -1,0 +1,169 @@
+"""The object store interface every part of compactor talks to.
+
+Two implementations: ``LocalStore`` (a directory, the embedded default) and
+``S3Store`` (S3, MinIO, LocalStack). Both count every GET request per object key in
+``store.gets`` so a job can report GET streams per input file.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+
+
+class StoreError(Exception):
+    """Any failure talking to the store; the message names the store and the key."""
+
+
+class ObjectNotFound(StoreError):
+    pass
+
+
+class PreconditionFailed(StoreError):
+    """A conditional write lost: If-None-Match found the key, or If-Match a newer ETag."""
+
+
+class StoreUnreachable(StoreError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
+
+
+class GetCounter:
+    """Thread-safe count of GET requests per key (each stream open or resume is one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            self._counts[key] += 1
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            return self._counts[key]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+class ObjectStream(ABC):
+    """A sequential reader over one object, opened by one GET from ``start``.
+
+    ``read(n)`` returns exactly ``n`` bytes unless the object ends first (then fewer;
+    ``b""`` at the end). ``position`` is the absolute byte position reached.
+    """
+
+    key: str
+    etag: str
+    size: int
+    position: int
+    resumes: int
+
+    @abstractmethod
+    def read(self, n: int) -> bytes: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> ObjectStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class MultipartWriter(ABC):
+    """Streams one object out in parts; nothing is visible until ``complete``.
+
+    ``write`` buffers at most one part; ``abort`` discards everything uploaded. Used as a
+    context manager it aborts unless ``complete`` succeeded.
+    """
+
+    key: str
+    bytes_written: int
+
+    @abstractmethod
+    def write(self, data: bytes | memoryview) -> None: ...
+
+    @abstractmethod
+    def complete(self) -> str:
+        """Make the object visible; returns its ETag. Raises PreconditionFailed if the
+        writer was opened with ``if_none_match`` and the key exists."""
+
+    @abstractmethod
+    def abort(self) -> None: ...
+
+    def __enter__(self) -> MultipartWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+class ObjectStore(ABC):
+    """Keys are '/'-separated paths relative to the store's root."""
+
+    url: str
+    gets: GetCounter
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo: ...
+
+    @abstractmethod
+    def get(self, key: str) -> tuple[bytes, str]:
+        """The whole object and its ETag, by one GET."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) by one ranged GET; ``start`` < 0 means the last -start bytes."""
+
+    @abstractmethod
+    def open_stream(self, key: str, start: int = 0) -> ObjectStream:
+        """One GET from ``start`` to the end, read sequentially."""
+
+    @abstractmethod
+    def put(
+        self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
+    ) -> str:
+        """Write an object, returns its ETag. ``if_none_match``: only if the key does not
+        exist; ``if_match``: only if its ETag is this. Losing raises PreconditionFailed."""
+
+    @abstractmethod
+    def open_multipart(self, key: str, *, if_none_match: bool = False) -> MultipartWriter: ...
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]: ...
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete; deleting a missing key is not an error."""
+
+    def close(self) -> None:
+        """Release clients and threads."""
