@@ -1,1 +1,22 @@
+"""The catalog: which files are live, topic configs and offsets, kept in the store."""
 
+from catalog.catalog import CATALOG_KEY, Catalog, Change
+from catalog.config import TopicConfig
+from catalog.errors import CatalogError, CommitConflict, ConfigError, CorruptCatalog
+from catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
+
+__all__ = [
+    "CATALOG_KEY",
+    "Catalog",
+    "CatalogError",
+    "Change",
+    "CommitConflict",
+    "ConfigError",
+    "CorruptCatalog",
+    "Garbage",
+    "LiveFile",
+    "Snapshot",
+    "Topic",
+    "TopicConfig",
+    "TopicPartition",
+]

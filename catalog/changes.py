@@ -1,0 +1,102 @@
+"""Pure changes to a snapshot: each takes a snapshot and returns the next one.
+
+A change checks its own preconditions against the snapshot it is applied to and
+raises ``CommitConflict`` when they fail. ``Catalog.commit`` re-applies a change to
+the newest snapshot whenever a concurrent commit won the race, so these checks are
+what make concurrent ingesters and compactors safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from catalog.config import TopicConfig
+from catalog.errors import CatalogError, CommitConflict
+from catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
+
+MAX_PARTITIONS = 100_000
+
+
+class OffsetsMoved(CommitConflict):
+    """Another ingest advanced a partition this one assigned offsets in."""
+
+    def __init__(self, moved: Mapping[TopicPartition, int]) -> None:
+        self.moved = dict(moved)
+        tp = ", ".join(f"{t}/{p}" for t, p in sorted(moved))
+        super().__init__(f"offsets moved under this ingest in {tp}")
+
+
+def create_topic(s: Snapshot, name: str, partitions: int, config: TopicConfig) -> Snapshot:
+    if not name or "/" in name or name.strip() != name:
+        raise CatalogError(f"invalid topic name {name!r}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise CatalogError(f"--partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}")
+    if name in s.topics:
+        raise CatalogError(f"topic {name!r} already exists")
+    topics = {**s.topics, name: Topic(name, partitions, config)}
+    next_offsets = {**s.next_offsets, **{(name, p): 0 for p in range(partitions)}}
+    return dataclasses.replace(s, topics=topics, next_offsets=next_offsets)
+
+
+def append_files(
+    s: Snapshot,
+    files: Sequence[LiveFile],
+    expected_next: Mapping[TopicPartition, int],
+    new_next: Mapping[TopicPartition, int],
+) -> Snapshot:
+    """Add newly ingested files at the young end of the live sequence.
+
+    ``expected_next`` holds each touched partition's next offset as the files were
+    written; if any moved since, the files' offsets would overlap another ingest's, so
+    the change is refused with ``OffsetsMoved``.
+    """
+    moved = {
+        tp: s.next_offsets.get(tp, 0)
+        for tp, nxt in expected_next.items()
+        if s.next_offsets.get(tp, 0) != nxt
+    }
+    if moved:
+        raise OffsetsMoved(moved)
+    for tp in new_next:
+        if tp[0] not in s.topics or not 0 <= tp[1] < s.topics[tp[0]].partitions:
+            raise CommitConflict(f"partition {tp[0]}/{tp[1]} no longer exists")
+    live_ids = {f.id for f in s.files}
+    if any(f.id in live_ids for f in files):
+        raise CommitConflict("a file of this ingest is already live")
+    return dataclasses.replace(
+        s, files=s.files + tuple(files), next_offsets={**s.next_offsets, **new_next}
+    )
+
+
+def replace_files(
+    s: Snapshot, input_ids: Sequence[str], outputs: Sequence[LiveFile], now_ms: int
+) -> Snapshot:
+    """Swap a contiguous run of live files for the files compacted from them.
+
+    The inputs must still be live, contiguous and in the given order: otherwise another
+    compaction replaced some of them first, and this one must not be applied twice.
+    The outputs take the run's place in the sequence; the inputs become garbage.
+    """
+    if not input_ids:
+        raise CatalogError("a replacement needs at least one input file")
+    ids = [f.id for f in s.files]
+    try:
+        start = ids.index(input_ids[0])
+    except ValueError:
+        raise CommitConflict(f"input file {input_ids[0]} is no longer live") from None
+    if ids[start : start + len(input_ids)] != list(input_ids):
+        raise CommitConflict("input files are no longer live and contiguous")
+    replaced = s.files[start : start + len(input_ids)]
+    garbage = s.garbage + tuple(Garbage(f.key, now_ms) for f in replaced)
+    files = s.files[:start] + tuple(outputs) + s.files[start + len(input_ids) :]
+    return dataclasses.replace(s, files=files, garbage=garbage)
+
+
+def expired_garbage(s: Snapshot, now_ms: int, grace_ms: int) -> tuple[Garbage, ...]:
+    return tuple(g for g in s.garbage if g.replaced_ms + grace_ms <= now_ms)
+
+
+def forget_garbage(s: Snapshot, deleted: Sequence[Garbage]) -> Snapshot:
+    gone = set(deleted)
+    return dataclasses.replace(s, garbage=tuple(g for g in s.garbage if g not in gone))

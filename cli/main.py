@@ -1,0 +1,74 @@
+"""The ``compactor`` command line: parse, run one command, turn user mistakes into one
+line on stderr and a non-zero exit (2 for usage, 1 for everything else)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from catalog import CatalogError
+from cli import dump, ingest_cmd, stats, topic, verify_cmd
+from cli.context import Context, UsageError
+from fileformat import FormatError
+from objectstore import StoreError
+
+
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    # Global options are accepted before or after the command; on the subcommands their
+    # default is SUPPRESS so a value given before the command is not overwritten.
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--store", default=default,
+        help="store URL: a directory (default ./compactor-data) or s3://bucket[/prefix] "
+        "(env COMPACTOR_STORE)",
+    )
+    parser.add_argument(
+        "--endpoint-url", default=default,
+        help="S3 endpoint, e.g. http://localhost:9000 for MinIO (env AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--now-ms", default=default,
+        help="the clock every time rule reads, in ms since the epoch (env COMPACTOR_NOW_MS)",
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    _global_options(common, suppress=True)
+    parser = _Parser(
+        prog="compactor",
+        description="Compaction for Kafka-style compacted topics stored in object storage.",
+    )
+    _global_options(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command",
+                                parser_class=_Parser)
+    for module in (topic, ingest_cmd, dump, verify_cmd, stats):
+        module.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.run(Context.from_args(args), args))
+    except UsageError as exc:
+        print(f"compactor: {exc}", file=sys.stderr)
+        return 2
+    except (CatalogError, StoreError, FormatError) as exc:
+        print(f"compactor: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("compactor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""compactor verify: exit 0 iff every invariant holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from catalog.verify import verify_store
+from cli.context import Context
+from cli.progress import Progress
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    snap = ctx.catalog.snapshot()
+    progress = Progress()
+    done = 0
+
+    def on_file(_: object) -> None:
+        nonlocal done
+        done += 1
+        progress.update(f"verifying file {done}/{len(snap.files)}")
+
+    report = verify_store(ctx.store, snap, on_file)
+    progress.done()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "files": report.files,
+                    "partitions": report.partitions,
+                    "records": report.records,
+                    "problems": list(report.problems),
+                }
+            )
+        )
+    else:
+        for problem in report.problems:
+            print(f"problem: {problem}", file=sys.stderr)
+        verdict = "OK" if report.ok else f"FAILED ({len(report.problems)} problems)"
+        print(
+            f"{verdict}: {report.files} files, {report.partitions} partitions, "
+            f"{report.records} records"
+        )
+    return 0 if report.ok else 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("verify", help="check every live file and partition", parents=[common])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
