@@ -7,6 +7,7 @@ partition arrive interleaved, so each L0 file holds many partitions.
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import uuid
@@ -33,6 +34,10 @@ class Workload:
     start_ms: int = 1_700_000_000_000
     ms_per_record: int = 1
     seed: int = 0
+    version_header: str = "version"
+    """Name of the 8-byte big-endian version header given to records of ``versioned_topics``
+    (for ``compaction.strategy=header``)."""
+    versioned_topics: frozenset[str] = frozenset()
 
     def generate(self) -> Iterator[InputRecord]:
         rng = random.Random(self.seed)
@@ -45,14 +50,23 @@ class Workload:
                 value = None
             else:
                 value = rng.randbytes(self.value_bytes // 2).hex().encode()[: self.value_bytes]
+            headers: tuple[tuple[str, bytes | None], ...] = ()
+            if topic in self.versioned_topics:
+                # Versions mostly grow with time but not always: the header decides, not order.
+                version = i + rng.randrange(-50, 50)
+                headers = ((self.version_header, version.to_bytes(8, "big", signed=True)),)
             yield InputRecord(
                 topic=topic,
                 partition=partition,
                 timestamp=self.start_ms + i * self.ms_per_record,
                 key=key.encode(),
                 value=value,
-                headers=(),
+                headers=headers,
             )
+
+
+def _header_json(value: bytes | None) -> object:
+    return None if value is None else {"b64": base64.b64encode(value).decode()}
 
 
 def write_jsonl(records: Iterator[InputRecord], out: TextIO) -> int:
@@ -66,7 +80,7 @@ def write_jsonl(records: Iterator[InputRecord], out: TextIO) -> int:
                     "key": None if r.key is None else r.key.decode(),
                     "value": None if r.value is None else r.value.decode(),
                     "timestamp": r.timestamp,
-                    "headers": [[k, None if v is None else v.decode()] for k, v in r.headers],
+                    "headers": [[k, _header_json(v)] for k, v in r.headers],
                 },
                 separators=(",", ":"),
             )

@@ -1,0 +1,182 @@
+"""Streaming multipart upload to S3 with bounded memory.
+
+Invariants:
+
+- At most one part is buffered here (plus what a single ``write`` hands over) and at
+  most ``MAX_IN_FLIGHT`` parts are uploading (through aiobotocore on the store's loop).
+- The multipart upload is created when the first part is full. An object smaller than
+  one part (including an empty one) is written by one ``put_object`` at ``complete``,
+  with the same If-None-Match condition.
+- Any failure aborts the upload (nothing visible, no parts left behind); so does leaving
+  the ``with`` block without a successful ``complete``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections import deque
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from ._s3errors import error_code
+from .base import MultipartWriter, StoreError
+
+if TYPE_CHECKING:
+    from .s3 import S3Store
+
+MAX_IN_FLIGHT = 2
+MAX_PARTS = 10_000
+_GROWTH_EVERY = 1000  # parts; then the part size grows by one base part size
+
+
+class S3MultipartWriter(MultipartWriter):
+    def __init__(self, store: S3Store, key: str, if_none_match: bool) -> None:
+        self.key = key
+        self.bytes_written = 0
+        self._store = store
+        self._full_key = store.full_key(key)
+        self._if_none_match = if_none_match
+        self._buf = bytearray()
+        self._upload_id: str | None = None
+        self._next_part = 1
+        self._in_flight: deque[tuple[int, concurrent.futures.Future[str]]] = deque()
+        self._done: list[dict[str, Any]] = []
+        self._state = "open"  # -> "completed" | "aborted"
+        self._etag: str | None = None
+
+    def _part_size(self, number: int) -> int:
+        return self._store.part_size * (1 + (number - 1) // _GROWTH_EVERY)
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise StoreError(f"multipart writer for {self._store.where(self.key)} is {self._state}")
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._check_open()
+        self._buf += data
+        self.bytes_written += len(data)
+        while len(self._buf) >= (size := self._part_size(self._next_part)):
+            part = bytes(self._buf[:size])
+            del self._buf[:size]
+            self._send(part)
+
+    def _send(self, part: bytes) -> None:
+        try:
+            if self._upload_id is None:
+                r = self._store._client.create_multipart_upload(
+                    Bucket=self._store.bucket, Key=self._full_key
+                )
+                self._upload_id = r["UploadId"]
+            while len(self._in_flight) >= MAX_IN_FLIGHT:
+                self._collect_oldest()
+            number = self._next_part
+            if number > MAX_PARTS:
+                raise StoreError(
+                    f"{self._store.where(self.key)}: more than {MAX_PARTS} multipart parts"
+                )
+            loop, client = self._store.aio()
+            future = loop.submit(self._upload_part(client, self._upload_id, number, part))
+            self._in_flight.append((number, future))
+            self._next_part += 1
+        except BaseException as e:
+            self._abort_quietly()
+            if isinstance(e, Exception):
+                raise self._error(e, "upload part of") from e
+            raise
+
+    async def _upload_part(self, client: Any, upload_id: str, number: int, part: bytes) -> str:
+        r = await client.upload_part(
+            Bucket=self._store.bucket,
+            Key=self._full_key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=part,
+        )
+        etag: str = r["ETag"]
+        return etag
+
+    def _collect_oldest(self) -> None:
+        number, future = self._in_flight.popleft()
+        self._done.append({"PartNumber": number, "ETag": future.result()})
+
+    def complete(self) -> str:
+        if self._state == "completed" and self._etag is not None:
+            return self._etag
+        self._check_open()
+        if self._upload_id is None:
+            try:
+                etag = self._store.put(
+                    self.key, bytes(self._buf), if_none_match=self._if_none_match
+                )
+            finally:
+                self._state = "aborted"  # replaced below on success
+                self._buf = bytearray()
+        else:
+            if self._buf:
+                part = bytes(self._buf)
+                self._buf = bytearray()
+                self._send(part)
+            try:
+                while self._in_flight:
+                    self._collect_oldest()
+                request: dict[str, Any] = {
+                    "Bucket": self._store.bucket,
+                    "Key": self._full_key,
+                    "UploadId": self._upload_id,
+                    "MultipartUpload": {"Parts": self._done},
+                }
+                if self._if_none_match:
+                    request["IfNoneMatch"] = "*"
+                r = self._store._client.complete_multipart_upload(**request)
+                etag = r["ETag"]
+            except BaseException as e:
+                self._abort_quietly()
+                if isinstance(e, Exception):
+                    raise self._error(e, "complete multipart upload of") from e
+                raise
+        self._state, self._etag = "completed", etag
+        return etag
+
+    def abort(self) -> None:
+        """Discard everything; raises StoreError only if S3 refused the abort."""
+        if self._state != "open":
+            return
+        self._state = "aborted"
+        self._buf = bytearray()
+        for _, future in self._in_flight:
+            future.cancel()
+        concurrent.futures.wait([f for _, f in self._in_flight])
+        self._in_flight.clear()
+        if self._upload_id is None:
+            return
+        try:
+            self._store._client.abort_multipart_upload(
+                Bucket=self._store.bucket, Key=self._full_key, UploadId=self._upload_id
+            )
+        except ClientError as e:
+            if error_code(e)[0] != "NoSuchUpload":
+                raise self._error(e, "abort multipart upload of") from e
+        except Exception as e:
+            raise self._error(e, "abort multipart upload of") from e
+
+    def _abort_quietly(self) -> None:
+        try:
+            self.abort()
+        except StoreError:
+            pass  # the original failure matters more; S3 lifecycle rules reclaim leftovers
+
+    def _error(self, e: Exception, op: str) -> StoreError:
+        if isinstance(e, StoreError):
+            return e
+        return self._store.error(e, op, self.key)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != "completed":
+            self._abort_quietly()
