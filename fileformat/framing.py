@@ -32,6 +32,10 @@ MAX_FRAME_PAYLOAD: Final = 256 << 20
 """No frame payload is longer; readers reject larger lengths before reading them."""
 MAX_DECODED_BATCH: Final = 256 << 20
 """No batch's Arrow body is larger once decompressed; checked before Arrow allocates."""
+MAX_EXPANSION: Final = 64
+"""A batch's decoded body is at most this many times its frame payload's length, so even a
+crafted frame with a valid CRC cannot make a reader allocate much more than it read.
+Writers store a batch uncompressed when compression would shrink it more than that."""
 MAX_TOPIC_BYTES: Final = 0xFFFF
 
 # Smallest possible encodings, used to reject impossible lengths early.
@@ -158,8 +162,11 @@ def parse_frame(cur: Cursor, expected_tag: bytes, what: str) -> bytes:
     at = cur.position
     tag, length, crc = cur.unpack(FRAME_HEADER, f"{what} frame header")
     if tag != expected_tag:
-        raise cur.error(f"expected a {what} frame ({describe_tag(expected_tag)}), found tag "
-                        f"{describe_tag(tag)}", at)
+        raise cur.error(
+            f"expected a {what} frame ({describe_tag(expected_tag)}), found tag "
+            f"{describe_tag(tag)}",
+            at,
+        )
     check_frame_length(tag, length, at, cur.object_name)
     payload = cur.take(length, f"{what} frame")
     verify_frame(tag, length, crc, payload, at, cur.object_name)

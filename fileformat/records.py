@@ -21,7 +21,9 @@ RECORD_SCHEMA = pa.schema(
         pa.field("timestamp", pa.int64(), nullable=False),
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
-        pa.field("headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False)), nullable=False),
+        pa.field(
+            "headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False)), nullable=False
+        ),
     ]
 )
 
@@ -66,7 +68,11 @@ def batch_to_records(batch: pa.RecordBatch) -> list[Record]:
             headers=tuple((h["key"], h["value"]) for h in hs),
         )
         for o, t, k, v, hs in zip(
-            cols["offset"], cols["timestamp"], cols["key"], cols["value"], cols["headers"],
+            cols["offset"],
+            cols["timestamp"],
+            cols["key"],
+            cols["value"],
+            cols["headers"],
             strict=True,
         )
     ]

@@ -165,5 +165,5 @@ class ObjectStore(ABC):
     def delete(self, key: str) -> None:
         """Delete; deleting a missing key is not an error."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a store without resources keeps it)
         """Release clients and threads."""

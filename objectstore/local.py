@@ -17,8 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
-import io
 import os
 import tempfile
 import threading
@@ -67,12 +67,24 @@ class LocalStore(ObjectStore):
         self.url = self.root.as_uri()
         self.gets = GetCounter()
         self._tmp = self.root / TMP_DIR
-        self._thread_lock = threading.Lock()
-        try:
-            self._tmp.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise StoreError(f"cannot open local store {self.root}: {e}") from e
+        self._thread_lock = threading.Lock()  # held for commits
+        self._init_lock = threading.Lock()
+        self._lock_fd = -1
+        self._closed = False
+
+    def _prepare(self) -> int:
+        """Create the root, temp dir and lock file (on the first write, so reading a
+        store that does not exist creates nothing); returns the lock file's fd."""
+        with self._init_lock:
+            if self._closed:
+                raise StoreError(f"local store {self.url} is closed")
+            if self._lock_fd < 0:
+                try:
+                    self._tmp.mkdir(parents=True, exist_ok=True)
+                    self._lock_fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+                except OSError as e:
+                    raise StoreError(f"cannot create local store {self.root}: {e}") from e
+            return self._lock_fd
 
     # -- helpers -------------------------------------------------------------------
 
@@ -86,10 +98,14 @@ class LocalStore(ObjectStore):
         return StoreError(f"cannot {op} {path} (key {key!r} in {self.url}): {e.strerror or e}")
 
     def _commit_lock(self) -> _CommitLock:
-        return _CommitLock(self._thread_lock, self._lock_fd)
+        return _CommitLock(self._thread_lock, self._prepare())
 
-    def _new_temp(self) -> tuple[int, str]:
-        return tempfile.mkstemp(dir=self._tmp, prefix="w-")
+    def _new_temp(self, key: str) -> tuple[int, str]:
+        self._prepare()
+        try:
+            return tempfile.mkstemp(dir=self._tmp, prefix="w-")
+        except OSError as e:
+            raise self._error("create a temp file for", key, e) from e
 
     def _seal(self, fd: int) -> str:
         """Stamp a unique mtime, fsync; returns the ETag the file will have once committed."""
@@ -98,9 +114,7 @@ class LocalStore(ObjectStore):
         os.fsync(fd)
         return _etag(os.fstat(fd))
 
-    def _commit(
-        self, tmp: str, key: str, *, if_none_match: bool, if_match: str | None
-    ) -> None:
+    def _commit(self, tmp: str, key: str, *, if_none_match: bool, if_match: str | None) -> None:
         """Move the sealed temp file ``tmp`` to ``key``; always removes ``tmp``."""
         path = self._path(key)
         try:
@@ -180,7 +194,7 @@ class LocalStore(ObjectStore):
             raise ValueError(f"stream start must be >= 0, got {start}")
         self.gets.add(key)
         try:
-            f = open(path, "rb", buffering=_READ_BUFFER)
+            f = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 (owned by the stream)
         except OSError as e:
             raise self._error("open", key, e) from e
         try:
@@ -203,7 +217,7 @@ class LocalStore(ObjectStore):
     ) -> str:
         check_conditions(if_none_match, if_match)
         self._path(key)
-        fd, tmp = self._new_temp()
+        fd, tmp = self._new_temp(key)
         try:
             with os.fdopen(fd, "wb", buffering=0) as f:
                 f.write(data)
@@ -216,17 +230,16 @@ class LocalStore(ObjectStore):
 
     def open_multipart(self, key: str, *, if_none_match: bool = False) -> MultipartWriter:
         self._path(key)
-        try:
-            fd, tmp = self._new_temp()
-        except OSError as e:
-            raise self._error("create a temp file for", key, e) from e
+        fd, tmp = self._new_temp(key)
         return LocalMultipartWriter(self, key, fd, tmp, if_none_match)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Keys starting with ``prefix`` (a plain string prefix), sorted."""
         check_prefix(prefix, self.url)
+        if prefix.startswith(RESERVED_PREFIX) and "/" in prefix:
+            return  # inside the temp dir: never keys
         base = self.root / prefix.rpartition("/")[0]
-        keys = []
+        keys: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base, onerror=_raise_unless_missing):
             rel = os.path.relpath(dirpath, self.root)
             if rel == ".":
@@ -248,6 +261,8 @@ class LocalStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         path = self._path(key)
+        if not os.path.lexists(path):
+            return  # also keeps a delete from creating a store that does not exist
         try:
             with self._commit_lock():
                 try:
@@ -266,17 +281,18 @@ class LocalStore(ObjectStore):
             raise self._error("delete", key, e) from e
 
     def close(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        """Writes fail afterwards; reads still work."""
+        with self._init_lock:
+            self._closed = True
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
 
 
 class LocalObjectStream(ObjectStream):
     """A buffered file reader; the open file pins the version it was opened on."""
 
-    def __init__(
-        self, key: str, path: Path, f: BinaryIO, etag: str, size: int, start: int
-    ) -> None:
+    def __init__(self, key: str, path: Path, f: BinaryIO, etag: str, size: int, start: int) -> None:
         self.key = key
         self.etag = etag
         self.size = size
@@ -290,7 +306,7 @@ class LocalObjectStream(ObjectStream):
         if self._f is None:
             raise StoreError(f"read from a closed stream of {self._path}")
         try:
-            data = self._f.read(n if n >= 0 else None)
+            data = self._f.read(n if n >= 0 else -1)
         except OSError as e:
             raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
         self.position += len(data)
@@ -305,15 +321,13 @@ class LocalObjectStream(ObjectStream):
 class LocalMultipartWriter(MultipartWriter):
     """Appends to a temp file; ``complete`` commits it like ``put``."""
 
-    def __init__(
-        self, store: LocalStore, key: str, fd: int, tmp: str, if_none_match: bool
-    ) -> None:
+    def __init__(self, store: LocalStore, key: str, fd: int, tmp: str, if_none_match: bool) -> None:
         self.key = key
         self.bytes_written = 0
         self._store = store
         self._tmp = tmp
         self._if_none_match = if_none_match
-        self._f: io.BufferedWriter | None = os.fdopen(fd, "wb", buffering=_READ_BUFFER)
+        self._f: BinaryIO | None = os.fdopen(fd, "wb", buffering=_READ_BUFFER)
         self._etag: str | None = None
 
     def write(self, data: bytes | memoryview) -> None:
@@ -340,9 +354,7 @@ class LocalMultipartWriter(MultipartWriter):
         except OSError as e:
             _unlink_quietly(self._tmp)
             raise self._store._error("write", self.key, e) from e
-        self._store._commit(
-            self._tmp, self.key, if_none_match=self._if_none_match, if_match=None
-        )
+        self._store._commit(self._tmp, self.key, if_none_match=self._if_none_match, if_match=None)
         self._etag = etag
         return etag
 
@@ -370,8 +382,6 @@ class _CommitLock:
         self._fd = fd
 
     def __enter__(self) -> None:
-        if self._fd < 0:
-            raise StoreError("local store is closed")
         self._thread_lock.acquire()
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -400,7 +410,5 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

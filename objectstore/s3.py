@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from aiobotocore.config import AioConfig
@@ -29,7 +29,6 @@ from .base import (
     GetCounter,
     MultipartWriter,
     ObjectInfo,
-    ObjectNotFound,
     ObjectStore,
     ObjectStream,
     PreconditionFailed,
@@ -41,8 +40,6 @@ from .s3stream import S3ObjectStream
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-T = TypeVar("T")
 
 MiB = 1 << 20
 DEFAULT_PART_SIZE = 8 * MiB
@@ -79,7 +76,7 @@ class S3Store(ObjectStore):
         if part_size < 1:
             raise ValueError(f"part_size must be positive, got {part_size}")
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        self.prefix = prefix.rstrip("/")
         if self.prefix:
             check_prefix(self.prefix, f"s3://{bucket}")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
@@ -97,7 +94,7 @@ class S3Store(ObjectStore):
         options: dict[str, Any] = {
             "connect_timeout": connect_timeout,
             "read_timeout": read_timeout,
-            "retries": {"mode": "standard", "max_attempts": max_attempts},
+            "retries": {"mode": "standard", "total_max_attempts": max_attempts},
             "request_checksum_calculation": "when_required",
             "response_checksum_validation": "when_required",
             "max_pool_connections": max_pool_connections,
@@ -151,15 +148,12 @@ class S3Store(ObjectStore):
         )
         return await ctx.__aenter__()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop, _ = self.aio()
-        return loop.call(coro)
-
     # -- ObjectStore -----------------------------------------------------------------
 
     def head(self, key: str) -> ObjectInfo:
+        full = self.full_key(key)
         try:
-            r = self._client.head_object(Bucket=self.bucket, Key=self.full_key(key))
+            r = self._client.head_object(Bucket=self.bucket, Key=full)
         except Exception as e:
             raise self.error(e, "head", key) from e
         return ObjectInfo(key, r["ContentLength"], r["ETag"])
@@ -226,7 +220,9 @@ class S3Store(ObjectStore):
                     Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*"
                 )
             elif if_match is not None:
-                r = self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfMatch=if_match)
+                r = self._client.put_object(
+                    Bucket=self.bucket, Key=full, Body=data, IfMatch=if_match
+                )
             else:
                 r = self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
         except ClientError as e:
@@ -259,8 +255,9 @@ class S3Store(ObjectStore):
             raise self.error(e, f"list {prefix!r} in") from e
 
     def delete(self, key: str) -> None:
+        full = self.full_key(key)
         try:
-            self._client.delete_object(Bucket=self.bucket, Key=self.full_key(key))
+            self._client.delete_object(Bucket=self.bucket, Key=full)
         except ClientError as e:
             if error_code(e)[0] in ("NoSuchKey", "404"):
                 return

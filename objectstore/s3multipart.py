@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -80,10 +81,13 @@ class S3MultipartWriter(MultipartWriter):
             future = loop.submit(self._upload_part(client, self._upload_id, number, part))
             self._in_flight.append((number, future))
             self._next_part += 1
-        except BaseException as e:
+        except Exception as e:
             self._abort_quietly()
-            if isinstance(e, Exception):
-                raise self._error(e, "upload part of") from e
+            if isinstance(e, StoreError):
+                raise
+            raise self._store.error(e, "upload part of", self.key) from e
+        except BaseException:
+            self._abort_quietly()
             raise
 
     async def _upload_part(self, client: Any, upload_id: str, number: int, part: bytes) -> str:
@@ -131,10 +135,13 @@ class S3MultipartWriter(MultipartWriter):
                     request["IfNoneMatch"] = "*"
                 r = self._store._client.complete_multipart_upload(**request)
                 etag = r["ETag"]
-            except BaseException as e:
+            except Exception as e:
                 self._abort_quietly()
-                if isinstance(e, Exception):
-                    raise self._error(e, "complete multipart upload of") from e
+                if isinstance(e, StoreError):
+                    raise
+                raise self._store.error(e, "complete multipart upload of", self.key) from e
+            except BaseException:
+                self._abort_quietly()
                 raise
         self._state, self._etag = "completed", etag
         return etag
@@ -157,20 +164,14 @@ class S3MultipartWriter(MultipartWriter):
             )
         except ClientError as e:
             if error_code(e)[0] != "NoSuchUpload":
-                raise self._error(e, "abort multipart upload of") from e
+                raise self._store.error(e, "abort multipart upload of", self.key) from e
         except Exception as e:
-            raise self._error(e, "abort multipart upload of") from e
+            raise self._store.error(e, "abort multipart upload of", self.key) from e
 
     def _abort_quietly(self) -> None:
-        try:
+        # The original failure matters more; S3 lifecycle rules reclaim leftover uploads.
+        with contextlib.suppress(StoreError):
             self.abort()
-        except StoreError:
-            pass  # the original failure matters more; S3 lifecycle rules reclaim leftovers
-
-    def _error(self, e: Exception, op: str) -> StoreError:
-        if isinstance(e, StoreError):
-            return e
-        return self._store.error(e, op, self.key)
 
     def __exit__(
         self,

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -123,8 +124,7 @@ class S3ObjectStream(ObjectStream):
                 ) from e
             if code in ("NoSuchKey", "404"):
                 raise ObjectNotFound(
-                    f"{self._where} was deleted while streaming: cannot resume at byte "
-                    f"{self._wire}"
+                    f"{self._where} was deleted while streaming: cannot resume at byte {self._wire}"
                 ) from e
             raise
         self._body = r["Body"]
@@ -208,7 +208,6 @@ class S3ObjectStream(ObjectStream):
 
 
 async def _close(body: Any) -> None:
-    try:
+    # Closing a broken connection may itself fail; there is nothing left to keep.
+    with contextlib.suppress(Exception):
         await body.aclose()
-    except Exception:  # closing a broken connection may itself fail; nothing to keep
-        pass

@@ -19,9 +19,17 @@ from objectstore import ObjectStore
 
 def _section(topic: str, partition: int, first: int, last: int) -> SectionMeta:
     return SectionMeta(
-        topic=topic, partition=partition, first_offset=first, last_offset=last,
-        record_count=last - first + 1, uncompressed_bytes=100, min_timestamp=0,
-        max_timestamp=1, tombstones=0, position=8, length=100,
+        topic=topic,
+        partition=partition,
+        first_offset=first,
+        last_offset=last,
+        record_count=last - first + 1,
+        uncompressed_bytes=100,
+        min_timestamp=0,
+        max_timestamp=1,
+        tombstones=0,
+        position=8,
+        length=100,
     )
 
 
@@ -115,3 +123,21 @@ def test_racing_commits_are_all_applied_once(store: ObjectStore) -> None:
     assert final.next_offsets[("t", 0)] == threads_n * per_thread
     assert [f.sections[0].first_offset for f in final.files] == list(range(threads_n * per_thread))
     assert final.version == 1 + threads_n * per_thread
+
+
+def test_collect_garbage_deletes_objects_after_grace(store: ObjectStore) -> None:
+    from catalog.garbage import collect_garbage
+
+    catalog = Catalog(store)
+    catalog.commit(lambda s: create_topic(s, "t", 1, TopicConfig()))
+    old = _file("old", _section("t", 0, 0, 0))
+    store.put(old.key, b"old bytes")
+    catalog.commit(lambda s: append_files(s, [old], {("t", 0): 0}, {("t", 0): 1}))
+    new = _file("new", _section("t", 0, 0, 0), level=1)
+    store.put(new.key, b"new bytes")
+    catalog.commit(lambda s: replace_files(s, ["old"], [new], now_ms=1_000))
+    assert collect_garbage(catalog, now_ms=1_500, grace_ms=1_000) == []
+    assert store.head(old.key).size == 9
+    assert collect_garbage(catalog, now_ms=2_000, grace_ms=1_000) == [old.key]
+    assert [o.key for o in store.list("data/")] == [new.key]
+    assert catalog.snapshot().garbage == ()

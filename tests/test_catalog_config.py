@@ -15,7 +15,9 @@ def test_defaults_are_kafkas() -> None:
 
 
 def test_compact_delete_in_either_order() -> None:
-    assert TopicConfig.parse({"cleanup.policy": "delete,compact"}).cleanup_policy == "compact,delete"
+    assert (
+        TopicConfig.parse({"cleanup.policy": "delete,compact"}).cleanup_policy == "compact,delete"
+    )
     c = TopicConfig.parse({"cleanup.policy": "compact,delete"})
     assert c.compacted and c.deletes_by_retention
 

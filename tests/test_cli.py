@@ -53,7 +53,10 @@ def test_topic_create_and_describe(store_dir: str) -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["topic", "create", "x", "--partitions", "1", "--config", "nope=1"], "unknown topic config"),
+        (
+            ["topic", "create", "x", "--partitions", "1", "--config", "nope=1"],
+            "unknown topic config",
+        ),
         (["topic", "create", "x", "--partitions", "0"], "must be at least 1"),
         (["topic", "create", "x", "--partitions", "1", "--config", "cleanup.policy"], "KEY=VALUE"),
         (["topic", "describe", "missing"], "unknown topic 'missing'"),
@@ -71,15 +74,36 @@ def test_ingest_dump_round_trip_all_shapes(store_dir: str, tmp_path: Path) -> No
     binary = bytes(range(256))
     lines = [
         {"topic": "t", "partition": 0, "key": "a", "value": "1", "timestamp": 10, "headers": []},
-        {"topic": "t", "partition": 1, "key": None, "value": "nk", "timestamp": 11,
-         "headers": [["h", "v"], ["bin", {"b64": base64.b64encode(b"\xff\x00").decode()}],
-                     ["null", None]]},
+        {
+            "topic": "t",
+            "partition": 1,
+            "key": None,
+            "value": "nk",
+            "timestamp": 11,
+            "headers": [
+                ["h", "v"],
+                ["bin", {"b64": base64.b64encode(b"\xff\x00").decode()}],
+                ["null", None],
+            ],
+        },
         {"topic": "t", "partition": 0, "key": "a", "value": None, "timestamp": 12, "headers": []},
-        {"topic": "t", "partition": 0, "key_b64": base64.b64encode(binary).decode(),
-         "value_b64": base64.b64encode(binary[::-1]).decode(), "timestamp": 13, "headers": []},
+        {
+            "topic": "t",
+            "partition": 0,
+            "key_b64": base64.b64encode(binary).decode(),
+            "value_b64": base64.b64encode(binary[::-1]).decode(),
+            "timestamp": 13,
+            "headers": [],
+        },
         {"topic": "t", "partition": 1, "key": "", "value": "", "timestamp": 14, "headers": []},
-        {"topic": "t", "partition": 0, "key": "ünï", "value": "çødé", "timestamp": 15,
-         "headers": []},
+        {
+            "topic": "t",
+            "partition": 0,
+            "key": "ünï",
+            "value": "çødé",
+            "timestamp": 15,
+            "headers": [],
+        },
     ]
     result = _ingest(store_dir, tmp_path, [json.dumps(x) for x in lines], "--max-file-records", "2")
     assert result["records"] == 6
@@ -98,11 +122,15 @@ def test_ingest_dump_round_trip_all_shapes(store_dir: str, tmp_path: Path) -> No
     assert _dump(store_dir, "t", 0, "--from-offset", "99") == []
 
 
-def test_offsets_continue_across_ingests_and_default_timestamp(store_dir: str, tmp_path: Path) -> None:
+def test_offsets_continue_across_ingests_and_default_timestamp(
+    store_dir: str, tmp_path: Path
+) -> None:
     _create(store_dir, "t", 1)
     line = json.dumps({"topic": "t", "partition": 0, "key": "k", "value": "v"})
     _ingest(store_dir, tmp_path, [line, line])
-    r = run_cli("--store", store_dir, "--now-ms", "1234", "ingest", "-", stdin=(line + "\n").encode())
+    r = run_cli(
+        "--store", store_dir, "--now-ms", "1234", "ingest", "-", stdin=(line + "\n").encode()
+    )
     assert r.code == 0, r.err
     dumped = _dump(store_dir, "t", 0)
     assert [d["offset"] for d in dumped] == [0, 1, 2]
@@ -113,14 +141,25 @@ def test_offsets_continue_across_ingests_and_default_timestamp(store_dir: str, t
     ("bad", "fragment"),
     [
         ("{not json", "line 2: not JSON"),
-        ('{"topic": "nope", "partition": 0, "key": "k", "value": "v"}', "line 2: unknown topic 'nope'"),
-        ('{"topic": "t", "partition": 7, "key": "k", "value": "v"}', "line 2: topic 't' has partitions 0..1"),
+        (
+            '{"topic": "nope", "partition": 0, "key": "k", "value": "v"}',
+            "line 2: unknown topic 'nope'",
+        ),
+        (
+            '{"topic": "t", "partition": 7, "key": "k", "value": "v"}',
+            "line 2: topic 't' has partitions 0..1",
+        ),
         ('{"topic": "t", "partition": 0, "key": 5, "value": "v"}', "line 2: key must be a string"),
-        ('{"topic": "t", "partition": 0, "value_b64": "!!"}', "line 2: value_b64 is not valid base64"),
+        (
+            '{"topic": "t", "partition": 0, "value_b64": "!!"}',
+            "line 2: value_b64 is not valid base64",
+        ),
         ('{"topic": "t", "partition": 0, "colour": "red"}', "line 2: unknown field 'colour'"),
     ],
 )
-def test_bad_line_rejects_whole_ingest(store_dir: str, tmp_path: Path, bad: str, fragment: str) -> None:
+def test_bad_line_rejects_whole_ingest(
+    store_dir: str, tmp_path: Path, bad: str, fragment: str
+) -> None:
     _create(store_dir, "t", 2)
     before = (Path(store_dir) / CATALOG_KEY).read_bytes()
     good = json.dumps({"topic": "t", "partition": 0, "key": "k", "value": "v"})
@@ -136,8 +175,10 @@ def test_bad_line_rejects_whole_ingest(store_dir: str, tmp_path: Path, bad: str,
 
 def test_stats_json_lists_files_in_sequence(store_dir: str, tmp_path: Path) -> None:
     _create(store_dir, "t", 3)
-    lines = [json.dumps({"topic": "t", "partition": i % 3, "key": str(i), "value": "x" * 50})
-             for i in range(30)]
+    lines = [
+        json.dumps({"topic": "t", "partition": i % 3, "key": str(i), "value": "x" * 50})
+        for i in range(30)
+    ]
     result = _ingest(store_dir, tmp_path, lines, "--max-file-records", "10")
     r = run_cli("--store", store_dir, "stats", "--json")
     stats = json.loads(r.out)
@@ -153,8 +194,10 @@ def test_stats_json_lists_files_in_sequence(store_dir: str, tmp_path: Path) -> N
 
 def test_verify_passes_then_names_corruption(store_dir: str, tmp_path: Path) -> None:
     _create(store_dir, "t", 2)
-    lines = [json.dumps({"topic": "t", "partition": i % 2, "key": str(i), "value": "v" * 20})
-             for i in range(100)]
+    lines = [
+        json.dumps({"topic": "t", "partition": i % 2, "key": str(i), "value": "v" * 20})
+        for i in range(100)
+    ]
     result = _ingest(store_dir, tmp_path, lines, "--max-file-records", "50")
     ok = run_cli("--store", store_dir, "verify")
     assert ok.code == 0, ok.err

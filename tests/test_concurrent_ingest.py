@@ -25,16 +25,30 @@ def test_concurrent_ingesters(tmp_path: Path, any_store_url: list[str]) -> None:
         src = tmp_path / f"in{proc}.jsonl"
         with src.open("w") as f:
             for i in range(RECORDS_PER_PROCESS):
-                rec = {"topic": "t", "partition": i % PARTITIONS, "key": f"k{i % 97}",
-                       "value": f"{proc}:{i}"}
+                rec = {
+                    "topic": "t",
+                    "partition": i % PARTITIONS,
+                    "key": f"k{i % 97}",
+                    "value": f"{proc}:{i}",
+                }
                 f.write(json.dumps(rec) + "\n")
         inputs.append(src)
     # Small files and several commits per process make the races frequent.
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "cli.main", *store, "ingest", str(src),
-             "--max-file-records", "500"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                *store,
+                "ingest",
+                str(src),
+                "--max-file-records",
+                "500",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ),
         )
         for src in inputs
     ]

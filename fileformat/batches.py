@@ -1,0 +1,201 @@
+"""Record batches as the format sees them: invariants, statistics, bounded re-chunking.
+
+Small batches (a few records, common when a file holds thousands of partitions) take
+pure-Python paths over zero-copy buffer views; Arrow compute kernels cost more to call than
+they save there.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fileformat.records import RECORD_SCHEMA
+
+RECORD_OVERHEAD = 16
+"""Offset and timestamp, counted in every record's logical size."""
+MAX_RECORD_WEIGHT = 128 << 20
+"""The writer rejects a record whose batching weight is larger (see ``plan_slices``)."""
+
+_OFFSET, _TIMESTAMP, _KEY, _VALUE, _HEADERS = range(5)
+_SMALL = 64  # batches with at most this many records take the pure-Python paths
+
+
+def int64_view(arr: pa.Array) -> memoryview:
+    """The values of a null-free int64 array as a zero-copy ``memoryview`` of format 'q'."""
+    if len(arr) == 0:
+        return memoryview(b"").cast("q")
+    start = arr.offset * 8
+    return memoryview(arr.buffers()[1])[start : start + len(arr) * 8].cast("q")
+
+
+def _offsets_view(arr: pa.Array) -> memoryview:
+    """The int32 offsets (length + 1 of them) of a non-empty binary, string or list array."""
+    start = arr.offset * 4
+    return memoryview(arr.buffers()[1])[start : start + (len(arr) + 1) * 4].cast("i")
+
+
+def _sum_lengths(arr: pa.Array) -> int:
+    """Total length of the non-null values of a binary or string array."""
+    if len(arr) == 0:
+        return 0
+    if arr.null_count == 0:
+        offsets = _offsets_view(arr)
+        return offsets[-1] - offsets[0]
+    # A null slot may span bytes; they are not part of any value.
+    return int(pc.sum(pc.binary_length(arr).cast(pa.int64())).as_py() or 0)
+
+
+def _header_items(batch: pa.RecordBatch) -> pa.StructArray | None:
+    """The batch's headers as one struct array (key, value), or None if there are none."""
+    headers = batch.column(_HEADERS)
+    if len(headers) == 0:
+        return None
+    offsets = _offsets_view(headers)
+    if offsets[-1] == offsets[0]:
+        return None
+    return headers.flatten()
+
+
+def batch_problem(batch: pa.RecordBatch) -> str | None:
+    """What makes ``batch`` unfit for a section on its own, or None.
+
+    Checks the schema, nulls in non-nullable columns (Arrow does not enforce them), and
+    that offsets strictly increase within the batch.
+    """
+    if not batch.schema.equals(RECORD_SCHEMA):
+        return f"schema is not RECORD_SCHEMA: {batch.schema}"
+    if batch.column(_OFFSET).null_count or batch.column(_TIMESTAMP).null_count:
+        return "null offset or timestamp"
+    if batch.column(_HEADERS).null_count:
+        return "null headers list"
+    items = _header_items(batch)
+    if items is not None and (items.null_count or items.field(0).null_count):
+        return "null header or header key"
+    n = batch.num_rows
+    if n <= _SMALL:
+        v = int64_view(batch.column(_OFFSET))
+        if any(v[i] >= v[i + 1] for i in range(n - 1)):
+            return "offsets do not strictly increase"
+    else:
+        offsets = batch.column(_OFFSET)
+        if pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py():
+            return "offsets do not strictly increase"
+    return None
+
+
+def logical_bytes(batch: pa.RecordBatch) -> int:
+    """The logical size of the batch's records (FORMAT.md, "Logical size")."""
+    total: int = RECORD_OVERHEAD * int(batch.num_rows)
+    total += _sum_lengths(batch.column(_KEY)) + _sum_lengths(batch.column(_VALUE))
+    items = _header_items(batch)
+    if items is not None:
+        total += _sum_lengths(items.field(0)) + _sum_lengths(items.field(1))
+    return total
+
+
+def record_sizes(batch: pa.RecordBatch) -> pa.Array:
+    """The logical size of each record as an int64 array."""
+    sizes = pc.add(
+        pc.fill_null(pc.binary_length(batch.column(_KEY)).cast(pa.int64()), 0),
+        pc.fill_null(pc.binary_length(batch.column(_VALUE)).cast(pa.int64()), 0),
+    )
+    sizes = pc.add(sizes, RECORD_OVERHEAD)
+    items = _header_items(batch)
+    if items is not None:
+        item_sizes = pc.add(
+            pc.binary_length(items.field(0)).cast(pa.int64()),
+            pc.fill_null(pc.binary_length(items.field(1)).cast(pa.int64()), 0),
+        )
+        cum = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(item_sizes)])
+        headers = batch.column(_HEADERS)
+        bounds = pc.subtract(headers.offsets, headers.offsets[0])
+        per_record = pc.subtract(
+            pc.take(cum, bounds.slice(1)), pc.take(cum, bounds.slice(0, len(bounds) - 1))
+        )
+        sizes = pc.add(sizes, per_record)
+    return sizes
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What a section's trailer records about a run of records (one batch or several)."""
+
+    first_offset: int
+    last_offset: int
+    record_count: int
+    tombstones: int
+    uncompressed_bytes: int
+    min_timestamp: int
+    max_timestamp: int
+
+    def then(self, later: BatchStats) -> BatchStats:
+        """The stats of these records followed by ``later``'s."""
+        return BatchStats(
+            self.first_offset,
+            later.last_offset,
+            self.record_count + later.record_count,
+            self.tombstones + later.tombstones,
+            self.uncompressed_bytes + later.uncompressed_bytes,
+            min(self.min_timestamp, later.min_timestamp),
+            max(self.max_timestamp, later.max_timestamp),
+        )
+
+
+def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) -> BatchStats:
+    """Stats of a non-empty batch that ``batch_problem`` accepted."""
+    offsets = int64_view(batch.column(_OFFSET))
+    if batch.num_rows <= _SMALL:
+        ts = int64_view(batch.column(_TIMESTAMP))
+        min_ts, max_ts = min(ts), max(ts)
+    else:
+        mm = pc.min_max(batch.column(_TIMESTAMP))
+        min_ts, max_ts = mm["min"].as_py(), mm["max"].as_py()
+    return BatchStats(
+        first_offset=offsets[0],
+        last_offset=offsets[-1],
+        record_count=batch.num_rows,
+        tombstones=batch.column(_VALUE).null_count,
+        uncompressed_bytes=(
+            logical_bytes(batch) if uncompressed_bytes is None else uncompressed_bytes
+        ),
+        min_timestamp=min_ts,
+        max_timestamp=max_ts,
+    )
+
+
+def plan_slices(batch: pa.RecordBatch, max_weight: int) -> list[tuple[int, int, int]]:
+    """Splits ``batch`` into consecutive runs of records of bounded size.
+
+    A record's batching weight is its logical size plus 8 bytes per header (a header's
+    logical size can be 0 while Arrow still spends 8 bytes of offsets on it), so a run's
+    Arrow encoding is at most about twice its weight. Runs are greedy: each holds as many
+    records as fit in ``max_weight``, and a heavier record gets a run of its own.
+    Returns (start, length, logical bytes) per run; ValueError if a record weighs more than
+    MAX_RECORD_WEIGHT. Nothing is copied.
+    """
+    n = batch.num_rows
+    if n == 0:
+        return []
+    items = _header_items(batch)
+    total_size = logical_bytes(batch)
+    total_weight = total_size + 8 * (0 if items is None else len(items))
+    if total_weight <= max_weight and total_weight <= MAX_RECORD_WEIGHT:
+        return [(0, n, total_size)]
+    sizes = record_sizes(batch)
+    weights = pc.add(sizes, pc.multiply(pc.list_value_length(batch.column(_HEADERS)), 8))
+    if pc.max(weights).as_py() > MAX_RECORD_WEIGHT:
+        raise ValueError(f"a record is larger than {MAX_RECORD_WEIGHT} bytes")
+    cum_weight = int64_view(pc.cumulative_sum(weights.cast(pa.int64())))
+    cum_size = int64_view(pc.cumulative_sum(sizes))
+    runs = []
+    start, weight_before, size_before = 0, 0, 0
+    while start < n:
+        end = max(bisect.bisect_right(cum_weight, weight_before + max_weight, start, n), start + 1)
+        runs.append((start, end - start, cum_size[end - 1] - size_before))
+        weight_before, size_before = cum_weight[end - 1], cum_size[end - 1]
+        start = end
+    return runs

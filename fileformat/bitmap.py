@@ -1,0 +1,151 @@
+"""The offsets present in a section, as a roaring bitmap (FORMAT.md, "Offset bitmap").
+
+Offsets are int64; a roaring bitmap holds unsigned integers. A section stores
+``offset - first_offset`` for every record: a 32-bit roaring bitmap (kind 1) when the
+section spans fewer than 2^32 offsets, which is the case for any realistic partition, and
+a 64-bit roaring bitmap (kind 2) otherwise. Both use the portable serialization of the
+RoaringFormatSpec, so any roaring implementation can read them.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Iterator
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap, BitMap64
+
+KIND_ROARING32: Final = 1
+KIND_ROARING64: Final = 2
+SPAN_32: Final = 1 << 32
+
+
+class OffsetSet:
+    """A set of int64 offsets, stored as a roaring bitmap of ``offset - base``.
+
+    ``relative`` is the bitmap itself (``BitMap`` for kind 1, ``BitMap64`` for kind 2); the
+    methods here take and return absolute offsets.
+    """
+
+    __slots__ = ("base", "relative")
+
+    def __init__(self, base: int, relative: BitMap | BitMap64) -> None:
+        self.base = base
+        self.relative = relative
+
+    @property
+    def kind(self) -> int:
+        return KIND_ROARING64 if isinstance(self.relative, BitMap64) else KIND_ROARING32
+
+    def __len__(self) -> int:
+        return len(self.relative)
+
+    def __contains__(self, offset: object) -> bool:
+        if not isinstance(offset, int):
+            return False
+        r = offset - self.base
+        limit = SPAN_32 if self.kind == KIND_ROARING32 else 1 << 64
+        return 0 <= r < limit and r in self.relative
+
+    def __iter__(self) -> Iterator[int]:
+        base = self.base
+        return (base + r for r in self.relative)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetSet):
+            return NotImplemented
+        if len(self) != len(other):
+            return False
+        if len(self) == 0:
+            return True
+        if self.base == other.base and self.kind == other.kind:
+            return bool(self.relative == other.relative)
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OffsetSet(base={self.base}, count={len(self)})"
+
+    def first(self) -> int:
+        return self.base + int(self.relative.min())
+
+    def last(self) -> int:
+        return self.base + int(self.relative.max())
+
+    def next_present(self, offset: int) -> int | None:
+        """The smallest offset in the set that is >= ``offset``, or None (Kafka fetch rule)."""
+        if len(self.relative) == 0:
+            return None
+        r = max(offset - self.base, 0)
+        if r > self.relative.max():
+            return None
+        return self.base + int(self.relative.next_set_bit(r))
+
+    def serialize(self) -> bytes:
+        self.relative.run_optimize()
+        return bytes(self.relative.serialize())
+
+    @classmethod
+    def deserialize(cls, kind: int, data: bytes, base: int) -> OffsetSet:
+        """Decodes a portable roaring bitmap; ValueError for any malformed input.
+
+        The whole of ``data`` must be the bitmap: trailing bytes are an error.
+        """
+        try:
+            if kind == KIND_ROARING32:
+                bm: BitMap | BitMap64 = BitMap.deserialize(data)
+            elif kind == KIND_ROARING64:
+                bm = BitMap64.deserialize(data)
+            else:
+                raise ValueError(f"unknown bitmap kind {kind}")
+            used = len(bm.serialize())
+        except ValueError:
+            raise
+        except Exception as exc:  # pyroaring signals some bad input with IndexError etc.
+            raise ValueError(f"malformed bitmap: {exc}") from None
+        if used != len(data):
+            raise ValueError(f"bitmap uses {used} of its {len(data)} bytes")
+        return cls(base, bm)
+
+
+class OffsetSetBuilder:
+    """Collects the offsets of one section, batch by batch, in strictly increasing order."""
+
+    __slots__ = ("base", "_bitmap")
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self._bitmap: BitMap | BitMap64 = BitMap()
+
+    def add(self, offsets: pa.Array, first: int, last: int) -> None:
+        """Adds an int64 array of offsets whose smallest is ``first`` and largest ``last``.
+
+        ``first >= base`` is the caller's invariant (offsets increase across the section).
+        """
+        lo, hi = first - self.base, last - self.base
+        if hi >= SPAN_32 and not isinstance(self._bitmap, BitMap64):
+            self._bitmap = BitMap64(self._bitmap)
+        if hi - lo + 1 == len(offsets):  # strictly increasing and dense: one range
+            self._bitmap.add_range(lo, hi + 1)
+            return
+        rel = pc.subtract(offsets, pa.scalar(self.base, pa.int64()))
+        if isinstance(self._bitmap, BitMap64):
+            values = _raw_values(rel.cast(pa.uint64(), safe=False), "Q")  # mod 2^64
+        else:
+            values = _raw_values(rel.cast(pa.uint32()), "I")
+        self._bitmap.update(values)
+
+    def build(self) -> OffsetSet:
+        return OffsetSet(self.base, self._bitmap)
+
+
+def _raw_values(arr: pa.Array, typecode: str) -> array.array[int]:
+    """The values of a null-free fixed-width array, copied into an ``array.array``."""
+    width = arr.type.bit_width // 8
+    buf = arr.buffers()[1]
+    out = array.array(typecode)
+    out.frombytes(memoryview(buf)[arr.offset * width : (arr.offset + len(arr)) * width])
+    return out

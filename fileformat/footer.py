@@ -1,0 +1,125 @@
+"""The footer index and the file tail (FORMAT.md, "Footer" and "Tail")."""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from fileformat.batches import BatchStats
+from fileformat.framing import (
+    FILE_HEADER,
+    FILE_TAIL,
+    FRAME_HEADER,
+    MAGIC,
+    MIN_SECTION_LENGTH,
+    SUPPORTED_VERSIONS,
+    U16,
+    U32,
+    Cursor,
+)
+from fileformat.meta import SectionMeta, section_key
+from fileformat.section import encode_topic, read_topic_partition, stats_problem
+
+FOOTER_ENTRY: Final = struct.Struct("<QQqqQQQqq")
+"""After topic and partition: position, length, first offset, last offset, record count,
+tombstones, uncompressed bytes, min timestamp, max timestamp."""
+
+
+def encode_footer(sections: list[SectionMeta]) -> bytes:
+    parts = [U32.pack(len(sections))]
+    for s in sections:
+        raw = encode_topic(s.topic)
+        parts.append(U16.pack(len(raw)) + raw + struct.pack("<i", s.partition))
+        parts.append(
+            FOOTER_ENTRY.pack(
+                s.position,
+                s.length,
+                s.first_offset,
+                s.last_offset,
+                s.record_count,
+                s.tombstones,
+                s.uncompressed_bytes,
+                s.min_timestamp,
+                s.max_timestamp,
+            )
+        )
+    return b"".join(parts)
+
+
+def parse_footer(
+    payload: bytes, base: int, object_name: str, footer_frame_at: int
+) -> tuple[SectionMeta, ...]:
+    """Decodes the footer payload (at absolute ``base``) and checks the index it describes.
+
+    Invariants: sections are strictly sorted by (topic UTF-8 bytes, partition); they tile
+    the file from the end of the file header to ``footer_frame_at`` without gaps; each
+    section's stats are possible.
+    """
+    cur = Cursor(payload, base, object_name)
+    (count,) = cur.unpack(U32, "footer section count")
+    min_entry = U16.size + 1 + 4 + FOOTER_ENTRY.size
+    if count * min_entry > cur.remaining:
+        raise cur.error(f"footer claims {count} sections, which cannot fit", base)
+    sections: list[SectionMeta] = []
+    expected_position = FILE_HEADER.size
+    previous: tuple[bytes, int] | None = None
+    for _ in range(count):
+        at = cur.position
+        topic, partition = read_topic_partition(cur, "footer entry")
+        (position, length, first, last, records, tombstones, nbytes, min_ts, max_ts) = cur.unpack(
+            FOOTER_ENTRY, "footer entry"
+        )
+        key = section_key(topic, partition)
+        if previous is not None and key <= previous:
+            raise cur.error(f"section {topic}/{partition} is out of order in the footer", at)
+        previous = key
+        if position != expected_position or length < MIN_SECTION_LENGTH:
+            raise cur.error(
+                f"section {topic}/{partition} at {position} (+{length}) does not follow the "
+                f"previous section ending at {expected_position}",
+                at,
+            )
+        problem = stats_problem(
+            BatchStats(first, last, records, tombstones, nbytes, min_ts, max_ts)
+        )
+        if problem is not None:
+            raise cur.error(f"section {topic}/{partition}: impossible stats: {problem}", at)
+        expected_position = position + length
+        sections.append(
+            SectionMeta(
+                topic,
+                partition,
+                first,
+                last,
+                records,
+                nbytes,
+                min_ts,
+                max_ts,
+                tombstones,
+                position,
+                length,
+            )
+        )
+    cur.expect_end("the footer's sections")
+    if expected_position != footer_frame_at:
+        raise cur.error(
+            f"sections end at {expected_position} but the footer starts at {footer_frame_at}",
+            base,
+        )
+    return tuple(sections)
+
+
+def encode_tail(footer_frame: bytes, version: int) -> bytes:
+    crc = FRAME_HEADER.unpack_from(footer_frame, 0)[2]
+    return FILE_TAIL.pack(len(footer_frame), crc, version, MAGIC)
+
+
+def parse_tail(data: bytes, base: int, object_name: str) -> tuple[int, int, int]:
+    """Checks the 20-byte tail; returns (footer frame length, footer CRC, format version)."""
+    cur = Cursor(data, base, object_name)
+    length, crc, version, magic = cur.unpack(FILE_TAIL, "file tail")
+    if magic != MAGIC:
+        raise cur.error(f"bad tail magic {magic!r}: not a compactor file", base + 12)
+    if version not in SUPPORTED_VERSIONS:
+        raise cur.error(f"unsupported format version {version}", base + 8)
+    return int(length), int(crc), int(version)

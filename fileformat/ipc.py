@@ -1,0 +1,260 @@
+"""Batch frames' payloads: one Arrow IPC encapsulated RecordBatch message each.
+
+Encoding uses pyarrow's stream writer (the schema message it writes first is dropped: the
+schema is fixed by the format version). Decoding never hands Arrow unchecked bytes: the
+frame's CRC has been verified by the caller, and ``decode_batch`` first walks the message's
+flatbuffer metadata itself (``check_message``) to bound what Arrow will allocate, then
+decodes, then fully validates the batch.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.ipc
+
+from fileformat.batches import batch_problem
+from fileformat.errors import FormatError
+from fileformat.framing import MAX_DECODED_BATCH, MAX_EXPANSION
+from fileformat.records import RECORD_SCHEMA
+
+COMPRESSIONS: Final = (None, "zstd", "lz4")
+
+CONTINUATION: Final = 0xFFFFFFFF
+METADATA_V5: Final = 4
+HEADER_RECORD_BATCH: Final = 3
+CODEC_LZ4_FRAME: Final = 0
+CODEC_ZSTD: Final = 1
+FIELD_NODES: Final = 8
+"""offset, timestamp, key, value, headers (list), its struct, header key, header value."""
+BUFFERS: Final = 19
+"""Validity + data for the two int64 columns, validity + offsets + data for each of the four
+binary/string columns, validity + offsets for the list, validity for the struct."""
+
+_PREFIX = struct.Struct("<Ii")
+_U8 = struct.Struct("<B")
+_I8 = struct.Struct("<b")
+_I16 = struct.Struct("<h")
+_U16 = struct.Struct("<H")
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+
+
+class _Capture:
+    """A write-only file object collecting what the IPC writer writes."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.chunks: list[Any] = []
+
+    def write(self, data: Any) -> int:
+        self.chunks.append(data)  # bytes or pa.Buffer; each keeps its memory alive
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class _StreamEncoder:
+    def __init__(self, compression: str | None) -> None:
+        self._capture = _Capture()
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        self._writer = pa.ipc.new_stream(
+            pa.PythonFile(self._capture, mode="w"), RECORD_SCHEMA, options=options
+        )
+        # The stream writer emits the schema message before the first batch; flush it out
+        # with an empty batch and drop both: sections carry batch messages only.
+        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA))
+        self._capture.chunks.clear()
+
+    def encode(self, batch: pa.RecordBatch) -> bytes:
+        self._writer.write_batch(batch)
+        payload = b"".join(self._capture.chunks)
+        self._capture.chunks.clear()
+        return payload
+
+
+class BatchEncoder:
+    """Turns record batches into batch frame payloads (encapsulated IPC messages).
+
+    Batches of fewer than ``min_compress_bytes`` logical bytes are stored uncompressed: Arrow
+    compresses each buffer separately, which for a few records costs more time (a codec
+    context per buffer) and space than it saves. A compressed batch whose decoded body would
+    exceed MAX_EXPANSION times its payload (readers reject those) is stored uncompressed too.
+    """
+
+    def __init__(self, compression: str | None, min_compress_bytes: int = 0) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        self._plain = _StreamEncoder(None)
+        self._compressing = None if compression is None else _StreamEncoder(compression)
+        self._min_compress_bytes = min_compress_bytes
+
+    def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
+        if self._compressing is None or logical_bytes < self._min_compress_bytes:
+            return self._plain.encode(batch)
+        payload = self._compressing.encode(batch)
+        _, decoded = check_message(payload, 0, "<encoder>", check_expansion=False)
+        if decoded > MAX_EXPANSION * len(payload):
+            return self._plain.encode(batch)
+        return payload
+
+
+class _Flatbuffer:
+    """Bounds-checked reads of a flatbuffer (the Arrow message metadata) from untrusted bytes."""
+
+    __slots__ = ("data", "base", "object_name")
+
+    def __init__(self, data: bytes, base: int, object_name: str) -> None:
+        self.data = data
+        self.base = base
+        self.object_name = object_name
+
+    def error(self, reason: str, at: int = 0) -> FormatError:
+        return FormatError(self.object_name, self.base + at, f"Arrow message metadata: {reason}")
+
+    def read(self, st: struct.Struct, pos: int) -> Any:
+        if pos < 0 or pos + st.size > len(self.data):
+            raise self.error(f"reference to byte {pos} outside its {len(self.data)} bytes")
+        return st.unpack_from(self.data, pos)[0]
+
+    def table(self, pos: int) -> tuple[int, tuple[int, ...]]:
+        """A table: (its position, the positions of its fields, 0 for absent ones)."""
+        vt = pos - self.read(_I32, pos)
+        size = self.read(_U16, vt)
+        if size < 4 or size % 2 or vt + size > len(self.data):
+            raise self.error(f"bad vtable of {size} bytes", vt)
+        slots = struct.unpack_from(f"<{(size - 4) // 2}H", self.data, vt + 4)
+        return pos, tuple(pos + s if s else 0 for s in slots)
+
+    @staticmethod
+    def field(table: tuple[int, tuple[int, ...]], index: int) -> int:
+        fields = table[1]
+        return fields[index] if index < len(fields) else 0
+
+    def scalar(
+        self, table: tuple[int, tuple[int, ...]], index: int, st: struct.Struct, default: int
+    ) -> int:
+        pos = self.field(table, index)
+        return int(self.read(st, pos)) if pos else default
+
+    def ref(self, table: tuple[int, tuple[int, ...]], index: int) -> int:
+        """The position a table or vector field points to, or 0 when absent."""
+        pos = self.field(table, index)
+        return pos + int(self.read(_U32, pos)) if pos else 0
+
+    def vector(
+        self, table: tuple[int, tuple[int, ...]], index: int, elem_size: int
+    ) -> tuple[int, int]:
+        """(position of the first element, element count) of a vector field; (0, 0) if absent."""
+        pos = self.ref(table, index)
+        if not pos:
+            return 0, 0
+        count = int(self.read(_U32, pos))
+        if pos + 4 + count * elem_size > len(self.data):
+            raise self.error(f"vector of {count} elements overruns the metadata", pos)
+        return pos + 4, count
+
+
+def check_message(
+    payload: bytes, position: int, object_name: str, *, check_expansion: bool = True
+) -> tuple[int, int]:
+    """Checks that ``payload`` is one RecordBatch message Arrow can decode within bounds.
+
+    Verifies the encapsulation, metadata version, message type, body length, the field-node
+    and buffer counts of RECORD_SCHEMA, that every buffer lies inside the body, and that the
+    decompressed body (each compressed buffer declares its size) is at most
+    MAX_DECODED_BATCH. Returns the row count. ``position`` is the payload's absolute position.
+    """
+
+    def fail(reason: str, at: int = 0) -> FormatError:
+        return FormatError(object_name, position + at, f"Arrow message: {reason}")
+
+    if len(payload) < _PREFIX.size:
+        raise fail(f"{len(payload)} bytes is too short for a message")
+    marker, meta_len = _PREFIX.unpack_from(payload, 0)
+    if marker != CONTINUATION:
+        raise fail(f"missing continuation marker (found {marker:#010x})")
+    if meta_len <= 0 or _PREFIX.size + meta_len > len(payload):
+        raise fail(f"metadata length {meta_len} does not fit in {len(payload)} bytes", 4)
+    body_start = _PREFIX.size + meta_len
+    fb = _Flatbuffer(payload[_PREFIX.size : body_start], position + _PREFIX.size, object_name)
+    message = fb.table(fb.read(_U32, 0))
+    version = fb.scalar(message, 0, _I16, 0)
+    if version != METADATA_V5:
+        raise fb.error(f"metadata version {version}, expected {METADATA_V5} (V5)")
+    header_type = fb.scalar(message, 1, _U8, 0)
+    if header_type != HEADER_RECORD_BATCH:
+        raise fb.error(f"message type {header_type}, expected {HEADER_RECORD_BATCH} (RecordBatch)")
+    body_len = fb.scalar(message, 3, _I64, 0)
+    if body_len != len(payload) - body_start:
+        raise fb.error(f"body length {body_len}, but {len(payload) - body_start} bytes follow")
+    batch_at = fb.ref(message, 2)
+    if not batch_at:
+        raise fb.error("no RecordBatch header")
+    batch = fb.table(batch_at)
+    rows = fb.scalar(batch, 0, _I64, 0)
+    if not 1 <= rows <= MAX_DECODED_BATCH // 16:
+        raise fb.error(f"impossible row count {rows}")
+    _, nodes = fb.vector(batch, 1, 16)
+    if nodes != FIELD_NODES:
+        raise fb.error(f"{nodes} field nodes, RECORD_SCHEMA has {FIELD_NODES}")
+    buffers_at, buffers = fb.vector(batch, 2, 16)
+    if buffers != BUFFERS:
+        raise fb.error(f"{buffers} buffers, RECORD_SCHEMA has {BUFFERS}")
+    if fb.vector(batch, 4, 8)[1]:
+        raise fb.error("variadic buffer counts present; RECORD_SCHEMA has no view types")
+    compression_at = fb.ref(batch, 3)
+    if compression_at:
+        compression = fb.table(compression_at)
+        codec = fb.scalar(compression, 0, _I8, CODEC_LZ4_FRAME)
+        method = fb.scalar(compression, 1, _I8, 0)
+        if codec not in (CODEC_LZ4_FRAME, CODEC_ZSTD) or method != 0:
+            raise fb.error(f"unsupported body compression codec {codec} method {method}")
+    decoded = 0
+    spans = struct.unpack_from(f"<{2 * buffers}q", fb.data, buffers_at)
+    for i in range(buffers):
+        off, length = spans[2 * i], spans[2 * i + 1]
+        if off < 0 or length < 0 or off + length > body_len:
+            raise fb.error(f"buffer {i} ({off}, {length}) lies outside the {body_len}-byte body")
+        if not compression_at or length == 0:
+            decoded += length
+            continue
+        if length < 8:
+            raise fail(
+                f"compressed buffer {i} of {length} bytes has no length prefix", body_start + off
+            )
+        declared = _I64.unpack_from(payload, body_start + off)[0]
+        if declared < -1:
+            raise fail(f"compressed buffer {i} declares {declared} bytes", body_start + off)
+        decoded += length - 8 if declared == -1 else declared
+    if decoded > MAX_DECODED_BATCH:
+        raise fb.error(f"decoded body of {decoded} bytes exceeds the {MAX_DECODED_BATCH}-byte cap")
+    if check_expansion and decoded > MAX_EXPANSION * len(payload):
+        raise fb.error(
+            f"decoded body of {decoded} bytes is more than {MAX_EXPANSION} times the "
+            f"{len(payload)}-byte payload"
+        )
+    return int(rows), decoded
+
+
+def decode_batch(payload: bytes, position: int, object_name: str) -> pa.RecordBatch:
+    """Decodes a batch frame's payload whose CRC the caller has verified.
+
+    Returns a non-empty batch of RECORD_SCHEMA that passed Arrow's full validation and
+    ``batch_problem``; anything else is a FormatError at ``position`` (the payload's start).
+    """
+    rows, _ = check_message(payload, position, object_name)
+    try:
+        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), RECORD_SCHEMA)
+        batch.validate(full=True)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
+        raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
+    problem = batch_problem(batch) if batch.num_rows == rows else f"{batch.num_rows} rows decoded"
+    if problem is not None:
+        raise FormatError(object_name, position, f"invalid batch: {problem}")
+    return batch

@@ -1,0 +1,294 @@
+"""Random access: the footer from the file's end, one section by ranged reads.
+
+``read_range(start, end)`` must return bytes ``[start, end)`` of the object. Positions in
+errors are absolute positions in the object.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from fileformat.batches import BatchStats, batch_stats, int64_view
+from fileformat.bitmap import OffsetSet
+from fileformat.errors import FormatError
+from fileformat.footer import parse_footer, parse_tail
+from fileformat.framing import (
+    FILE_HEADER,
+    FILE_TAIL,
+    FRAME_HEADER,
+    MIN_FILE_SIZE,
+    MIN_SECTION_LENGTH,
+    SECTION_END,
+    TAG_BATCH,
+    TAG_FOOTER,
+    TAG_SECTION_HEADER,
+    TAG_TRAILER,
+    Cursor,
+    check_file_header,
+    parse_frame,
+)
+from fileformat.ipc import decode_batch
+from fileformat.meta import FileMeta, SectionMeta
+from fileformat.section import (
+    TRAILER_FIXED,
+    Trailer,
+    parse_section_end,
+    parse_section_header,
+    parse_trailer,
+    section_header_frame_length,
+)
+
+ReadRange = Callable[[int, int], bytes]
+
+TAIL_READ = 64 << 10
+"""How many bytes the first ranged read of a footer (or a section's trailer) fetches."""
+MAX_SECTION_READ = 16 << 20
+"""Sections up to this length are fetched with one ranged read; longer ones in windows."""
+
+
+def _fetch(read_range: ReadRange, start: int, end: int, object_name: str, what: str) -> bytes:
+    data = read_range(start, end)
+    if len(data) != end - start:
+        raise FormatError(
+            object_name,
+            start,
+            f"ranged read of {what} [{start}, {end}) returned {len(data)} bytes",
+        )
+    return data if isinstance(data, bytes) else bytes(data)
+
+
+def read_footer(
+    read_range: ReadRange, size: int, *, object_name: str, tail_read: int = TAIL_READ
+) -> FileMeta:
+    """The footer of a ``size``-byte object, with one ranged read of its last ``tail_read``
+    bytes (a second read only if the footer is longer).
+
+    The file header is checked too when the first read covers it (small files).
+    """
+    if size < MIN_FILE_SIZE:
+        raise FormatError(object_name, 0, f"{size} bytes is too small for a file")
+    start = size - min(size, max(tail_read, MIN_FILE_SIZE))
+    data = _fetch(read_range, start, size, object_name, "file tail")
+    tail_at = size - FILE_TAIL.size
+    footer_length, crc, version = parse_tail(data[tail_at - start :], tail_at, object_name)
+    footer_at = tail_at - footer_length
+    if footer_length < FRAME_HEADER.size + 4 or footer_at < FILE_HEADER.size:
+        raise FormatError(object_name, tail_at, f"impossible footer length {footer_length}")
+    if footer_at >= start:
+        frame = data[footer_at - start : tail_at - start]
+    else:
+        frame = _fetch(read_range, footer_at, tail_at, object_name, "footer")
+    cur = Cursor(frame, footer_at, object_name)
+    payload = parse_frame(cur, TAG_FOOTER, "footer")
+    cur.expect_end("the footer frame")
+    if FRAME_HEADER.unpack_from(frame, 0)[2] != crc:
+        raise FormatError(object_name, tail_at + 4, "file tail CRC differs from the footer's")
+    if start == 0 and check_file_header(Cursor(data, 0, object_name)) != version:
+        raise FormatError(object_name, 8, "file header and tail disagree on the version")
+    sections = parse_footer(payload, footer_at + FRAME_HEADER.size, object_name, footer_at)
+    return FileMeta(sections, size, version)
+
+
+class _SectionLayout:
+    """A section's checked header and trailer, and how to fetch its batch frames.
+
+    Fetches the whole section with one read when it is at most ``max_read`` bytes long;
+    otherwise the header and the trailer separately and the batches in windows of about
+    ``max_read`` bytes, so memory stays bounded for sections of any length.
+    """
+
+    def __init__(
+        self,
+        read_range: ReadRange,
+        meta: SectionMeta,
+        object_name: str,
+        max_read: int,
+        with_header: bool,
+    ) -> None:
+        self.read_range = read_range
+        self.meta = meta
+        self.object_name = object_name
+        self.max_read = max_read
+        pos, length = meta.position, meta.length
+        if pos < FILE_HEADER.size or length < MIN_SECTION_LENGTH:
+            raise FormatError(object_name, pos, f"impossible section range {pos} (+{length})")
+        header_length = section_header_frame_length(meta.topic)
+        self.whole = (
+            _fetch(read_range, pos, pos + length, object_name, "section")
+            if with_header and length <= max_read
+            else None
+        )
+        if with_header:
+            self._check_header(header_length)
+        tail = self._tail()
+        end_at = pos + length - SECTION_END.size
+        trailer_length = parse_section_end(tail[-SECTION_END.size :], end_at, object_name)
+        trailer_at = length - SECTION_END.size - trailer_length
+        if trailer_length < FRAME_HEADER.size + TRAILER_FIXED.size or trailer_at < (
+            header_length + FRAME_HEADER.size
+        ):
+            raise FormatError(object_name, end_at, f"impossible trailer length {trailer_length}")
+        needed = trailer_length + SECTION_END.size
+        frame = (
+            tail[len(tail) - needed : -SECTION_END.size]
+            if needed <= len(tail)
+            else self._get(trailer_at, length - SECTION_END.size, "section trailer")
+        )
+        cur = Cursor(frame, pos + trailer_at, object_name)
+        payload = parse_frame(cur, TAG_TRAILER, "section trailer")
+        cur.expect_end("the section trailer")
+        self.trailer: Trailer = parse_trailer(
+            payload, pos + trailer_at + FRAME_HEADER.size, object_name
+        )
+        self.trailer_at = trailer_at
+        if self.trailer.stats != _meta_stats(meta):
+            raise FormatError(
+                object_name,
+                pos + trailer_at,
+                f"section trailer {self.trailer.stats} disagrees with the footer entry {meta}",
+            )
+        positions = [p for _, p in self.trailer.index]
+        if positions[0] != header_length or positions[-1] + FRAME_HEADER.size > trailer_at:
+            raise FormatError(
+                object_name,
+                pos + trailer_at,
+                "batch index positions do not fit between the section header and the trailer",
+            )
+        self.bounds = [*positions, trailer_at]
+
+    def _get(self, start: int, end: int, what: str) -> bytes:
+        """Bytes [start, end) of the section (relative positions)."""
+        if self.whole is not None:
+            return self.whole[start:end]
+        pos = self.meta.position
+        return _fetch(self.read_range, pos + start, pos + end, self.object_name, what)
+
+    def _tail(self) -> bytes:
+        if self.whole is not None:
+            return self.whole
+        n = min(self.meta.length, TAIL_READ)
+        return self._get(self.meta.length - n, self.meta.length, "section tail")
+
+    def _check_header(self, header_length: int) -> None:
+        pos = self.meta.position
+        cur = Cursor(self._get(0, header_length, "section header"), pos, self.object_name)
+        payload = parse_frame(cur, TAG_SECTION_HEADER, "section header")
+        topic, partition = parse_section_header(payload, pos + FRAME_HEADER.size, self.object_name)
+        if (topic, partition) != (self.meta.topic, self.meta.partition):
+            raise FormatError(
+                self.object_name,
+                pos,
+                f"section holds {topic}/{partition}, not {self.meta.topic}/{self.meta.partition}",
+            )
+
+    def batches(self, start: int) -> Iterator[pa.RecordBatch]:
+        """Decoded batches from index entry ``start`` on, each checked against the index."""
+        index, bounds = self.trailer.index, self.bounds
+        k = start
+        while k < len(index):
+            # One window: batch k and as many following batches as fit in max_read.
+            end = k + 1
+            while end < len(index) and bounds[end + 1] - bounds[k] <= self.max_read:
+                end += 1
+            window = self._get(bounds[k], bounds[end], "batches")
+            for j in range(k, end):
+                at = self.meta.position + bounds[j]
+                cur = Cursor(
+                    window, self.meta.position + bounds[k], self.object_name, bounds[j] - bounds[k]
+                )
+                payload = parse_frame(cur, TAG_BATCH, "batch")
+                if cur.offset != bounds[j + 1] - bounds[k]:
+                    raise FormatError(
+                        self.object_name,
+                        at,
+                        "batch frame does not end where the batch index says the next one starts",
+                    )
+                batch = decode_batch(payload, at + FRAME_HEADER.size, self.object_name)
+                if batch_first(batch) != index[j][0]:
+                    raise FormatError(
+                        self.object_name,
+                        at,
+                        f"batch starts at offset "
+                        f"{batch_first(batch)}, the index says {index[j][0]}",
+                    )
+                yield batch
+            k = end
+
+
+def batch_first(batch: pa.RecordBatch) -> int:
+    return int64_view(batch.column(0))[0]
+
+
+def _meta_stats(meta: SectionMeta) -> BatchStats:
+    return BatchStats(
+        meta.first_offset,
+        meta.last_offset,
+        meta.record_count,
+        meta.tombstones,
+        meta.uncompressed_bytes,
+        meta.min_timestamp,
+        meta.max_timestamp,
+    )
+
+
+def read_section(
+    read_range: ReadRange,
+    meta: SectionMeta,
+    *,
+    object_name: str,
+    from_offset: int | None = None,
+    max_read: int = MAX_SECTION_READ,
+) -> Iterator[pa.RecordBatch]:
+    """The batches of the section ``meta`` (an entry of the file's footer), in offset order.
+
+    With ``from_offset`` X, the first batch yielded starts at the smallest offset present
+    that is >= X (Kafka fetch semantics; nothing if there is none), found with the offset
+    bitmap and the batch index, and only the batches from there on are decoded. A section
+    of up to ``max_read`` bytes is fetched with one ranged read.
+    """
+    layout = _SectionLayout(read_range, meta, object_name, max_read, with_header=True)
+    trailer = layout.trailer
+    start, target = 0, None
+    if from_offset is not None:
+        target = trailer.offsets.next_present(from_offset)
+        if target is None:
+            return
+        start = bisect.bisect_right([o for o, _ in trailer.index], target) - 1
+    stats: BatchStats | None = None
+    for batch in layout.batches(start):
+        s = batch_stats(batch)
+        if stats is not None and s.first_offset <= stats.last_offset:
+            raise FormatError(
+                object_name,
+                meta.position,
+                f"batch at offset {s.first_offset} does not follow offset {stats.last_offset}",
+            )
+        stats = s if stats is None else stats.then(s)
+        if target is not None:
+            offsets = int64_view(batch.column(0))
+            i = bisect.bisect_left(offsets, target)
+            if i == len(offsets) or offsets[i] != target:
+                raise FormatError(
+                    object_name,
+                    meta.position,
+                    f"offset bitmap lists offset {target}, its batch does not hold it",
+                )
+            batch = batch.slice(i) if i else batch
+            target = None
+        yield batch
+    if start == 0 and stats != trailer.stats:
+        raise FormatError(
+            object_name,
+            meta.position + layout.trailer_at,
+            f"section trailer {trailer.stats} disagrees with the records {stats}",
+        )
+
+
+def read_section_offsets(
+    read_range: ReadRange, meta: SectionMeta, *, object_name: str
+) -> OffsetSet:
+    """The offsets present in section ``meta``, from its trailer alone (one or two reads)."""
+    return _SectionLayout(read_range, meta, object_name, 0, with_header=False).trailer.offsets

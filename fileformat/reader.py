@@ -1,0 +1,344 @@
+"""Reads files front to back from a non-seekable byte stream (one sequential GET).
+
+Every frame's CRC is checked before its payload is interpreted; nothing longer than the
+frame cap (or the remaining object, when its size is known) is ever requested, and a long
+frame is requested in bounded chunks, so a corrupt length cannot make the reader allocate
+more than the bytes that actually arrive.
+
+The ranged (random access) readers live in ``fileformat.ranged`` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import pyarrow as pa
+
+from fileformat.batches import BatchStats, batch_stats
+from fileformat.bitmap import OffsetSet, OffsetSetBuilder
+from fileformat.errors import FormatError
+from fileformat.footer import parse_footer, parse_tail
+from fileformat.framing import (
+    FILE_HEADER,
+    FILE_TAIL,
+    FRAME_HEADER,
+    SECTION_END,
+    TAG_BATCH,
+    TAG_FOOTER,
+    TAG_SECTION_HEADER,
+    TAG_TRAILER,
+    Cursor,
+    check_file_header,
+    check_frame_length,
+    describe_tag,
+    verify_frame,
+)
+from fileformat.ipc import decode_batch
+from fileformat.meta import FileMeta, SectionMeta, section_key
+from fileformat.ranged import read_footer, read_section, read_section_offsets
+from fileformat.section import parse_section_end, parse_section_header, parse_trailer
+
+__all__ = [
+    "SectionReader",
+    "Source",
+    "StreamReader",
+    "read_footer",
+    "read_section",
+    "read_section_offsets",
+    "verify_stream",
+]
+
+READ_CHUNK = 4 << 20
+"""Longest single ``read`` issued to the source when the object's size is unknown."""
+
+
+class Source(Protocol):
+    """A sequential byte stream: ``read(n)`` returns exactly n bytes unless the stream ends."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+
+class _Input:
+    """Sequential reads that track the absolute position; shortfalls are FormatErrors."""
+
+    __slots__ = ("source", "object_name", "size", "position")
+
+    def __init__(self, source: Source, object_name: str, size: int | None) -> None:
+        self.source = source
+        self.object_name = object_name
+        self.size = size
+        self.position = 0
+
+    def error(self, at: int, reason: str) -> FormatError:
+        return FormatError(self.object_name, at, reason)
+
+    def read(self, n: int, what: str) -> bytes:
+        at = self.position
+        if self.size is not None and at + n > self.size:
+            raise self.error(
+                at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
+            )
+        if n <= READ_CHUNK or self.size is not None:
+            data = self.source.read(n)
+        else:
+            # The length may be corrupt: only ask for more once the earlier bytes arrived.
+            chunks: list[bytes] = []
+            got = 0
+            while got < n:
+                want = min(READ_CHUNK, n - got)
+                chunk = self.source.read(want)
+                chunks.append(chunk)
+                got += len(chunk)
+                if len(chunk) < want:
+                    break
+            data = b"".join(chunks)
+        if len(data) != n:
+            if len(data) > n:
+                raise ValueError(f"source returned {len(data)} bytes for read({n})")
+            raise self.error(
+                at, f"truncated {what}: the object ends after {len(data)} of {n} bytes"
+            )
+        self.position += n
+        return data
+
+    def frame_header(self, what: str) -> tuple[bytes, int, int, int]:
+        """Reads a frame header: (tag, payload length, crc, frame position); length checked."""
+        at = self.position
+        tag, length, crc = FRAME_HEADER.unpack(self.read(FRAME_HEADER.size, f"{what} frame header"))
+        check_frame_length(tag, length, at, self.object_name)
+        if self.size is not None and self.position + length > self.size:
+            raise self.error(
+                at + 4,
+                f"{describe_tag(tag)} frame length {length} runs past the end of the "
+                f"{self.size}-byte object",
+            )
+        return tag, length, crc, at
+
+    def frame_payload(self, tag: bytes, length: int, crc: int, at: int) -> bytes:
+        payload = self.read(length, f"{describe_tag(tag)} frame payload")
+        verify_frame(tag, length, crc, payload, at, self.object_name)
+        return payload
+
+
+class StreamReader:
+    """Walks a file's sections in order from a sequential stream.
+
+    ``sections()`` yields a ``SectionReader`` per section. Moving on to the next section
+    first reads what is left of the current one (checksummed, not decoded). After the last
+    section the footer is read and must list exactly the sections streamed; then
+    ``footer`` is set. With ``verify=True`` each section's offset bitmap is also compared
+    with the offsets its records actually hold (``verify_stream`` does this).
+    """
+
+    footer: FileMeta | None
+    format_version: int | None
+
+    def __init__(
+        self, source: Source, *, object_name: str, size: int | None = None, verify: bool = False
+    ) -> None:
+        self.object_name = object_name
+        self.footer = None
+        self.format_version = None
+        self._input = _Input(source, object_name, size)
+        self._verify = verify
+        self._started = False
+
+    def sections(self) -> Iterator[SectionReader]:
+        if self._started:
+            raise RuntimeError(f"{self.object_name}: sections() can only be iterated once")
+        self._started = True
+        inp = self._input
+        name = self.object_name
+        self.format_version = check_file_header(
+            Cursor(inp.read(FILE_HEADER.size, "file header"), 0, name)
+        )
+        streamed: list[SectionMeta] = []
+        previous: tuple[bytes, int] | None = None
+        while True:
+            tag, length, crc, at = inp.frame_header("section or footer")
+            payload = inp.frame_payload(tag, length, crc, at) if tag in _TOP_TAGS else None
+            if tag == TAG_SECTION_HEADER and payload is not None:
+                topic, partition = parse_section_header(payload, at + FRAME_HEADER.size, name)
+                key = section_key(topic, partition)
+                if previous is not None and key <= previous:
+                    raise FormatError(name, at, f"section {topic}/{partition} is out of order")
+                previous = key
+                section = SectionReader(self, topic, partition, at)
+                yield section
+                section.skip()
+                assert section.meta is not None
+                streamed.append(section.meta)
+            elif tag == TAG_FOOTER and payload is not None:
+                self.footer = self._finish(payload, length, crc, at, streamed)
+                return
+            else:
+                raise FormatError(
+                    name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
+                )
+
+    def _finish(
+        self, payload: bytes, length: int, crc: int, at: int, streamed: list[SectionMeta]
+    ) -> FileMeta:
+        inp = self._input
+        name = self.object_name
+        sections = parse_footer(payload, at + FRAME_HEADER.size, name, at)
+        tail_at = inp.position
+        tail_length, tail_crc, version = parse_tail(
+            inp.read(FILE_TAIL.size, "file tail"), tail_at, name
+        )
+        if tail_length != FRAME_HEADER.size + length or tail_crc != crc:
+            raise FormatError(name, tail_at, "file tail does not describe the footer frame")
+        if version != self.format_version:
+            raise FormatError(
+                name, tail_at + 8, f"tail says version {version}, header {self.format_version}"
+            )
+        if inp.size is None:
+            if inp.source.read(1):
+                raise FormatError(name, inp.position, "bytes after the file tail")
+        elif inp.position != inp.size:
+            raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
+        if len(sections) != len(streamed):
+            raise FormatError(
+                name, at, f"footer lists {len(sections)} sections, the file has {len(streamed)}"
+            )
+        for listed, seen in zip(sections, streamed, strict=True):
+            if listed != seen:
+                raise FormatError(
+                    name, at, f"footer entry {listed} disagrees with the section streamed: {seen}"
+                )
+        return FileMeta(sections, inp.position, version)
+
+
+_TOP_TAGS = (TAG_SECTION_HEADER, TAG_FOOTER)
+
+
+class SectionReader:
+    """One section of a ``StreamReader``; valid until the stream moves to the next section.
+
+    ``batches()`` yields the section's batches, each checksummed, decoded, validated and in
+    strictly increasing offset order; it may be left and resumed. ``skip()`` reads the rest
+    without decoding. Once the trailer is read, ``meta`` and ``offsets`` are set; by then
+    the trailer's batch index has been matched against the frames seen and, if every batch
+    was decoded, its stats against the records.
+    """
+
+    meta: SectionMeta | None
+    offsets: OffsetSet | None
+
+    def __init__(self, stream: StreamReader, topic: str, partition: int, position: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.position = position
+        self.meta = None
+        self.offsets = None
+        self._stream = stream
+        self._positions: list[int] = []  # batch frame positions relative to the section
+        self._firsts: list[int] = []  # first offsets of the batches decoded
+        self._stats: BatchStats | None = None
+        self._all_decoded = True
+        self._builder: OffsetSetBuilder | None = None
+        self._done = False
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        while not self._done:
+            batch = self._advance(decode=True)
+            if batch is not None:
+                yield batch
+
+    def skip(self) -> None:
+        while not self._done:
+            self._advance(decode=False)
+
+    def _advance(self, decode: bool) -> pa.RecordBatch | None:
+        """Reads the next frame: a batch (returned if decoded) or the trailer (then done)."""
+        inp = self._stream._input
+        name = self._stream.object_name
+        tag, length, crc, at = inp.frame_header("batch or trailer")
+        if tag not in (TAG_BATCH, TAG_TRAILER):
+            raise FormatError(
+                name, at, f"expected a batch or trailer frame, found tag {describe_tag(tag)}"
+            )
+        payload = inp.frame_payload(tag, length, crc, at)
+        if tag == TAG_TRAILER:
+            self._end(payload, length, at)
+            return None
+        self._positions.append(at - self.position)
+        if not decode:
+            self._all_decoded = False
+            return None
+        batch = decode_batch(payload, at + FRAME_HEADER.size, name)
+        stats = batch_stats(batch)
+        if self._stats is not None and stats.first_offset <= self._stats.last_offset:
+            raise FormatError(
+                name,
+                at,
+                f"batch starts at offset {stats.first_offset}, not after {self._stats.last_offset}",
+            )
+        if self._stream._verify:
+            if self._builder is None:
+                self._builder = OffsetSetBuilder(stats.first_offset)
+            self._builder.add(batch.column(0), stats.first_offset, stats.last_offset)
+        self._stats = stats if self._stats is None else self._stats.then(stats)
+        self._firsts.append(stats.first_offset)
+        return batch
+
+    def _end(self, payload: bytes, length: int, at: int) -> None:
+        inp = self._stream._input
+        name = self._stream.object_name
+        if not self._positions:
+            raise FormatError(name, at, "section has no batches")
+        trailer = parse_trailer(payload, at + FRAME_HEADER.size, name)
+        end_at = inp.position
+        recorded = parse_section_end(inp.read(SECTION_END.size, "section end"), end_at, name)
+        if recorded != FRAME_HEADER.size + length:
+            raise FormatError(
+                name,
+                end_at,
+                f"section end records a {recorded}-byte trailer, "
+                f"the trailer frame has {FRAME_HEADER.size + length}",
+            )
+        if [p for _, p in trailer.index] != self._positions:
+            raise FormatError(name, at, "trailer's batch index does not match the batch frames")
+        if [o for o, _ in trailer.index[: len(self._firsts)]] != self._firsts:
+            raise FormatError(
+                name, at, "trailer's batch index does not match the batches' first offsets"
+            )
+        if self._all_decoded and trailer.stats != self._stats:
+            raise FormatError(
+                name, at, f"trailer stats {trailer.stats} disagree with the records {self._stats}"
+            )
+        if self._builder is not None and self._builder.build() != trailer.offsets:
+            raise FormatError(name, at, "offset bitmap differs from the offsets in the records")
+        s = trailer.stats
+        self.offsets = trailer.offsets
+        self.meta = SectionMeta(
+            topic=self.topic,
+            partition=self.partition,
+            first_offset=s.first_offset,
+            last_offset=s.last_offset,
+            record_count=s.record_count,
+            uncompressed_bytes=s.uncompressed_bytes,
+            min_timestamp=s.min_timestamp,
+            max_timestamp=s.max_timestamp,
+            tombstones=s.tombstones,
+            position=self.position,
+            length=inp.position - self.position,
+        )
+        self._done = True
+
+
+def verify_stream(source: Source, *, object_name: str, size: int | None = None) -> FileMeta:
+    """Reads and checks a whole file; returns its footer, or raises FormatError.
+
+    Checks every CRC; decodes and validates every batch; that offsets strictly increase
+    within each section and sections are strictly sorted; that each section's trailer
+    (stats, batch index, offset bitmap) equals what its records show; and that the footer
+    lists exactly the sections streamed.
+    """
+    reader = StreamReader(source, object_name=object_name, size=size, verify=True)
+    for section in reader.sections():
+        for _ in section.batches():
+            pass
+    assert reader.footer is not None
+    return reader.footer

@@ -1,0 +1,195 @@
+"""Section header and trailer payloads (FORMAT.md, "Section").
+
+A section is: a section header frame, one or more batch frames, a trailer frame, and the
+8-byte section end. The trailer holds the section's stats, its batch index and its offset
+bitmap; ``parse_trailer`` checks that these agree with each other before anyone uses them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from fileformat.batches import RECORD_OVERHEAD, BatchStats
+from fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32, OffsetSet
+from fileformat.framing import (
+    FRAME_HEADER,
+    I32,
+    MAX_TOPIC_BYTES,
+    SECTION_END,
+    SECTION_END_MAGIC,
+    U16,
+    Cursor,
+)
+
+TRAILER_FIXED: Final = struct.Struct("<qqQQQqqIB3x")
+"""first offset, last offset, record count, tombstones, uncompressed bytes, min timestamp,
+max timestamp, batch count, bitmap kind, 3 zero bytes."""
+INDEX_ENTRY: Final = struct.Struct("<qQ")  # first offset of the batch, its frame's position
+
+
+def encode_topic(topic: str) -> bytes:
+    """The UTF-8 bytes of a valid topic name; ValueError otherwise."""
+    if not isinstance(topic, str) or not topic:
+        raise ValueError(f"topic must be a non-empty string, not {topic!r}")
+    raw = topic.encode("utf-8")  # UnicodeEncodeError (a ValueError) for lone surrogates
+    if len(raw) > MAX_TOPIC_BYTES:
+        raise ValueError(f"topic is {len(raw)} bytes in UTF-8, more than {MAX_TOPIC_BYTES}")
+    return raw
+
+
+def check_partition(partition: int) -> int:
+    if not isinstance(partition, int) or isinstance(partition, bool):
+        raise ValueError(f"partition must be an int, not {partition!r}")
+    if not 0 <= partition < 1 << 31:
+        raise ValueError(f"partition {partition} is not in 0..2^31-1")
+    return partition
+
+
+def encode_section_header(topic: str, partition: int) -> bytes:
+    raw = encode_topic(topic)
+    return U16.pack(len(raw)) + raw + I32.pack(check_partition(partition))
+
+
+def section_header_frame_length(topic: str) -> int:
+    return FRAME_HEADER.size + U16.size + len(topic.encode("utf-8")) + I32.size
+
+
+def read_topic_partition(cur: Cursor, what: str) -> tuple[str, int]:
+    """Reads ``topic_length u16 | topic | partition i32`` and checks both values."""
+    at = cur.position
+    (n,) = cur.unpack(U16, f"{what} topic length")
+    if n == 0:
+        raise cur.error(f"empty topic name in {what}", at)
+    raw = cur.take(n, f"{what} topic")
+    try:
+        topic = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise cur.error(f"{what} topic is not UTF-8", at + 2) from None
+    at = cur.position
+    (partition,) = cur.unpack(I32, f"{what} partition")
+    if partition < 0:
+        raise cur.error(f"negative partition {partition} in {what}", at)
+    return topic, partition
+
+
+def parse_section_header(payload: bytes, base: int, object_name: str) -> tuple[str, int]:
+    cur = Cursor(payload, base, object_name)
+    out = read_topic_partition(cur, "section header")
+    cur.expect_end("section header")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Trailer:
+    """A section's trailer, checked for internal consistency.
+
+    Invariants (enforced by ``parse_trailer``): ``stats`` are possible (counts, ranges);
+    the index is non-empty, its first offsets strictly increase from ``stats.first_offset``
+    and are present in ``offsets``, its positions strictly increase; ``offsets`` holds
+    exactly ``record_count`` offsets from ``first_offset`` to ``last_offset``, in the
+    32-bit kind exactly when the span fits.
+    """
+
+    stats: BatchStats
+    index: tuple[tuple[int, int], ...]  # (first offset, frame position in the section)
+    offsets: OffsetSet
+
+
+def encode_trailer(stats: BatchStats, index: list[tuple[int, int]], offsets: OffsetSet) -> bytes:
+    fixed = TRAILER_FIXED.pack(
+        stats.first_offset,
+        stats.last_offset,
+        stats.record_count,
+        stats.tombstones,
+        stats.uncompressed_bytes,
+        stats.min_timestamp,
+        stats.max_timestamp,
+        len(index),
+        offsets.kind,
+    )
+    entries = b"".join(INDEX_ENTRY.pack(o, p) for o, p in index)
+    return fixed + entries + offsets.serialize()
+
+
+def parse_trailer(payload: bytes, base: int, object_name: str) -> Trailer:
+    """Decodes and checks a trailer payload that starts at absolute position ``base``."""
+    cur = Cursor(payload, base, object_name)
+    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind) = cur.unpack(
+        TRAILER_FIXED, "section trailer"
+    )
+    if payload[TRAILER_FIXED.size - 3 : TRAILER_FIXED.size] != b"\0\0\0":
+        raise cur.error("reserved trailer bytes are not zero", base + TRAILER_FIXED.size - 3)
+    stats = BatchStats(first, last, count, tombstones, nbytes, min_ts, max_ts)
+    problem = stats_problem(stats)
+    if problem is None and not 1 <= batches <= count:
+        problem = f"{batches} batches for {count} records"
+    if problem is not None:
+        raise cur.error(f"impossible trailer: {problem}", base)
+    span = last - first
+    expected_kind = KIND_ROARING32 if span < SPAN_32 else KIND_ROARING64
+    if kind != expected_kind:
+        raise cur.error(
+            f"bitmap kind {kind} for a span of {span}, expected {expected_kind}",
+            base + TRAILER_FIXED.size - 4,
+        )
+    index_at = cur.position
+    if cur.remaining < batches * INDEX_ENTRY.size:
+        raise cur.error(f"truncated batch index: {batches} entries do not fit")
+    raw = cur.take(batches * INDEX_ENTRY.size, "batch index")
+    flat = struct.unpack(f"<{'qQ' * batches}", raw)
+    index = tuple(zip(flat[0::2], flat[1::2], strict=True))
+    if index[0][0] != first:
+        raise cur.error(f"batch index starts at offset {index[0][0]}, not {first}", index_at)
+    for i in range(1, batches):
+        if not (index[i][0] > index[i - 1][0] and index[i][1] > index[i - 1][1]):
+            raise cur.error(
+                f"batch index entry {i} does not follow entry {i - 1}",
+                index_at + i * INDEX_ENTRY.size,
+            )
+    if index[-1][0] > last:
+        raise cur.error("batch index goes past the last offset", index_at)
+    bitmap_at = cur.position
+    try:
+        offsets = OffsetSet.deserialize(kind, cur.take(cur.remaining, "bitmap"), first)
+    except ValueError as exc:
+        raise cur.error(f"bad offset bitmap: {exc}", bitmap_at) from None
+    if len(offsets) != count or offsets.first() != first or offsets.last() != last:
+        raise cur.error(
+            f"offset bitmap ({len(offsets)} offsets) disagrees with the trailer stats "
+            f"({count} offsets from {first} to {last})",
+            bitmap_at,
+        )
+    for o, _ in index:
+        if o not in offsets:
+            raise cur.error(f"batch index offset {o} is not in the offset bitmap", index_at)
+    return Trailer(stats, index, offsets)
+
+
+def stats_problem(s: BatchStats) -> str | None:
+    """Why these stats cannot describe a non-empty run of records, or None."""
+    if s.record_count < 1:
+        return f"record count {s.record_count}"
+    if s.first_offset > s.last_offset or s.record_count - 1 > s.last_offset - s.first_offset:
+        return f"{s.record_count} records do not fit offsets {s.first_offset}..{s.last_offset}"
+    if s.tombstones > s.record_count:
+        return f"{s.tombstones} tombstones among {s.record_count} records"
+    if s.uncompressed_bytes < RECORD_OVERHEAD * s.record_count:
+        return f"{s.uncompressed_bytes} bytes for {s.record_count} records"
+    if s.min_timestamp > s.max_timestamp:
+        return f"timestamps {s.min_timestamp} > {s.max_timestamp}"
+    return None
+
+
+def encode_section_end(trailer_frame_length: int) -> bytes:
+    return SECTION_END.pack(trailer_frame_length, SECTION_END_MAGIC)
+
+
+def parse_section_end(data: bytes, base: int, object_name: str) -> int:
+    """Returns the trailer frame length the section end records."""
+    cur = Cursor(data, base, object_name)
+    length, magic = cur.unpack(SECTION_END, "section end")
+    if magic != SECTION_END_MAGIC:
+        raise cur.error(f"bad section end marker {magic!r}", base + 4)
+    return int(length)

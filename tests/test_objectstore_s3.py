@@ -1,0 +1,452 @@
+"""S3Store specifics: GETs counted at the server, stream resume through a connection-
+cutting proxy, multipart streaming, error mapping, unreachable endpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from urllib.parse import urlsplit
+
+import pytest
+from conftest import RequestLog, S3Endpoint, S3Url
+
+from objectstore import (
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnreachable,
+    open_store,
+)
+from objectstore.s3 import S3Store
+
+MiB = 1 << 20
+
+
+def blob(n: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+class CuttingProxy:
+    """A TCP proxy on 127.0.0.1 in front of the S3 endpoint. The first response to
+    ``GET <path>`` is cut (connection closed) after ``cut_after`` body bytes; everything
+    else passes through. Records every request line and headers it forwards.
+
+    Bounded: sockets time out, and leaving the ``with`` block stops every thread.
+    Assumes no HTTP pipelining (true of botocore and aiohttp)."""
+
+    def __init__(self, upstream_url: str, path: str, cut_after: int) -> None:
+        parts = urlsplit(upstream_url)
+        assert parts.hostname is not None and parts.port is not None
+        self._upstream = (parts.hostname, parts.port)
+        self._target = f"GET {path} ".encode()
+        self._cut_after = cut_after
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.cuts = 0
+        self._cut_armed = False  # the one cut has been given to a connection
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> CuttingProxy:
+        self._spawn(self._accept_loop)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        with self._lock:
+            sockets = list(self._sockets)
+        for s in sockets:
+            _shut(s)
+        for t in list(self._threads):
+            t.join(timeout=5)
+        self._listener.close()
+
+    def _spawn(self, target: object, *args: object) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+        with self._lock:
+            self._threads.append(t)
+        t.start()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            upstream = socket.create_connection(self._upstream, timeout=10)
+            client.settimeout(10)
+            with self._lock:
+                self._sockets += [client, upstream]
+            armed = threading.Event()
+            self._spawn(self._requests, client, upstream, armed)
+            self._spawn(self._responses, client, upstream, armed)
+
+    def _requests(
+        self, client: socket.socket, upstream: socket.socket, armed: threading.Event
+    ) -> None:
+        pending, body_left = b"", 0
+        while True:
+            try:
+                data = client.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                _shut(upstream)
+                return
+            pending += data
+            while pending:
+                if body_left:
+                    taken = min(body_left, len(pending))
+                    pending, body_left = pending[taken:], body_left - taken
+                    continue
+                end = pending.find(b"\r\n\r\n")
+                if end < 0:
+                    break
+                head, pending = pending[:end].decode("latin-1"), pending[end + 4 :]
+                line, *fields = head.split("\r\n")
+                headers = {
+                    k.strip().lower(): v.strip() for k, v in (f.split(":", 1) for f in fields)
+                }
+                body_left = int(headers.get("content-length", "0"))
+                with self._lock:
+                    self.requests.append((line, headers))
+                    if (line + " ").encode().startswith(self._target) and not self._cut_armed:
+                        self._cut_armed = True
+                        armed.set()  # before forwarding: the response cannot precede it
+            try:
+                upstream.sendall(data)
+            except OSError:
+                return
+
+    def _responses(
+        self, client: socket.socket, upstream: socket.socket, armed: threading.Event
+    ) -> None:
+        head = b""
+        body_sent: int | None = None
+        while True:
+            try:
+                data = upstream.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                _shut(client)
+                return
+            if armed.is_set():
+                if body_sent is None:
+                    forwarded = len(head)
+                    head += data
+                    end = head.find(b"\r\n\r\n")
+                    if end < 0:
+                        out = data
+                    else:
+                        body = head[end + 4 :]
+                        out = (head[: end + 4] + body[: self._cut_after])[forwarded:]
+                        body_sent = min(len(body), self._cut_after)
+                else:
+                    out = data[: self._cut_after - body_sent]
+                    body_sent += len(out)
+                try:
+                    client.sendall(out)
+                except OSError:
+                    return
+                if body_sent is not None and body_sent >= self._cut_after:
+                    with self._lock:
+                        self.cuts += 1
+                    _shut(client)
+                    _shut(upstream)
+                    return
+                continue
+            try:
+                client.sendall(data)
+            except OSError:
+                return
+
+    def gets(self, path: str) -> list[dict[str, str]]:
+        with self._lock:
+            return [h for line, h in self.requests if line.startswith(f"GET {path} ")]
+
+
+def _shut(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
+
+
+@pytest.fixture
+def proxied(
+    s3_endpoint: S3Endpoint, s3_store: S3Store, request: pytest.FixtureRequest
+) -> Iterator[tuple[S3Store, CuttingProxy, str]]:
+    """(an S3Store talking through a CuttingProxy, the proxy, the object key); the key is
+    cut once at ``request.param`` body bytes."""
+    key = "cut/object.bin"
+    with CuttingProxy(s3_endpoint.url, f"/{s3_store.bucket}/{key}", request.param) as proxy:
+        store = S3Store(s3_store.bucket, endpoint_url=proxy.url)
+        try:
+            yield store, proxy, key
+        finally:
+            store.close()
+
+
+# -- GETs counted at the server ----------------------------------------------------------
+
+
+def test_one_stream_is_one_get_at_the_server(s3_store: S3Store, request_log: RequestLog) -> None:
+    data = blob(5 * MiB + 7, seed=1)
+    s3_store.put("counted", data)
+    request_log.reset()
+    s3_store.gets.reset()
+    streams = [s3_store.open_stream("counted") for _ in range(2)]  # a worker's two pointers
+    out: list[bytearray] = [bytearray(), bytearray()]
+    sizes = [3, 65_537, 1_048_583, 17]
+    i = 0
+    while len(out[0]) < len(data) or len(out[1]) < len(data):
+        for s, buf in zip(streams, out, strict=True):
+            buf += s.read(sizes[i % len(sizes)])
+            i += 1
+    for s in streams:
+        s.close()
+    assert [bytes(b) for b in out] == [data, data]
+    assert request_log.count("GET", "counted", bucket=s3_store.bucket) == 2
+    assert s3_store.gets.get("counted") == 2
+    s3_store.get("counted")
+    s3_store.get_range("counted", 5, 10)
+    assert request_log.count("GET", "counted") == 4 == s3_store.gets.get("counted")
+
+
+def test_prefix_maps_keys_on_the_server(
+    s3_endpoint: S3Endpoint, s3_bucket: str, request_log: RequestLog
+) -> None:
+    store = S3Store(s3_bucket, "tenant/a", endpoint_url=s3_endpoint.url)
+    try:
+        store.put("x/y", b"1")
+        with store.open_stream("x/y") as s:
+            assert s.read(10) == b"1"
+        assert request_log.count("GET", "tenant/a/x/y") == 1
+        assert [i.key for i in store.list()] == ["x/y"]
+        client = s3_endpoint.client()
+        assert [o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"]] == [
+            "tenant/a/x/y"
+        ]
+        client.close()
+    finally:
+        store.close()
+
+
+# -- stream resume -----------------------------------------------------------------------
+
+
+CUT = 2 * MiB + MiB // 2 + 7
+
+
+@pytest.mark.parametrize("proxied", [CUT], indirect=True)
+def test_stream_resumes_after_cut(
+    s3_store: S3Store, proxied: tuple[S3Store, CuttingProxy, str], s3_endpoint: S3Endpoint
+) -> None:
+    store, proxy, key = proxied
+    data = blob(4 * MiB + 1, seed=2)
+    etag = s3_store.put(key, data)
+    log = s3_endpoint.log
+    if log is not None:
+        log.reset()
+    out = bytearray()
+    with store.open_stream(key) as s:
+        while chunk := s.read(77_777):
+            out += chunk
+        assert s.resumes == 1
+    assert bytes(out) == data
+    assert proxy.cuts == 1
+    assert store.gets.get(key) == 2
+    first, second = proxy.gets(f"/{store.bucket}/{key}")
+    assert "range" not in first and "if-match" not in first
+    assert second["if-match"] == etag
+    # aiohttp drops what it had buffered when the connection breaks, so the resume point
+    # is at or a little before the cut.
+    resume_at = int(second["range"].removeprefix("bytes=").removesuffix("-"))
+    assert second["range"] == f"bytes={resume_at}-"
+    assert CUT - 2 * MiB < resume_at <= CUT
+    if log is not None:  # and the server saw exactly those two GETs
+        server = log.requests("GET", key, bucket=store.bucket)
+        assert len(server) == 2
+        assert server[1].headers["range"] == second["range"]
+        assert server[1].headers["if-match"] == etag
+
+
+# The first read fetches 1 MiB; the cut comes well after it (past what aiohttp buffers).
+@pytest.mark.parametrize("proxied", [3 * MiB + 123], indirect=True)
+def test_stream_fails_if_object_changed_before_resume(
+    s3_store: S3Store, proxied: tuple[S3Store, CuttingProxy, str]
+) -> None:
+    store, proxy, key = proxied
+    old, new = blob(5 * MiB, seed=3), blob(5 * MiB, seed=4)
+    s3_store.put(key, old)
+    out = bytearray()
+    with store.open_stream(key) as s:
+        out += s.read(1000)
+        s3_store.put(key, new)
+        with pytest.raises(StoreError, match="changed while streaming"):
+            while chunk := s.read(100_000):
+                out += chunk
+        assert s.resumes == 1
+    assert proxy.cuts == 1
+    assert 1000 <= len(out) < len(old)
+    assert bytes(out) == old[: len(out)]  # never a byte of the new version
+
+
+@pytest.mark.parametrize("proxied", [3 * MiB], indirect=True)
+def test_stream_fails_if_object_deleted_before_resume(
+    s3_store: S3Store, proxied: tuple[S3Store, CuttingProxy, str]
+) -> None:
+    store, proxy, key = proxied
+    s3_store.put(key, blob(5 * MiB, seed=5))
+    with store.open_stream(key) as s:
+        s.read(10)
+        s3_store.delete(key)
+        with pytest.raises(ObjectNotFound, match="deleted while streaming"):
+            while s.read(100_000):
+                pass
+    assert proxy.cuts == 1
+
+
+# -- multipart ---------------------------------------------------------------------------
+
+
+def test_multipart_streams_parts_before_complete(
+    s3_store: S3Store, request_log: RequestLog
+) -> None:
+    size = s3_store.part_size
+    w = s3_store.open_multipart("streamed")
+    data = blob(6 * size, seed=6)
+    for off in range(0, len(data), size // 3):
+        w.write(data[off : off + size // 3])
+    # Six full parts written, at most two may still be in flight: four are done.
+    part_puts = [r for r in request_log.requests("PUT", "streamed") if "partNumber=" in r.query]
+    assert len(part_puts) >= 4
+    etag = w.complete()
+    assert s3_store.get("streamed") == (data, etag)
+    part_puts = [r for r in request_log.requests("PUT", "streamed") if "partNumber=" in r.query]
+    assert len(part_puts) == 6
+
+
+def test_multipart_part_failure_aborts(s3_endpoint: S3Endpoint, s3_store: S3Store) -> None:
+    size = s3_store.part_size
+    client = s3_endpoint.client()
+    # No retries: moto answers 500 (S3: 404 NoSuchUpload) for parts of an aborted upload.
+    store = S3Store(s3_store.bucket, endpoint_url=s3_endpoint.url, part_size=size, max_attempts=1)
+    w = store.open_multipart("doomed")
+    w.write(blob(size, seed=7))
+    (upload,) = client.list_multipart_uploads(Bucket=s3_store.bucket)["Uploads"]
+    client.abort_multipart_upload(Bucket=s3_store.bucket, Key="doomed", UploadId=upload["UploadId"])
+    with pytest.raises(StoreError, match="doomed"):
+        for _ in range(4):
+            w.write(blob(size, seed=8))
+        w.complete()
+    with pytest.raises(StoreError, match="aborted"):
+        w.write(b"x")
+    assert client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads", []) == []
+    with pytest.raises(ObjectNotFound):
+        store.head("doomed")
+    store.close()
+    client.close()
+
+
+def test_multipart_abort_removes_the_upload(s3_endpoint: S3Endpoint, s3_store: S3Store) -> None:
+    client = s3_endpoint.client()
+    with pytest.raises(KeyError), s3_store.open_multipart("gone") as w:
+        w.write(blob(3 * s3_store.part_size, seed=9))
+        assert len(client.list_multipart_uploads(Bucket=s3_store.bucket)["Uploads"]) == 1
+        raise KeyError("job failed")
+    assert client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads", []) == []
+    client.close()
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_missing_bucket_is_named(s3_endpoint: S3Endpoint) -> None:
+    store = S3Store("no-such-bucket-here", endpoint_url=s3_endpoint.url)
+    try:
+        with pytest.raises(StoreError, match="no-such-bucket-here") as e:
+            store.put("k", b"x")
+        assert not isinstance(e.value, ObjectNotFound)
+        with pytest.raises(StoreError, match="bucket 'no-such-bucket-here' does not exist"):
+            list(store.list())
+        with pytest.raises(StoreError, match="does not exist"):
+            store.open_stream("k")
+    finally:
+        store.close()
+
+
+def test_conditional_error_messages_name_the_object(s3_store: S3Store) -> None:
+    s3_store.put("named", b"1")
+    with pytest.raises(PreconditionFailed, match=f"s3://{s3_store.bucket}/named"):
+        s3_store.put("named", b"2", if_none_match=True)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_unreachable_endpoint_fails_fast() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    store = S3Store("bucket", endpoint_url=url)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnreachable, match=f"cannot reach S3 endpoint {url}"):
+            store.head("k")
+        assert time.monotonic() - started < 8
+    finally:
+        store.close()
+    streaming = S3Store("bucket", endpoint_url=url, max_attempts=1)
+    try:
+        with pytest.raises(StoreUnreachable, match=f"cannot reach S3 endpoint {url}"):
+            streaming.open_stream("k")
+    finally:
+        streaming.close()
+
+
+# -- endpoint resolution, lifecycle ------------------------------------------------------
+
+
+def test_endpoint_from_environment(s3_url: S3Url, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_url.endpoint_url)
+    store = open_store(s3_url.url)
+    try:
+        assert isinstance(store, S3Store)
+        assert store.endpoint_url == s3_url.endpoint_url
+        store.put("via-env", b"ok")
+        with store.open_stream("via-env") as s:  # aiobotocore uses the same endpoint
+            assert s.read(10) == b"ok"
+    finally:
+        store.close()
+
+
+def test_close_stops_the_loop_thread_and_open_streams(s3_store: S3Store) -> None:
+    s3_store.put("k", blob(2 * MiB, seed=10))
+    stream = s3_store.open_stream("k")
+    stream.read(10)
+    name = f"s3-loop-{s3_store.bucket}"
+    assert any(t.name == name for t in threading.enumerate())
+    s3_store.close()
+    assert not any(t.name == name for t in threading.enumerate())
+    with pytest.raises(StoreError, match="closed"):
+        stream.read(10)
+    with pytest.raises(StoreError, match="closed"):
+        s3_store.open_stream("k")
+    s3_store.close()  # idempotent
