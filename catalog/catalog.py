@@ -36,7 +36,9 @@ class Catalog:
         try:
             parsed = json.loads(data)
         except ValueError as exc:
-            raise CorruptCatalog(f"{self.store.url}/{CATALOG_KEY} is not valid JSON: {exc}") from None
+            raise CorruptCatalog(
+                f"{self.store.url}/{CATALOG_KEY} is not valid JSON: {exc}"
+            ) from None
         return snapshot_from_json(parsed, etag)
 
     def commit(self, change: Change) -> Snapshot:

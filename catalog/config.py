@@ -31,7 +31,9 @@ def _non_negative_ms(name: str, text: str, *, allow_infinite: bool = False) -> i
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"{name} must be an integer number of milliseconds, got {text!r}") from None
+        raise ConfigError(
+            f"{name} must be an integer number of milliseconds, got {text!r}"
+        ) from None
     if allow_infinite and value == -1:
         return value
     if value < 0:
@@ -90,13 +92,19 @@ class TopicConfig:
         if strategy == "header" and header is None:
             raise ConfigError("compaction.strategy=header needs compaction.strategy.header")
         if strategy != "header" and header is not None:
-            raise ConfigError("compaction.strategy.header is only valid with compaction.strategy=header")
+            raise ConfigError(
+                "compaction.strategy.header is only valid with compaction.strategy=header"
+            )
         max_lag_text = merged["max.compaction.lag.ms"]
         max_lag = _non_negative_ms("max.compaction.lag.ms", max_lag_text) if max_lag_text else None
         return cls(
             cleanup_policy=policy,
-            retention_ms=_non_negative_ms("retention.ms", merged["retention.ms"], allow_infinite=True),
-            delete_retention_ms=_non_negative_ms("delete.retention.ms", merged["delete.retention.ms"]),
+            retention_ms=_non_negative_ms(
+                "retention.ms", merged["retention.ms"], allow_infinite=True
+            ),
+            delete_retention_ms=_non_negative_ms(
+                "delete.retention.ms", merged["delete.retention.ms"]
+            ),
             min_compaction_lag_ms=_non_negative_ms(
                 "min.compaction.lag.ms", merged["min.compaction.lag.ms"]
             ),

@@ -116,7 +116,9 @@ def _section_to_json(s: SectionMeta) -> list[Any]:
 
 def _section_from_json(row: list[Any]) -> SectionMeta:
     if len(row) != len(_SECTION_FIELDS):
-        raise CorruptCatalog(f"section entry has {len(row)} fields, expected {len(_SECTION_FIELDS)}")
+        raise CorruptCatalog(
+            f"section entry has {len(row)} fields, expected {len(_SECTION_FIELDS)}"
+        )
     return SectionMeta(**dict(zip(_SECTION_FIELDS, row, strict=True)))
 
 

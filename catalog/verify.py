@@ -102,4 +102,7 @@ def _check_partitions(s: Snapshot) -> Iterator[str]:
             previous_last = sec.last_offset
         next_offset = s.next_offsets.get((topic, partition), 0)
         if previous_last >= next_offset:
-            yield f"{topic}/{partition}: offset {previous_last} is not below next offset {next_offset}"
+            yield (
+                f"{topic}/{partition}: offset {previous_last} is not below "
+                f"next offset {next_offset}"
+            )

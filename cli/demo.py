@@ -9,6 +9,7 @@ tombstones), verifies the store and reads every partition back, then reports.
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import time
 from collections.abc import Iterator
@@ -51,17 +52,26 @@ def _demo_context(ctx: Context, args: argparse.Namespace) -> Iterator[Context]:
         yield Context(f"s3://{DEMO_BUCKET}", endpoint, ctx.now_ms)
 
 
-def _materialized_view(ctx: Context, snap: Snapshot) -> dict[tuple[str, int], dict[bytes | None, bytes | None]]:
+def _materialized_view(
+    ctx: Context, snap: Snapshot
+) -> dict[tuple[str, int], dict[bytes | None, bytes | None]]:
     """Latest value per key of every partition, read in offset order (null keys apart)."""
     views: dict[tuple[str, int], dict[bytes | None, bytes | None]] = {}
     for tp in snap.partitions():
         view: dict[bytes | None, bytes | None] = {}
         for live, section in snap.sections_of(*tp):
+
             def read_range(a: int, b: int, key: str = live.key) -> bytes:
                 return ctx.store.get_range(key, a, b)
 
             for batch in read_section(read_range, section, object_name=live.key):
-                view.update(zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=True))
+                view.update(
+                    zip(
+                        batch.column("key").to_pylist(),
+                        batch.column("value").to_pylist(),
+                        strict=True,
+                    )
+                )
         views[tp] = view
     return views
 
@@ -75,8 +85,14 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         snap = demo.catalog.snapshot()
         for name, partitions, settings in TOPICS:
             if name not in snap.topics:
-                config = TopicConfig.parse(settings)
-                demo.catalog.commit(lambda s, n=name, p=partitions, c=config: create_topic(s, n, p, c))
+                demo.catalog.commit(
+                    functools.partial(
+                        create_topic,
+                        name=name,
+                        partitions=partitions,
+                        config=TopicConfig.parse(settings),
+                    )
+                )
         records_per_agent = args.records // args.agents
         for agent in range(args.agents):
             workload = Workload(
@@ -87,7 +103,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 start_ms=demo.now_ms - args.records + agent * records_per_agent,
                 versioned_topics=frozenset({"inventory"}),
             )
-            ingest = L0Ingest(demo.store, demo.catalog, now_ms=demo.now_ms, max_file_bytes=args.max_file_bytes)
+            ingest = L0Ingest(
+                demo.store, demo.catalog, now_ms=demo.now_ms, max_file_bytes=args.max_file_bytes
+            )
             try:
                 for n, record in enumerate(workload.generate(), start=1):
                     ingest.add(record)
@@ -106,8 +124,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         stats = stats_json(snap)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     total = sum(f.record_count for f in snap.files)
-    print(f"ingested {args.records:,} records from {args.agents} agents in {ingest_s:.1f} s "
-          f"({args.records / ingest_s:,.0f} records/s)")
+    print(
+        f"ingested {args.records:,} records from {args.agents} agents in {ingest_s:.1f} s "
+        f"({args.records / ingest_s:,.0f} records/s)"
+    )
     print("files and bytes per level:")
     for level, entry in stats["levels"].items():
         if entry["files"]:
@@ -120,7 +140,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser("demo", help="run a synthetic workload end to end", parents=[common])
     p.add_argument("--records", type=positive_int, default=200_000)
     p.add_argument("--agents", type=positive_int, default=4)

@@ -37,7 +37,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser("dump", help="print a partition's records as JSON Lines", parents=[common])
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, required=True)

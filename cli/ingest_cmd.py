@@ -71,7 +71,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser("ingest", help="write JSON Lines records into L0 files", parents=[common])
     p.add_argument("file", help="a JSON Lines file, or - for stdin")
     p.add_argument("--max-file-bytes", type=positive_int, default=DEFAULT_MAX_FILE_BYTES)

@@ -19,16 +19,19 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     # default is SUPPRESS so a value given before the command is not overwritten.
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument(
-        "--store", default=default,
+        "--store",
+        default=default,
         help="store URL: a directory (default ./compactor-data) or s3://bucket[/prefix] "
         "(env COMPACTOR_STORE)",
     )
     parser.add_argument(
-        "--endpoint-url", default=default,
+        "--endpoint-url",
+        default=default,
         help="S3 endpoint, e.g. http://localhost:9000 for MinIO (env AWS_ENDPOINT_URL)",
     )
     parser.add_argument(
-        "--now-ms", default=default,
+        "--now-ms",
+        default=default,
         help="the clock every time rule reads, in ms since the epoch (env COMPACTOR_NOW_MS)",
     )
 
@@ -46,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compaction for Kafka-style compacted topics stored in object storage.",
     )
     _global_options(parser, suppress=False)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="command",
-                                parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="command", parser_class=_Parser
+    )
     for module in (topic, ingest_cmd, dump, verify_cmd, stats, demo):
         module.register(sub, common)
     return parser

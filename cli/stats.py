@@ -37,7 +37,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser("stats", help="files and bytes per level", parents=[common])
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

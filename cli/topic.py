@@ -49,14 +49,19 @@ def describe(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     topic = sub.add_parser("topic", help="create or describe topics", parents=[common])
     actions = topic.add_subparsers(dest="topic_command", required=True, metavar="create|describe")
     c = actions.add_parser("create", help="create a topic", parents=[common])
     c.add_argument("name")
     c.add_argument("--partitions", type=positive_int, required=True)
     c.add_argument(
-        "--config", action="append", default=[], metavar="KEY=VALUE",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="a Kafka topic config, e.g. cleanup.policy=compact (repeatable)",
     )
     c.set_defaults(run=create)

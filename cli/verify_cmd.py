@@ -46,7 +46,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser("verify", help="check every live file and partition", parents=[common])
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

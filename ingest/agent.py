@@ -13,6 +13,7 @@ ingest's (order within the partition kept), and the commit is retried.
 
 from __future__ import annotations
 
+import functools
 import io
 import uuid
 from collections.abc import Callable, Iterable
@@ -158,11 +159,14 @@ class L0Ingest:
         expected = {tp: self.base.next_offsets.get(tp, 0) for tp in self._next}
         rebases = 0
         while True:
-            new_next = dict(self._next)
+            change = functools.partial(
+                append_files,
+                files=tuple(self.files),
+                expected_next=dict(expected),
+                new_next=dict(self._next),
+            )
             try:
-                snap = self.catalog.commit(
-                    lambda s: append_files(s, self.files, expected, new_next)
-                )
+                snap = self.catalog.commit(change)
                 return IngestResult(self.records, tuple(self.files), rebases, snap)
             except OffsetsMoved as moved:
                 rebases += 1
@@ -174,7 +178,9 @@ class L0Ingest:
                     on_rebase(rebases)
                 self._rebase(moved.moved, expected)
 
-    def _rebase(self, moved: dict[TopicPartition, int], expected: dict[TopicPartition, int]) -> None:
+    def _rebase(
+        self, moved: dict[TopicPartition, int], expected: dict[TopicPartition, int]
+    ) -> None:
         shift = {tp: moved[tp] - expected[tp] for tp in moved}
         old_files, self.files = self.files, []
         for old in old_files:
@@ -189,7 +195,9 @@ class L0Ingest:
     ) -> list[tuple[str, int, list[pa.RecordBatch]]]:
         data, _ = self.store.get(old.key)
         out = []
-        for section in StreamReader(io.BytesIO(data), object_name=old.key, size=len(data)).sections():
+        for section in StreamReader(
+            io.BytesIO(data), object_name=old.key, size=len(data)
+        ).sections():
             delta = shift.get((section.topic, section.partition), 0)
             batches = [_shift_offsets(b, delta) for b in section.batches()]
             out.append((section.topic, section.partition, batches))

@@ -17,7 +17,6 @@ from typing import TextIO
 
 from ingest.jsonl import InputRecord
 
-
 _KEY_NAMESPACE = uuid.UUID("6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab")
 
 
