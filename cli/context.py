@@ -55,3 +55,7 @@ class Context:
     @cached_property
     def catalog(self) -> Catalog:
         return Catalog(self.store)
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()

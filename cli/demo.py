@@ -49,7 +49,11 @@ def _demo_context(ctx: Context, args: argparse.Namespace) -> Iterator[Context]:
         yield ctx
         return
     with embedded_s3(DEMO_BUCKET) as endpoint:
-        yield Context(f"s3://{DEMO_BUCKET}", endpoint, ctx.now_ms)
+        demo = Context(f"s3://{DEMO_BUCKET}", endpoint, ctx.now_ms)
+        try:
+            yield demo
+        finally:
+            demo.close()
 
 
 def _materialized_view(

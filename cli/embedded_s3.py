@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ def embedded_s3(bucket: str) -> Iterator[str]:
         ) from None
     import boto3
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the console
     saved = {k: os.environ.get(k) for k in DEMO_CREDENTIALS}
     os.environ.update(DEMO_CREDENTIALS)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

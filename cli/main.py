@@ -60,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return int(args.run(Context.from_args(args), args))
+        ctx = Context.from_args(args)
+        try:
+            return int(args.run(ctx, args))
+        finally:
+            ctx.close()
     except UsageError as exc:
         print(f"compactor: {exc}", file=sys.stderr)
         return 2

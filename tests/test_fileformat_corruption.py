@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import random
@@ -153,14 +154,15 @@ def test_fixture_file_has_what_the_tests_need() -> None:
 
 
 def test_every_truncation_is_a_format_error() -> None:
-    rr_full = len(DATA)
-    for n in range(len(DATA)):
+    full = len(DATA)
+    for n in range(full):
         cut = DATA[:n]
         format_error(lambda: stream_all(cut, None), n)  # noqa: B023
         format_error(lambda: stream_all(cut, n), n)  # noqa: B023
-        format_error(lambda: stream_all(cut, rr_full), n)  # noqa: B023
-        format_error(lambda: verify_stream(io.BytesIO(cut), object_name=NAME), n)  # noqa: B023
         format_error(lambda: read_footer(lambda a, b: cut[a:b], n, object_name=NAME), n)  # noqa: B023
+        if n % 4 == 0:  # the same code paths as above, with other checks on top
+            format_error(lambda: stream_all(cut, full), n)  # noqa: B023
+            format_error(lambda: verify_stream(io.BytesIO(cut), object_name=NAME), n)  # noqa: B023
         for i, s in enumerate(META.sections):
             if s.position + s.length <= n:
                 assert section_records(cut, i) == EXPECTED[(s.topic, s.partition)]
@@ -168,11 +170,12 @@ def test_every_truncation_is_a_format_error() -> None:
                 format_error(lambda: section_records(cut, i), n)  # noqa: B023
 
 
-def check_corrupt(bad: bytes, changed: range) -> None:
+def check_corrupt(bad: bytes, changed: range, verify: bool = True) -> None:
     """Every reader rejects ``bad``; ranged readers exactly when they read a changed byte."""
     n = len(bad)
     format_error(lambda: stream_all(bad, n), n)
-    format_error(lambda: verify_stream(io.BytesIO(bad), object_name=NAME), n)
+    if verify:
+        format_error(lambda: verify_stream(io.BytesIO(bad), object_name=NAME), n)
     in_footer = changed.start < 16 or changed.stop > FOOTER_AT
     if in_footer:
         format_error(lambda: read_footer(lambda a, b: bad[a:b], n, object_name=NAME), n)
@@ -189,7 +192,7 @@ def test_every_single_bit_flip_is_a_format_error() -> None:
     for pos in range(len(DATA)):
         bad = bytearray(DATA)
         bad[pos] ^= 1 << (pos % 8)
-        check_corrupt(bytes(bad), range(pos, pos + 1))
+        check_corrupt(bytes(bad), range(pos, pos + 1), verify=pos % 3 == 0)
 
 
 def test_random_corruptions_are_format_errors() -> None:
@@ -287,9 +290,9 @@ def batch_frames(data: bytes) -> list[int]:
 def test_crc_valid_garbage_in_batches_never_escapes_as_another_error() -> None:
     rnd = random.Random(11)
     checked = 0
-    for frame_at in batch_frames(DATA)[:3]:
+    for frame_at in batch_frames(DATA)[:2]:  # one compressed, one plain
         payload = payload_of(DATA, frame_at)
-        for pos in range(len(payload)):
+        for pos in range(0, len(payload), 2):
             bad_payload = bytearray(payload)
             bad_payload[pos] = rnd.choice([b for b in range(256) if b != payload[pos]])
             bad = with_payload(DATA, frame_at, bytes(bad_payload))
@@ -298,10 +301,8 @@ def test_crc_valid_garbage_in_batches_never_escapes_as_another_error() -> None:
                 lambda: verify_stream(io.BytesIO(bad), object_name=NAME),  # noqa: B023
                 lambda: [section_records(bad, i) for i in range(3)],  # noqa: B023
             ):
-                try:
+                with contextlib.suppress(FormatError):
                     fn()
-                except FormatError:
-                    pass
                 checked += 1
     assert checked > 1000
 
@@ -481,60 +482,69 @@ def test_format_error_pickles() -> None:
 # --- memory ---------------------------------------------------------------------------------
 
 
-def memory_probe() -> dict[str, int]:
-    """Decodes many corrupt variants of the small file; reports the worst allocations.
-
-    Run in a fresh process, where pyarrow's pool high-water mark starts near zero.
-    """
-    pool = pa.default_memory_pool()
-    arrow_before = pool.bytes_allocated()
-    tracemalloc.start()
-    worst = 0
-    cases = 0
-    rnd = random.Random(3)
-
-    def run(bad: bytes) -> None:
-        nonlocal worst, cases
-        for fn in (
-            lambda: stream_all(bad, None),
-            lambda: stream_all(bad, len(bad)),
-            lambda: verify_stream(io.BytesIO(bad), object_name=NAME),
-            lambda: [section_records(bad, i) for i in range(3)],
-            lambda: read_footer(lambda a, b: bad[a:b], len(bad), object_name=NAME),
-        ):
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            try:
-                fn()
-            except FormatError:
-                pass
-            worst = max(worst, tracemalloc.get_traced_memory()[1] - base)
-            cases += 1
-
-    for n in range(0, len(DATA), 3):
-        run(DATA[:n])
-    for pos in range(0, len(DATA), 2):
+def corrupt_variants(step: int) -> list[bytes]:
+    """Truncations, bit flips, and CRC-valid garbage in batches (which reaches Arrow)."""
+    rnd = random.Random(step)
+    out = [DATA[:n] for n in range(0, len(DATA), 3 * step)]
+    for pos in range(0, len(DATA), 2 * step):
         bad = bytearray(DATA)
         bad[pos] ^= 1 << (pos % 8)
-        run(bytes(bad))
+        out.append(bytes(bad))
     for frame_at in batch_frames(DATA):
         payload = payload_of(DATA, frame_at)
-        for pos in range(0, len(payload), 5):
+        for pos in range(0, len(payload), step):
             bad_payload = bytearray(payload)
             bad_payload[pos] = rnd.randrange(256)
-            run(with_payload(DATA, frame_at, bytes(bad_payload)))
+            out.append(with_payload(DATA, frame_at, bytes(bad_payload)))
     first = frames(DATA)[0][0]
     for length in (200 << 20, 2**32 - 1):
         bad = bytearray(DATA)
         struct.pack_into("<I", bad, first + 4, length)
-        run(bytes(bad))
+        out.append(bytes(bad))
+    return out
+
+
+def readers(bad: bytes) -> list[Callable[[], object]]:
+    return [
+        lambda: stream_all(bad, None),
+        lambda: stream_all(bad, len(bad)),
+        lambda: verify_stream(io.BytesIO(bad), object_name=NAME),
+        lambda: [section_records(bad, i) for i in range(3)],
+        lambda: read_footer(lambda a, b: bad[a:b], len(bad), object_name=NAME),
+    ]
+
+
+def memory_probe() -> dict[str, int]:
+    """Decodes many corrupt variants of the small file; reports the worst allocations.
+
+    Run in a fresh process, where pyarrow's pool high-water mark reflects this run only.
+    Python allocations are traced (tracemalloc is slow) for a sample of the variants.
+    """
+    pool = pa.default_memory_pool()
+    arrow_before = pool.bytes_allocated()
+    cases = 0
+    for bad in corrupt_variants(step=3):
+        for fn in readers(bad):
+            with contextlib.suppress(FormatError):
+                fn()
+            cases += 1
+    arrow_high_water = pool.max_memory()
+    tracemalloc.start()
+    python_peak = 0
+    for bad in corrupt_variants(step=11):
+        for fn in readers(bad):
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            with contextlib.suppress(FormatError):
+                fn()
+            python_peak = max(python_peak, tracemalloc.get_traced_memory()[1] - base)
     tracemalloc.stop()
     return {
         "file_size": len(DATA),
         "cases": cases,
-        "python_peak": worst,
+        "python_peak": python_peak,
         "arrow_before": arrow_before,
-        "arrow_high_water": pool.max_memory(),
+        "arrow_high_water": arrow_high_water,
     }
 
 
@@ -550,7 +560,7 @@ def test_corrupt_input_allocates_a_bounded_amount() -> None:
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     size = result["file_size"]
-    assert result["cases"] > 5000
+    assert result["cases"] > 5000, result
     # Python objects: at most a few copies of the file (frames are read, then sliced).
     assert result["python_peak"] <= 4 * size + (64 << 10), result
     # Arrow buffers over the whole run, writer included: a decoded batch at a time.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
