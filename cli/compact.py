@@ -1,0 +1,67 @@
+"""compactor compact [--once | --until-idle | --full] [--key-buffer-bytes B] [--json]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from catalog.garbage import DEFAULT_GRACE_MS
+from cli.context import Context, UsageError
+from planner.levels import full_job, next_level_job
+from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from worker.kernel import ENTRY_BYTES
+from worker.stats import JobReport
+
+
+def _summary(r: JobReport) -> str:
+    s = r.stats
+    gets = ",".join(str(f.gets) for f in r.inputs)
+    state = "committed" if r.committed else r.note
+    return (
+        f"{r.rule}: {len(r.inputs)} files -> L{r.output_level} {len(r.outputs)} files; "
+        f"records {s.records_in:,} -> {s.records_out:,}; bytes {r.bytes_in:,} -> {r.bytes_out:,}; "
+        f"windows {s.windows}; GETs per input [{gets}]; {r.duration_s:.2f} s "
+        f"({r.records_per_s:,.0f} records/s); {state}"
+    )
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.key_buffer_bytes < ENTRY_BYTES:
+        raise UsageError(
+            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
+            f"got {args.key_buffer_bytes}"
+        )
+    compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes, grace_ms=args.grace_ms)
+    reports: list[JobReport] = []
+    while True:
+        snap = compactor.catalog.snapshot()
+        job = full_job(snap) if args.full else next_level_job(snap)
+        if job is None:
+            break
+        report = compactor.run(job, ctx.now_ms)
+        reports.append(report)
+        if not args.json:
+            print(_summary(report))
+        if args.full or not args.until_idle:
+            break
+    deleted = compactor.collect_garbage(ctx.now_ms)
+    if args.json:
+        print(json.dumps({"jobs": [r.to_json() for r in reports], "deleted": deleted}))
+    elif not reports:
+        print("nothing to compact")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("compact", help="run compaction jobs", parents=[common])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="run one job (the default)")
+    mode.add_argument("--until-idle", action="store_true", help="run jobs until none is due")
+    mode.add_argument("--full", action="store_true", help="every live file into the top level, deduplicated")
+    p.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
+    p.add_argument(
+        "--grace-ms", type=int, default=DEFAULT_GRACE_MS,
+        help="how long replaced files stay readable before deletion",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)

@@ -1,0 +1,88 @@
+"""A compaction job: the document the planner, the queue, replay and Spark hand over.
+
+A job names a contiguous run of live files (oldest first) and the level its output
+goes to. Its id is derived from its inputs and output level, and so are its output
+keys: a retried job writes to the same keys (with If-None-Match), so it can never
+leave two live copies of its output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MAX_LEVEL = 4
+
+OUTPUT_GROUPS = ("compacted", "plain")
+"""A job writes at most two files: one for compacted topics, one for the others, so the
+two never share a file above L0."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobInput:
+    id: str
+    key: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    inputs: tuple[JobInput, ...]
+    output_level: int
+    deduplicate: bool
+    rule: str = "manual"
+    """Which rule chose the job (planner), for reports."""
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ValueError("a job needs at least one input file")
+        if not 1 <= self.output_level <= MAX_LEVEL:
+            raise ValueError(f"output level must be in 1..{MAX_LEVEL}, got {self.output_level}")
+        if len({i.id for i in self.inputs}) != len(self.inputs):
+            raise ValueError("a job lists an input file twice")
+
+    @property
+    def id(self) -> str:
+        h = hashlib.sha256()
+        for i in self.inputs:
+            h.update(i.id.encode() + b"\0")
+        h.update(f"L{self.output_level}:{int(self.deduplicate)}".encode())
+        return h.hexdigest()[:32]
+
+    def output_key(self, group: str) -> str:
+        return f"data/L{self.output_level}/{self.id}-{group}.cf"
+
+    def output_file_id(self, group: str) -> str:
+        return f"{self.id}-{group}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "inputs": [{"id": i.id, "key": i.key, "size": i.size} for i in self.inputs],
+            "output_level": self.output_level,
+            "deduplicate": self.deduplicate,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Job:
+        try:
+            job = cls(
+                inputs=tuple(JobInput(str(i["id"]), str(i["key"]), int(i["size"])) for i in data["inputs"]),
+                output_level=int(data["output_level"]),
+                deduplicate=bool(data["deduplicate"]),
+                rule=str(data.get("rule", "manual")),
+                reason=str(data.get("reason", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed job document: {exc}") from None
+        if "id" in data and data["id"] != job.id:
+            raise ValueError(f"job id {data['id']} does not match its inputs ({job.id})")
+        return job
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))

@@ -1,0 +1,285 @@
+"""The writer: what it rejects, how it bounds batches, that it streams."""
+
+from __future__ import annotations
+
+import io
+import random
+import tracemalloc
+
+import pyarrow as pa
+import pytest
+
+from fileformat import (
+    RECORD_SCHEMA,
+    FileMeta,
+    FileWriter,
+    Record,
+    SectionMeta,
+    StreamReader,
+    batch_to_records,
+    records_to_batch,
+    verify_stream,
+)
+
+
+def batch(*offsets: int, value: bytes = b"v") -> pa.RecordBatch:
+    return records_to_batch([Record(o, 1000 + o % 1000, b"k%d" % o, value) for o in offsets])
+
+
+def read_back(data: bytes) -> dict[tuple[str, int], list[Record]]:
+    out = {}
+    reader = StreamReader(io.BytesIO(data), object_name="f", size=len(data))
+    for section in reader.sections():
+        out[(section.topic, section.partition)] = [
+            r for b in section.batches() for r in batch_to_records(b)
+        ]
+    return out
+
+
+def logical_size(r: Record) -> int:
+    size = 16 + len(r.key or b"") + len(r.value or b"")
+    return size + sum(len(k.encode()) + len(v or b"") for k, v in r.headers)
+
+
+class RecordingSink:
+    """Discards data, remembering how much arrived."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.total += len(data)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (("b", 0), ("a", 0)),
+        (("a", 1), ("a", 0)),
+        (("a", 0), ("a", 0)),
+        (("ä", 0), ("z", 5)),  # sorted by UTF-8 bytes, the same order as Python's str
+    ],
+)
+def test_rejects_sections_out_of_order(first: tuple[str, int], second: tuple[str, int]) -> None:
+    sink = io.BytesIO()
+    w = FileWriter(sink)
+    w.write_section(*first, [batch(1)])
+    with pytest.raises(ValueError, match="does not come after"):
+        w.begin_section(*second)
+    # The writer is unchanged: a later section still works.
+    w.write_section("\uffff", 0, [batch(1)])
+    meta = w.finish()
+    assert verify_stream(io.BytesIO(sink.getvalue()), object_name="f") == meta
+    assert [(s.topic, s.partition) for s in meta.sections] == [first, ("\uffff", 0)]
+
+
+@pytest.mark.parametrize(
+    ("batches", "accepted"),
+    [
+        ([batch(1, 1)], 0),
+        ([batch(2, 1)], 0),
+        ([batch(1, 2), batch(2, 3)], 2),
+        ([batch(5), batch(4)], 1),
+        ([batch(5), batch(), batch(5)], 1),
+        ([batch(1, 2**62, 3)], 0),
+    ],
+)
+def test_rejects_offsets_that_do_not_strictly_increase(
+    batches: list[pa.RecordBatch], accepted: int
+) -> None:
+    sink = io.BytesIO()
+    w = FileWriter(sink)
+    w.begin_section("t", 0)
+    with pytest.raises(ValueError, match="offset"):
+        for b in batches:
+            w.write_batch(b)
+    # A rejected batch writes nothing: finishing the section gives a valid file with the
+    # records accepted before it.
+    w.write_batch(batch(2**63 - 1))
+    w.end_section()
+    meta = w.finish()
+    got = read_back(sink.getvalue())[("t", 0)]
+    expected = [r for b in batches for r in batch_to_records(b)][:accepted]
+    assert got == [*expected, *batch_to_records(batch(2**63 - 1))]
+    assert verify_stream(io.BytesIO(sink.getvalue()), object_name="f") == meta
+
+
+def test_rejects_wrong_schemas_and_nulls() -> None:
+    w = FileWriter(io.BytesIO())
+    w.begin_section("t", 0)
+    good = batch(1, 2)
+    renamed = pa.RecordBatch.from_arrays(good.columns, names=["o", "t", "k", "v", "h"])
+    with pytest.raises(ValueError, match="schema"):
+        w.write_batch(renamed)
+    wrong_type = pa.RecordBatch.from_arrays(
+        [good.column(0).cast(pa.int32()), *good.columns[1:]], names=RECORD_SCHEMA.names
+    )
+    with pytest.raises(ValueError, match="schema"):
+        w.write_batch(wrong_type)
+    with pytest.raises(ValueError, match="RecordBatch"):
+        w.write_batch(pa.Table.from_batches([good]))
+    null_offset = pa.RecordBatch.from_arrays(
+        [pa.array([1, None], pa.int64()), *good.columns[1:]], schema=RECORD_SCHEMA
+    )
+    with pytest.raises(ValueError, match="null offset"):
+        w.write_batch(null_offset)
+    w.write_batch(good)
+    assert w.end_section().record_count == 2
+
+
+def test_empty_section_is_rejected_and_writes_nothing() -> None:
+    sink = io.BytesIO()
+    w = FileWriter(sink)
+    w.begin_section("t", 0)
+    w.write_batch(batch())
+    before = len(sink.getvalue())
+    with pytest.raises(ValueError, match="no records"):
+        w.end_section()
+    assert len(sink.getvalue()) == before
+    # The dropped section does not count for ordering: the same key can follow.
+    w.write_section("t", 0, [batch(3)])
+    meta = w.finish()
+    assert [s.record_count for s in meta.sections] == [1]
+    with pytest.raises(ValueError, match="no records"):
+        FileWriter(io.BytesIO()).write_section("t", 0, [])
+
+
+def test_call_order_and_argument_errors() -> None:
+    w = FileWriter(io.BytesIO())
+    with pytest.raises(RuntimeError):
+        w.write_batch(batch(1))
+    with pytest.raises(RuntimeError):
+        w.end_section()
+    w.begin_section("t", 0)
+    with pytest.raises(RuntimeError):
+        w.begin_section("u", 0)
+    with pytest.raises(RuntimeError):
+        w.finish()
+    w.write_batch(batch(1))
+    w.end_section()
+    w.finish()
+    with pytest.raises(RuntimeError):
+        w.finish()
+    with pytest.raises(ValueError):
+        FileWriter(io.BytesIO(), compression="gzip")
+    with pytest.raises(ValueError):
+        FileWriter(io.BytesIO(), max_batch_bytes=0)
+    for topic, partition in [("", 0), ("t", -1), ("t", 2**31), ("\ud800", 0), ("x" * 70_000, 0)]:
+        with pytest.raises(ValueError):
+            FileWriter(io.BytesIO()).begin_section(topic, partition)
+
+
+def test_batches_are_bounded_by_logical_size() -> None:
+    recs = [
+        Record(i, i, b"key", b"x" * (i % 50), (("h", b"1"),) if i % 3 else ()) for i in range(5000)
+    ]
+    big = Record(5000, 0, None, b"y" * 10_000)
+    sink = io.BytesIO()
+    w = FileWriter(sink, max_batch_bytes=4096)
+    w.write_section("t", 0, [records_to_batch(recs), records_to_batch([big])])
+    meta = w.finish()
+    reader = StreamReader(io.BytesIO(sink.getvalue()), object_name="f")
+    sizes = []
+    for section in reader.sections():
+        for b in section.batches():
+            rows = batch_to_records(b)
+            sizes.append((len(rows), sum(map(logical_size, rows))))
+    assert sizes[-1] == (1, 16 + 10_000)  # larger than the bound: a batch of its own
+    assert all(size <= 4096 for _, size in sizes[:-1])
+    # Greedy: every batch but the last of the run is more than half full.
+    assert all(size > 2048 for _, size in sizes[:-2])
+    assert sum(n for n, _ in sizes) == 5001
+    assert meta.sections[0].uncompressed_bytes == sum(s for _, s in sizes)
+
+
+def test_headers_count_towards_the_batch_bound() -> None:
+    # Headers with empty keys and null values have no logical size but cost Arrow 8 bytes
+    # of offsets each; they must still split batches.
+    recs = [Record(i, 0, None, None, (("", None),) * 100) for i in range(100)]
+    sink = io.BytesIO()
+    w = FileWriter(sink, max_batch_bytes=1024)
+    w.write_section("t", 0, [records_to_batch(recs)])
+    w.finish()
+    reader = StreamReader(io.BytesIO(sink.getvalue()), object_name="f")
+    counts = [b.num_rows for s in reader.sections() for b in s.batches()]
+    assert sum(counts) == 100
+    assert max(counts) == 1  # 16 + 8 * 100 bytes of weight each: one record per batch
+
+
+def test_writer_streams_and_keeps_only_metadata() -> None:
+    value = bytes(range(256)) * 256  # 64 KiB
+    sink = RecordingSink()
+    tracemalloc.start()
+    try:
+        w = FileWriter(sink, compression=None, max_batch_bytes=1 << 20)
+        w.begin_section("t", 0)
+        progress = []
+        for i in range(40):
+            b = records_to_batch([Record(i * 16 + j, 0, None, value) for j in range(16)])
+            w.write_batch(b)  # 1 MiB
+            progress.append(sink.total)
+            del b
+        written_before_end = sink.total
+        w.end_section()
+        meta = w.finish()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert meta.sections[0].record_count == 640
+    # Every batch reached the sink as soon as it was written.
+    assert all(b - a > 1 << 20 for a, b in zip(progress, progress[1:], strict=False))
+    assert written_before_end > 40 << 20
+    assert sink.total == meta.size
+    assert meta.size - written_before_end < 4096  # only trailer, footer and tail remained
+    # 40 MiB went through; Python never held more than a few batches' worth.
+    assert peak < 8 << 20
+
+
+def test_meta_json_round_trip() -> None:
+    sink = io.BytesIO()
+    w = FileWriter(sink)
+    w.write_section("ünï", 3, [batch(1, 5)])
+    meta = w.finish()
+    s = meta.sections[0]
+    assert SectionMeta.from_json(s.to_json()) == s
+    assert FileMeta.from_json(meta.to_json()) == meta
+    assert s.to_json()["topic"] == "ünï"
+    bad = s.to_json()
+    bad["record_count"] = "2"
+    with pytest.raises(ValueError):
+        SectionMeta.from_json(bad)
+    del bad["record_count"]
+    with pytest.raises(ValueError):
+        SectionMeta.from_json(bad)
+
+
+def test_highly_compressible_batches_are_stored_plain() -> None:
+    # zstd would shrink a MiB of zeros far more than 64x, which readers refuse to expand.
+    recs = [Record(0, 0, None, bytes(1 << 20))]
+    sizes = {}
+    for compression in ("zstd", None):
+        sink = io.BytesIO()
+        w = FileWriter(sink, compression=compression)
+        w.write_section("t", 0, [records_to_batch(recs)])
+        w.finish()
+        sizes[compression] = len(sink.getvalue())
+        assert read_back(sink.getvalue())[("t", 0)] == recs
+    assert sizes["zstd"] == sizes[None]
+
+
+def test_ordinary_batches_are_compressed() -> None:
+    rnd = random.Random(1)
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"user", b"id", b"order", b"paid"]
+    text = [
+        Record(i, 0, None, b" ".join(rnd.choice(words) for _ in range(100))) for i in range(500)
+    ]
+    sizes = {}
+    for compression in ("zstd", "lz4", None):
+        sink = io.BytesIO()
+        w = FileWriter(sink, compression=compression)
+        w.write_section("t", 0, [records_to_batch(text)])
+        w.finish()
+        sizes[compression] = len(sink.getvalue())
+        assert read_back(sink.getvalue())[("t", 0)] == text
+    assert sizes["zstd"] < sizes[None] / 3
+    assert sizes["lz4"] < sizes[None] / 2

@@ -1,0 +1,47 @@
+"""What a compaction may do to one partition: a pure function of topic config, job,
+clock and catalog position (DESIGN 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog import TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPolicy:
+    deduplicate: bool
+    strategy: str
+    """``offset``, ``timestamp`` or ``header`` (KIP-280)."""
+    header: str | None
+    now_ms: int
+    lag_cutoff_ms: int | None
+    """Records with a timestamp above this are younger than min.compaction.lag.ms: they are
+    kept and never cause an older record to be dropped. None: no record is too young."""
+    retention_cutoff_ms: int | None
+    """compact,delete: records with a timestamp below this are dropped (rule 1c)."""
+    horizon_ms: int
+    """The delete horizon stamped on a tombstone this compaction keeps as a key's winner."""
+    includes_oldest: bool
+    """The inputs hold the partition's oldest live data, so a tombstone past its horizon
+    can go without an older value resurfacing (rule 1b)."""
+
+    @classmethod
+    def for_partition(
+        cls, config: TopicConfig, *, deduplicate: bool, now_ms: int, includes_oldest: bool
+    ) -> PartitionPolicy:
+        dedup = deduplicate and config.compacted
+        return cls(
+            deduplicate=dedup,
+            strategy=config.compaction_strategy,
+            header=config.compaction_strategy_header,
+            now_ms=now_ms,
+            lag_cutoff_ms=now_ms - config.min_compaction_lag_ms
+            if config.min_compaction_lag_ms > 0
+            else None,
+            retention_cutoff_ms=now_ms - config.retention_ms
+            if dedup and config.deletes_by_retention and config.retention_ms >= 0
+            else None,
+            horizon_ms=now_ms + config.delete_retention_ms,
+            includes_oldest=includes_oldest,
+        )

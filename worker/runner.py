@@ -1,0 +1,213 @@
+"""Runs one job against a store: two GET streams per input file, one output file per
+group written through a multipart upload, then the catalog commit.
+
+Failure anywhere before the commit aborts the uploads and leaves the catalog and the
+inputs as they were. Output keys derive from the job, and are written with
+If-None-Match, so a retried job never leaves two copies; the commit replaces the inputs
+only if they are still live and contiguous, so two workers racing on one job have
+exactly one winner.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pyarrow as pa
+
+from catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
+from catalog.changes import replace_files
+from fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
+from objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
+from planner.job import OUTPUT_GROUPS, Job
+from worker.merge import SectionMerge
+from worker.partition import KeyIndex, compact_partition, copy_partition
+from worker.policy import PartitionPolicy
+from worker.stats import CompactionStats, FileStats, JobReport
+
+
+class StaleJob(CommitConflict):
+    """The job's inputs are no longer a live, contiguous run (another job got there)."""
+
+
+class _GroupOutput:
+    """One output file, opened at its first record."""
+
+    def __init__(self, store: ObjectStore, job: Job, group: str, compression: str | None):
+        self.store, self.job, self.group, self.compression = store, job, group, compression
+        self.key = job.output_key(group)
+        self.upload: MultipartWriter | None = None
+        self.writer: FileWriter | None = None
+
+    def write_partition(self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]) -> None:
+        started = False
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if self.writer is None:
+                self.upload = self.store.open_multipart(self.key, if_none_match=True)
+                self.writer = FileWriter(self.upload, object_name=self.key, compression=self.compression)
+            if not started:
+                self.writer.begin_section(topic, partition)
+                started = True
+            self.writer.write_batch(batch)
+        if started:
+            assert self.writer is not None
+            self.writer.end_section()
+
+    def finish(self, now_ms: int) -> LiveFile | None:
+        if self.writer is None or self.upload is None:
+            return None
+        meta = self.writer.finish()
+        try:
+            self.upload.complete()
+        except PreconditionFailed:
+            # An earlier attempt of this same job completed this output and died before
+            # committing: adopt that object (a full compaction of the same inputs).
+            meta = self._existing_meta()
+        return LiveFile(
+            self.job.output_file_id(self.group), self.key, self.job.output_level, meta.size,
+            now_ms, meta.sections,
+        )
+
+    def _existing_meta(self) -> FileMeta:
+        size = self.store.head(self.key).size
+        return read_footer(
+            functools.partial(self.store.get_range, self.key), size, object_name=self.key
+        )
+
+    def abort(self) -> None:
+        if self.upload is not None:
+            self.upload.abort()
+
+
+def check_job(snap: Snapshot, job: Job) -> None:
+    ids = [f.id for f in snap.files]
+    want = [i.id for i in job.inputs]
+    try:
+        start = ids.index(want[0])
+    except ValueError:
+        raise StaleJob(f"job {job.id}: input {want[0]} is no longer live") from None
+    if ids[start : start + len(want)] != want:
+        raise StaleJob(f"job {job.id}: inputs are no longer a live contiguous run")
+
+
+def run_job(
+    store: ObjectStore,
+    catalog: Catalog,
+    job: Job,
+    buffer: KeyIndex,
+    *,
+    now_ms: int,
+    compression: str | None = "zstd",
+) -> JobReport:
+    started = time.monotonic()
+    snap = catalog.snapshot()
+    check_job(snap, job)
+    gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
+    stats = CompactionStats()
+    outputs = {g: _GroupOutput(store, job, g, compression) for g in OUTPUT_GROUPS}
+    try:
+        with ExitStack() as stack:
+            streams: list[ObjectStream] = []
+            pointers = []
+            for _phase in (1, 2):
+                readers = []
+                for inp in job.inputs:
+                    stream = stack.enter_context(store.open_stream(inp.key))
+                    streams.append(stream)
+                    readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
+                pointers.append(SectionMerge(readers))
+            _compact(snap, job, pointers[0], pointers[1], outputs, buffer, stats, now_ms)
+            resumes = {i.key: 0 for i in job.inputs}
+            for stream in streams:
+                resumes[stream.key] += stream.resumes
+        produced = [f for f in (o.finish(now_ms) for o in outputs.values()) if f is not None]
+    except BaseException:
+        for o in outputs.values():
+            o.abort()
+        raise
+    files = [
+        FileStats(i.key, i.size, store.gets.get(i.key) - gets_before[i.key], resumes[i.key])
+        for i in job.inputs
+    ]
+    committed, note = _commit(store, catalog, job, produced, now_ms)
+    return JobReport(
+        job_id=job.id,
+        rule=job.rule,
+        output_level=job.output_level,
+        outputs=[f.key for f in produced],
+        bytes_in=sum(i.size for i in job.inputs),
+        bytes_out=sum(f.size for f in produced),
+        duration_s=time.monotonic() - started,
+        stats=stats,
+        inputs=files,
+        committed=committed,
+        note=note,
+    )
+
+
+def _compact(
+    snap: Snapshot,
+    job: Job,
+    phase1: SectionMerge,
+    phase2: SectionMerge,
+    outputs: dict[str, _GroupOutput],
+    buffer: KeyIndex,
+    stats: CompactionStats,
+    now_ms: int,
+) -> None:
+    input_ids = {i.id for i in job.inputs}
+    while (tp := phase1.next_partition()) is not None:
+        if phase2.next_partition() != tp:
+            raise CatalogError(f"job {job.id}: phase pointers disagree at {tp[0]}/{tp[1]}")
+        topic = snap.topics.get(tp[0])
+        if topic is None:
+            raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
+        oldest = snap.sections_of(*tp)
+        policy = PartitionPolicy.for_partition(
+            topic.config,
+            deduplicate=job.deduplicate,
+            now_ms=now_ms,
+            includes_oldest=bool(oldest) and oldest[0][0].id in input_ids,
+        )
+        stats.partitions += 1
+        sections1, sections2 = phase1.take(*tp), phase2.take(*tp)
+        if policy.deduplicate:
+            survivors = compact_partition(
+                _batches(sections1), _batches(sections2), policy, buffer, stats
+            )
+        else:
+            for section in sections1:
+                section.skip()  # checksummed, not decoded: a copy needs no keys
+            survivors = copy_partition(_batches(sections2), stats)
+        group = "compacted" if topic.config.compacted else "plain"
+        outputs[group].write_partition(tp[0], tp[1], survivors)
+    if phase2.next_partition() is not None:
+        raise CatalogError(f"job {job.id}: phase-2 pointer has sections phase 1 did not")
+
+
+def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
+    for section in sections:
+        yield from section.batches()
+
+
+def _commit(
+    store: ObjectStore, catalog: Catalog, job: Job, produced: list[LiveFile], now_ms: int
+) -> tuple[bool, str]:
+    """Swap inputs for outputs. If another worker won (the inputs are gone), our outputs
+    are removed unless they are the very objects that worker committed (same job)."""
+    input_ids = [i.id for i in job.inputs]
+    try:
+        catalog.commit(functools.partial(
+            replace_files, input_ids=input_ids, outputs=produced, now_ms=now_ms
+        ))
+        return True, ""
+    except CommitConflict as conflict:
+        live_keys = {f.key for f in catalog.snapshot().files}
+        for f in produced:
+            if f.key not in live_keys:
+                store.delete(f.key)
+        return False, f"not committed: {conflict}"

@@ -1,0 +1,79 @@
+"""Counters a job reports (DESIGN 6), summed over its partitions."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class CompactionStats:
+    records_in: int = 0
+    records_out: int = 0
+    dropped_superseded: int = 0
+    dropped_tombstone_expired: int = 0
+    dropped_retention: int = 0
+    tombstones_kept: int = 0
+    tombstones_removed: int = 0
+    null_keys: int = 0
+    windows: int = 0
+    max_buffer_utilization: float = 0.0
+    partitions: int = 0
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        return {
+            "superseded": self.dropped_superseded,
+            "tombstone_expired": self.dropped_tombstone_expired,
+            "retention": self.dropped_retention,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for k in ("dropped_superseded", "dropped_tombstone_expired", "dropped_retention"):
+            del out[k]
+        out["dropped"] = self.dropped
+        return out
+
+
+@dataclass
+class FileStats:
+    key: str
+    bytes: int
+    gets: int = 0
+    resumes: int = 0
+
+
+@dataclass
+class JobReport:
+    job_id: str
+    rule: str
+    output_level: int
+    outputs: list[str]
+    bytes_in: int
+    bytes_out: int
+    duration_s: float
+    stats: CompactionStats
+    inputs: list[FileStats] = field(default_factory=list)
+    committed: bool = True
+    note: str = ""
+
+    @property
+    def records_per_s(self) -> float:
+        return self.stats.records_in / self.duration_s if self.duration_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "rule": self.rule,
+            "output_level": self.output_level,
+            "outputs": self.outputs,
+            "committed": self.committed,
+            "note": self.note,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "duration_s": round(self.duration_s, 3),
+            "records_per_s": round(self.records_per_s),
+            **self.stats.to_json(),
+            "inputs": [asdict(f) for f in self.inputs],
+        }
