@@ -27,10 +27,11 @@ METADATA_V5: Final = 4
 HEADER_RECORD_BATCH: Final = 3
 CODEC_LZ4_FRAME: Final = 0
 CODEC_ZSTD: Final = 1
-FIELD_NODES: Final = 8
-"""offset, timestamp, key, value, headers (list), its struct, header key, header value."""
-BUFFERS: Final = 19
-"""Validity + data for the two int64 columns, validity + offsets + data for each of the four
+FIELD_NODES: Final = 9
+"""offset, timestamp, key, value, headers (list), its struct, header key, header value,
+delete_horizon."""
+BUFFERS: Final = 21
+"""Validity + data for the three int64 columns, validity + offsets + data for each of the four
 binary/string columns, validity + offsets for the list, validity for the struct."""
 
 _PREFIX = struct.Struct("<Ii")

@@ -187,20 +187,22 @@ class _SectionLayout:
     def batches(self, start: int) -> Iterator[pa.RecordBatch]:
         """Decoded batches from index entry ``start`` on, each checked against the index."""
         index, bounds = self.trailer.index, self.bounds
+        pos = self.meta.position
         k = start
         while k < len(index):
-            # One window: batch k and as many following batches as fit in max_read.
-            end = k + 1
-            while end < len(index) and bounds[end + 1] - bounds[k] <= self.max_read:
-                end += 1
-            window = self._get(bounds[k], bounds[end], "batches")
+            if self.whole is not None:
+                end, window, base = len(index), self.whole, 0
+            else:
+                # One window: batch k and as many following batches as fit in max_read.
+                end = k + 1
+                while end < len(index) and bounds[end + 1] - bounds[k] <= self.max_read:
+                    end += 1
+                window, base = self._get(bounds[k], bounds[end], "batches"), bounds[k]
             for j in range(k, end):
-                at = self.meta.position + bounds[j]
-                cur = Cursor(
-                    window, self.meta.position + bounds[k], self.object_name, bounds[j] - bounds[k]
-                )
+                at = pos + bounds[j]
+                cur = Cursor(window, pos + base, self.object_name, bounds[j] - base)
                 payload = parse_frame(cur, TAG_BATCH, "batch")
-                if cur.offset != bounds[j + 1] - bounds[k]:
+                if cur.offset != bounds[j + 1] - base:
                     raise FormatError(
                         self.object_name,
                         at,

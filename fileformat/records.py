@@ -24,19 +24,25 @@ RECORD_SCHEMA = pa.schema(
         pa.field(
             "headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False)), nullable=False
         ),
+        pa.field("delete_horizon", pa.int64()),
     ]
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One record. ``key`` None is a null key; ``value`` None is a tombstone."""
+    """One record. ``key`` None is a null key; ``value`` None is a tombstone.
+
+    ``delete_horizon`` is not part of the record's content: it is the time after which a
+    compaction may drop this tombstone (KIP-534), set when a compaction keeps it.
+    """
 
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+    delete_horizon: int | None = None
 
 
 def records_to_batch(records: Sequence[Record]) -> pa.RecordBatch:
@@ -51,6 +57,7 @@ def records_to_batch(records: Sequence[Record]) -> pa.RecordBatch:
                 [[{"key": k, "value": v} for k, v in r.headers] for r in records],
                 RECORD_SCHEMA.field("headers").type,
             ),
+            pa.array([r.delete_horizon for r in records], pa.int64()),
         ],
         schema=RECORD_SCHEMA,
     )
@@ -66,13 +73,15 @@ def batch_to_records(batch: pa.RecordBatch) -> list[Record]:
             key=k,
             value=v,
             headers=tuple((h["key"], h["value"]) for h in hs),
+            delete_horizon=dh,
         )
-        for o, t, k, v, hs in zip(
+        for o, t, k, v, hs, dh in zip(
             cols["offset"],
             cols["timestamp"],
             cols["key"],
             cols["value"],
             cols["headers"],
+            cols["delete_horizon"],
             strict=True,
         )
     ]

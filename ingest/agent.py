@@ -54,6 +54,7 @@ class _PartitionBuffer:
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
                 pa.array(self.headers, RECORD_SCHEMA.field("headers").type),
+                pa.nulls(len(self.offsets), pa.int64()),
             ],
             schema=RECORD_SCHEMA,
         )

@@ -119,6 +119,7 @@ def section_records(draw: st.DrawFn, max_records: int = 12) -> list[Record]:
             draw(st.one_of(st.none(), blobs)),
             draw(st.one_of(st.none(), blobs)),
             draw(headers),
+            draw(st.one_of(st.none(), timestamps)),
         )
         for o in draw(offsets_list(max_records))
     ]

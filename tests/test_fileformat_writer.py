@@ -108,7 +108,7 @@ def test_rejects_wrong_schemas_and_nulls() -> None:
     w = FileWriter(io.BytesIO())
     w.begin_section("t", 0)
     good = batch(1, 2)
-    renamed = pa.RecordBatch.from_arrays(good.columns, names=["o", "t", "k", "v", "h"])
+    renamed = pa.RecordBatch.from_arrays(good.columns, names=["o", "t", "k", "v", "h", "d"])
     with pytest.raises(ValueError, match="schema"):
         w.write_batch(renamed)
     wrong_type = pa.RecordBatch.from_arrays(
