@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from worker.kernel import ENTRY_BYTES
+
 from catalog.garbage import DEFAULT_GRACE_MS
 from cli.context import Context, UsageError
 from planner.levels import full_job, next_level_job
 from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
-from worker.kernel import ENTRY_BYTES
 from worker.stats import JobReport
 
 
@@ -52,15 +53,21 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser("compact", help="run compaction jobs", parents=[common])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="run one job (the default)")
     mode.add_argument("--until-idle", action="store_true", help="run jobs until none is due")
-    mode.add_argument("--full", action="store_true", help="every live file into the top level, deduplicated")
+    mode.add_argument(
+        "--full", action="store_true", help="every live file into the top level, deduplicated"
+    )
     p.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
     p.add_argument(
-        "--grace-ms", type=int, default=DEFAULT_GRACE_MS,
+        "--grace-ms",
+        type=int,
+        default=DEFAULT_GRACE_MS,
         help="how long replaced files stay readable before deletion",
     )
     p.add_argument("--json", action="store_true")

@@ -3,7 +3,8 @@
 Starts an embedded S3 endpoint on loopback unless --store is given, creates topics
 (compacted under each strategy, and one delete-policy), ingests records shaped like
 agents' traffic (many partitions per L0 file, UUID keys with skewed updates,
-tombstones), verifies the store and reads every partition back, then reports.
+tombstones), compacts until idle and then runs the daily full compaction, checks that
+every partition's materialized view is unchanged and the store verifies, and reports.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from catalog import Snapshot, TopicConfig
+from catalog import TopicConfig
 from catalog.changes import create_topic
 from catalog.verify import verify_store
 from cli.context import Context, positive_int
 from cli.embedded_s3 import embedded_s3
 from cli.progress import Progress
 from cli.stats import stats_json
-from fileformat import read_section
 from ingest.agent import L0Ingest
 from ingest.workload import Workload
+from planner.levels import full_job, next_level_job
+from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from worker.view import store_views
 
 DEMO_BUCKET = "compactor-demo"
 TOPICS: tuple[tuple[str, int, dict[str, str]], ...] = (
@@ -54,30 +57,6 @@ def _demo_context(ctx: Context, args: argparse.Namespace) -> Iterator[Context]:
             yield demo
         finally:
             demo.close()
-
-
-def _materialized_view(
-    ctx: Context, snap: Snapshot
-) -> dict[tuple[str, int], dict[bytes | None, bytes | None]]:
-    """Latest value per key of every partition, read in offset order (null keys apart)."""
-    views: dict[tuple[str, int], dict[bytes | None, bytes | None]] = {}
-    for tp in snap.partitions():
-        view: dict[bytes | None, bytes | None] = {}
-        for live, section in snap.sections_of(*tp):
-
-            def read_range(a: int, b: int, key: str = live.key) -> bytes:
-                return ctx.store.get_range(key, a, b)
-
-            for batch in read_section(read_range, section, object_name=live.key):
-                view.update(
-                    zip(
-                        batch.column("key").to_pylist(),
-                        batch.column("value").to_pylist(),
-                        strict=True,
-                    )
-                )
-        views[tp] = view
-    return views
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -121,27 +100,65 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 raise
         progress.done()
         ingest_s = time.monotonic() - started
-        snap = demo.catalog.snapshot()
-        report = verify_store(demo.store, snap, lambda f: progress.update(f"verifying {f.key}"))
+        before_snap = demo.catalog.snapshot()
+        before_stats = stats_json(before_snap)
+        progress.update("reading every partition's materialized view", force=True)
+        views_before = store_views(demo.store, before_snap)
+        compactor = Compactor(demo.store, key_buffer_bytes=args.key_buffer_bytes)
+        reports = []
+        compact_started = time.monotonic()
+        for full in (False, True):
+            while True:
+                snap = demo.catalog.snapshot()
+                job = full_job(snap) if full else next_level_job(snap)
+                if job is None:
+                    break
+                progress.update(f"compacting: {job.rule}, {len(job.inputs)} files", force=True)
+                reports.append(compactor.run(job, demo.now_ms))
+                if full:
+                    break
+        compact_s = time.monotonic() - compact_started
+        after_snap = demo.catalog.snapshot()
+        progress.update("verifying", force=True)
+        report = verify_store(demo.store, after_snap)
+        views_after = store_views(demo.store, after_snap)
         progress.done()
-        views = _materialized_view(demo, snap)
-        stats = stats_json(snap)
+        after_stats = stats_json(after_snap)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    total = sum(f.record_count for f in snap.files)
+    print(f"ingested {args.records:,} records from {args.agents} agents in {ingest_s:.1f} s")
+    print("files and bytes per level, before -> after compaction:")
+    for level in before_stats["levels"]:
+        b, a = before_stats["levels"][level], after_stats["levels"][level]
+        if b["files"] or a["files"]:
+            print(
+                f"  L{level}: {b['files']:>5,} files {b['bytes']:>13,} B  ->  "
+                f"{a['files']:>5,} files {a['bytes']:>13,} B"
+            )
+    for r in reports:
+        s = r.stats
+        gets = sorted({f.gets for f in r.inputs})
+        print(
+            f"job {r.rule}: {len(r.inputs)} files -> {len(r.outputs)}; records "
+            f"{s.records_in:,} -> {s.records_out:,}; dropped {s.dropped}; tombstones kept "
+            f"{s.tombstones_kept:,} removed {s.tombstones_removed:,}; windows {s.windows}; "
+            f"GETs per input file {gets}; {r.records_per_s:,.0f} records/s"
+        )
+    records_in = sum(r.stats.records_in for r in reports)
+    if compact_s > 0:
+        print(
+            f"compaction: {records_in:,} records in {compact_s:.1f} s "
+            f"({records_in / compact_s:,.0f} records/s)"
+        )
+    same = views_before == views_after
+    keys = sum(len(v) for v in views_after.values())
     print(
-        f"ingested {args.records:,} records from {args.agents} agents in {ingest_s:.1f} s "
-        f"({args.records / ingest_s:,.0f} records/s)"
+        f"materialized views: {'unchanged' if same else 'CHANGED'} "
+        f"({len(views_after)} partitions, {keys:,} live keys)"
     )
-    print("files and bytes per level:")
-    for level, entry in stats["levels"].items():
-        if entry["files"]:
-            print(f"  L{level}: {entry['files']:>6,} files {entry['bytes']:>14,} bytes")
-    keys = sum(len(v) for v in views.values())
-    print(f"live records: {total:,}; distinct keys across partitions: {keys:,}")
     verdict = "OK" if report.ok else "FAILED: " + "; ".join(report.problems[:5])
     print(f"verify: {verdict}")
     print(f"peak memory: {peak_mib:,.0f} MiB; total {time.monotonic() - started:.1f} s")
-    return 0 if report.ok else 1
+    return 0 if report.ok and same else 1
 
 
 def register(
@@ -151,5 +168,6 @@ def register(
     p.add_argument("--records", type=positive_int, default=200_000)
     p.add_argument("--agents", type=positive_int, default=4)
     p.add_argument("--keys-per-partition", type=positive_int, default=2000)
-    p.add_argument("--max-file-bytes", type=positive_int, default=1 << 20)
+    p.add_argument("--max-file-bytes", type=positive_int, default=256 << 10)
+    p.add_argument("--key-buffer-bytes", type=positive_int, default=DEFAULT_KEY_BUFFER_BYTES)
     p.set_defaults(run=run)

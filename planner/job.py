@@ -72,7 +72,9 @@ class Job:
     def from_json(cls, data: dict[str, Any]) -> Job:
         try:
             job = cls(
-                inputs=tuple(JobInput(str(i["id"]), str(i["key"]), int(i["size"])) for i in data["inputs"]),
+                inputs=tuple(
+                    JobInput(str(i["id"]), str(i["key"]), int(i["size"])) for i in data["inputs"]
+                ),
                 output_level=int(data["output_level"]),
                 deduplicate=bool(data["deduplicate"]),
                 rule=str(data.get("rule", "manual")),

@@ -55,7 +55,9 @@ def next_level_job(snap: Snapshot, trigger: int = LEVEL_TRIGGER) -> Job | None:
 def full_job(snap: Snapshot) -> Job | None:
     if not snap.files:
         return None
-    if len(snap.files) == 1 and snap.files[0].level == MAX_LEVEL:
+    groups = [frozenset(snap.topics[t].config.compacted for t in f.topics) for f in snap.files]
+    already_full = all(f.level == MAX_LEVEL for f in snap.files) and len(set(groups)) == len(groups)
+    if already_full:
         return None
     return _job(
         snap.files,

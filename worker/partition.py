@@ -12,7 +12,11 @@ takes at least one record, so every window makes progress.
 A key may survive in two windows (one copy each); the next compaction removes the older.
 A tombstone past its delete horizon is dropped only in the first window of a partition
 whose oldest live data is among the inputs: an older value of its key can then only be
-in this same window, where the tombstone superseded it.
+in this same window, where the tombstone superseded it. Under the timestamp and header
+strategies a later window may also hold a record the tombstone outranks (a higher offset
+with a lower timestamp), so there the first window must also be the last. Nor is a
+tombstone dropped while a record of its key too young to compact (min.compaction.lag.ms)
+ranks below it: that record would resurface.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fileformat import RECORD_SCHEMA
-from worker.policy import PartitionPolicy
+from worker.policy import PartitionPolicy, Rank, record_rank
 from worker.stats import CompactionStats
 
 _HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
@@ -92,6 +96,47 @@ def _strategy_values(
     return None, None
 
 
+def _ranks(batch: pa.RecordBatch, policy: PartitionPolicy, mask: pa.Array) -> list[Rank]:
+    """Strategy ranks of the records selected by ``mask``, in Python: only ever asked for
+    the few records that need it (too young to compact, or tombstones about to go)."""
+    offsets = pc.filter(batch.column("offset"), mask).to_pylist()
+    stamps = pc.filter(batch.column("timestamp"), mask).to_pylist()
+    if policy.strategy == "header":
+        values, has = header_values(batch, policy.header or "")
+        headers = [
+            v if h else None
+            for v, h in zip(
+                pc.filter(values, mask).to_pylist(), pc.filter(has, mask).to_pylist(), strict=True
+            )
+        ]
+    else:
+        headers = [None] * len(offsets)
+    return [
+        record_rank(policy.strategy, o, t, h)
+        for o, t, h in zip(offsets, stamps, headers, strict=True)
+    ]
+
+
+class _YoungKeys:
+    """Lowest rank per key among the records too young to compact, in the first window."""
+
+    def __init__(self) -> None:
+        self.lowest: dict[bytes, Rank] = {}
+
+    def add(self, batch: pa.RecordBatch, eligible: pa.Array, policy: PartitionPolicy) -> None:
+        young = pc.and_(pc.is_valid(batch.column("key")), pc.invert(eligible))
+        if not pc.any(young).as_py():
+            return
+        keys = pc.filter(batch.column("key"), young).to_pylist()
+        for key, rank in zip(keys, _ranks(batch, policy, young), strict=True):
+            if key not in self.lowest or rank < self.lowest[key]:
+                self.lowest[key] = rank
+
+    def outranked_by(self, key: bytes, rank: Rank) -> bool:
+        low = self.lowest.get(key)
+        return low is not None and rank > low
+
+
 class _Phase2Cursor:
     """Hands out the phase-2 pointer's records in runs of exactly n."""
 
@@ -143,6 +188,7 @@ def compact_partition(
     """Yields the partition's surviving records, in offset order, unchanged but for the
     delete horizon stamped on kept tombstones."""
     cursor = _Phase2Cursor(phase2)
+    young = _YoungKeys()
     pending = 0  # records phase 1 has inserted that phase 2 has not yet written
     window = 0
     fresh = True  # the buffer holds nothing of the current window yet
@@ -157,15 +203,20 @@ def compact_partition(
                 buffer.reset(policy.strategy, offsets[start].as_py())
                 fresh = False
             consumed = buffer.insert(keys, offsets, values, has_value, eligible, start, n)
+            if window == 0 and policy.lag_cutoff_ms is not None:
+                part = batch.slice(start, consumed - start)
+                young.add(part, eligible.slice(start, consumed - start), policy)
             pending += consumed - start
             if consumed < n:
-                yield from _close_window(cursor, pending, policy, buffer, stats, window)
+                yield from _close_window(
+                    cursor, pending, policy, buffer, stats, window, False, young
+                )
                 window += 1
                 pending = 0
                 fresh = True
             start = consumed
     if pending or window == 0:
-        yield from _close_window(cursor, pending, policy, buffer, stats, window)
+        yield from _close_window(cursor, pending, policy, buffer, stats, window, True, young)
         window += 1
     cursor.finish()
     stats.windows += window
@@ -178,14 +229,33 @@ def _close_window(
     buffer: KeyIndex,
     stats: CompactionStats,
     window: int,
+    last: bool,
+    young: _YoungKeys,
 ) -> Iterator[pa.RecordBatch]:
     stats.max_buffer_utilization = max(stats.max_buffer_utilization, buffer.utilization)
     if pending == 0:
         return
     winners = buffer.winners()
-    may_drop_tombstones = policy.includes_oldest and window == 0
+    may_drop_tombstones = (
+        policy.includes_oldest and window == 0 and (last or policy.strategy == "offset")
+    )
     for part in cursor.take(pending):
-        yield from _survivors(part, winners, policy, stats, may_drop_tombstones)
+        yield from _survivors(part, winners, policy, stats, may_drop_tombstones, young)
+
+
+def _spare_outranking(
+    batch: pa.RecordBatch, gone: pa.Array, policy: PartitionPolicy, young: _YoungKeys
+) -> pa.Array:
+    """``gone`` less the tombstones that outrank a young record of their key."""
+    keys = pc.filter(batch.column("key"), gone).to_pylist()
+    spare = [
+        young.outranked_by(k, r) for k, r in zip(keys, _ranks(batch, policy, gone), strict=True)
+    ]
+    if not any(spare):
+        return gone
+    flags = gone.to_pylist()
+    it = iter(spare)
+    return pa.array([f and not next(it) if f else False for f in flags], pa.bool_())
 
 
 def _survivors(
@@ -194,6 +264,7 @@ def _survivors(
     policy: PartitionPolicy,
     stats: CompactionStats,
     may_drop_tombstones: bool,
+    young: _YoungKeys,
 ) -> Iterator[pa.RecordBatch]:
     n = batch.num_rows
     stats.records_in += n
@@ -215,6 +286,8 @@ def _survivors(
     if may_drop_tombstones:
         past = pc.fill_null(pc.less_equal(horizons, policy.now_ms), False)
         gone = pc.and_(pc.and_(winning_tombstone, past), keep)
+        if young.lowest and pc.any(gone).as_py():
+            gone = _spare_outranking(batch, gone, policy, young)
         removed = pc.sum(gone).as_py() or 0
         stats.dropped_tombstone_expired += removed
         stats.tombstones_removed += removed

@@ -45,3 +45,26 @@ class PartitionPolicy:
             horizon_ms=now_ms + config.delete_retention_ms,
             includes_oldest=includes_oldest,
         )
+
+
+Rank = tuple[int, ...]
+
+
+def record_rank(strategy: str, offset: int, timestamp: int, header_value: int | None) -> Rank:
+    """A record's rank under a KIP-280 strategy; the larger rank wins. ``header_value`` is
+    the record's header read as a big-endian signed 64-bit integer, None without it."""
+    if strategy == "timestamp":
+        return (timestamp, offset)
+    if strategy == "header":
+        return (0, 0, offset) if header_value is None else (1, header_value, offset)
+    return (offset,)
+
+
+def header_value(headers: tuple[tuple[str, bytes | None], ...], name: str | None) -> int | None:
+    """The last header ``name`` as Kafka's LongSerializer wrote it; None if absent or not
+    8 bytes long."""
+    value = None
+    for k, v in headers:
+        if k == name and v is not None and len(v) == 8:
+            value = int.from_bytes(v, "big", signed=True)
+    return value

@@ -41,14 +41,18 @@ class _GroupOutput:
         self.upload: MultipartWriter | None = None
         self.writer: FileWriter | None = None
 
-    def write_partition(self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]) -> None:
+    def write_partition(
+        self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
+    ) -> None:
         started = False
         for batch in batches:
             if not batch.num_rows:
                 continue
             if self.writer is None:
                 self.upload = self.store.open_multipart(self.key, if_none_match=True)
-                self.writer = FileWriter(self.upload, object_name=self.key, compression=self.compression)
+                self.writer = FileWriter(
+                    self.upload, object_name=self.key, compression=self.compression
+                )
             if not started:
                 self.writer.begin_section(topic, partition)
                 started = True
@@ -68,8 +72,12 @@ class _GroupOutput:
             # committing: adopt that object (a full compaction of the same inputs).
             meta = self._existing_meta()
         return LiveFile(
-            self.job.output_file_id(self.group), self.key, self.job.output_level, meta.size,
-            now_ms, meta.sections,
+            self.job.output_file_id(self.group),
+            self.key,
+            self.job.output_level,
+            meta.size,
+            now_ms,
+            meta.sections,
         )
 
     def _existing_meta(self) -> FileMeta:
@@ -201,9 +209,9 @@ def _commit(
     are removed unless they are the very objects that worker committed (same job)."""
     input_ids = [i.id for i in job.inputs]
     try:
-        catalog.commit(functools.partial(
-            replace_files, input_ids=input_ids, outputs=produced, now_ms=now_ms
-        ))
+        catalog.commit(
+            functools.partial(replace_files, input_ids=input_ids, outputs=produced, now_ms=now_ms)
+        )
         return True, ""
     except CommitConflict as conflict:
         live_keys = {f.key for f in catalog.snapshot().files}

@@ -1,0 +1,133 @@
+"""kill -9 of a compaction at random points, then verify and re-run; and three
+compactors on one store at once. Every partition's materialized view stays unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clirunner import run_cli
+
+from catalog import Catalog
+from ingest.agent import L0Ingest
+from ingest.workload import Workload
+from objectstore import LocalStore
+
+NOW = 1_700_000_100_000
+
+
+def _populate(root: Path, records: int, agents: int = 4) -> None:
+    store = LocalStore(root)
+    catalog = Catalog(store)
+    args = ["--store", str(root)]
+    assert (
+        run_cli(
+            *args, "topic", "create", "c", "--partitions", "8", "--config", "cleanup.policy=compact"
+        ).code
+        == 0
+    )
+    assert run_cli(*args, "topic", "create", "d", "--partitions", "2").code == 0
+    for agent in range(agents):
+        ingest = L0Ingest(store, catalog, now_ms=NOW, max_file_bytes=64 << 10)
+        workload = Workload(
+            topics=(("c", 8), ("d", 2)),
+            records=records // agents,
+            keys_per_partition=300,
+            seed=agent,
+            start_ms=NOW - 10**6,
+        )
+        for r in workload.generate():
+            ingest.add(r)
+        ingest.commit()
+
+
+def _views(root: Path) -> dict[str, dict[str, str | None]]:
+    """Latest value per key of every partition (offset strategy), read with dump."""
+    out: dict[str, dict[str, str | None]] = {}
+    for topic, partitions in (("c", 8), ("d", 2)):
+        for p in range(partitions):
+            r = run_cli("--store", str(root), "dump", "--topic", topic, "--partition", str(p))
+            assert r.code == 0, r.err
+            view: dict[str, str | None] = {}
+            for line in r.out.splitlines():
+                rec = json.loads(line)
+                view[rec["key"]] = rec["value"]
+            out[f"{topic}/{p}"] = {k: v for k, v in view.items() if v is not None}
+    return out
+
+
+def _compact_cmd(root: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "--store",
+        str(root),
+        "--now-ms",
+        str(NOW),
+        "compact",
+        *extra,
+    ]
+
+
+def test_kill_9_at_random_points_then_verify_and_converge(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _populate(root, 120_000)
+    before = _views(root)
+    rng = random.Random(7)
+    kills = 0
+    for _ in range(6):
+        proc = subprocess.Popen(
+            _compact_cmd(root, "--full", "--key-buffer-bytes", "65536"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(rng.uniform(0.3, 2.5))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        v = run_cli("--store", str(root), "verify")
+        assert v.code == 0, v.out + v.err
+    assert kills >= 3, "the compaction finished too fast to be interrupted"
+    done = subprocess.run(_compact_cmd(root, "--full"), capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    assert run_cli("--store", str(root), "verify").code == 0
+    assert _views(root) == before
+    stats = json.loads(run_cli("--store", str(root), "stats", "--json").out)
+    assert stats["levels"]["4"]["files"] == 2  # compacted and plain
+    again = run_cli("--store", str(root), "--now-ms", str(NOW), "compact", "--full", "--json")
+    assert json.loads(again.out)["jobs"] == []  # already one file per group at the top
+    assert sum(e["files"] for e in stats["levels"].values()) == 2
+
+
+def test_three_compactors_on_one_store(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _populate(root, 60_000, agents=8)
+    files_before = len(Catalog(LocalStore(root)).snapshot().files)
+    assert files_before >= 64
+    before = _views(root)
+    procs = [
+        subprocess.Popen(
+            _compact_cmd(root, "--until-idle", "--json"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    committed = 0
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()
+        committed += sum(j["committed"] for j in json.loads(out)["jobs"])
+    assert committed >= 1
+    assert run_cli("--store", str(root), "verify").code == 0
+    assert _views(root) == before
+    snap = Catalog(LocalStore(root)).snapshot()
+    assert sum(1 for f in snap.files if f.level == 0) < 32

@@ -1,0 +1,123 @@
+"""The worker against real stores: GET requests counted at the S3 server, many windows
+through a small buffer, and the job's commit and report."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from conftest import RequestLog
+from worker.kernel import KeyBuffer
+from worker_scenarios import add_file, make_topics, read_live
+
+from catalog import Catalog, LiveFile
+from catalog.changes import append_files
+from catalog.verify import verify_store
+from fileformat import RECORD_SCHEMA, FileWriter, Record
+from objectstore import LocalStore, ObjectStore
+from objectstore.s3 import S3Store
+from planner.job import Job, JobInput
+from worker.runner import run_job
+
+NOW = 1_700_000_000_000
+
+
+def _job(catalog: Catalog, level: int = 2, dedup: bool = True) -> Job:
+    files = catalog.snapshot().files
+    return Job(tuple(JobInput(f.id, f.key, f.size) for f in files), level, dedup)
+
+
+def test_four_files_of_1000_partitions_take_exactly_eight_gets(
+    s3_store: S3Store, request_log: RequestLog
+) -> None:
+    catalog = Catalog(s3_store)
+    make_topics(catalog, {"t": (1000, {"cleanup.policy": "compact"})})
+    for i in range(4):
+        sections = {
+            ("t", p): [Record(i * 10 + j, NOW, b"k%d" % (j % 3), b"v%d" % i) for j in range(3)]
+            for p in range(1000)
+        }
+        add_file(s3_store, catalog, f"f{i}", sections, level=1)
+    job = _job(catalog)
+    request_log.reset()
+    report = run_job(s3_store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW)
+    assert report.committed
+    per_file = {i.key: request_log.count("GET", i.key) for i in job.inputs}
+    assert per_file == {i.key: 2 for i in job.inputs}
+    assert sum(per_file.values()) == 8
+    assert [f.gets for f in report.inputs] == [2, 2, 2, 2]
+    assert report.stats.partitions == 1000
+    # Each partition had 3 keys across 4 files: 12 records in, the 3 newest out.
+    assert report.stats.records_in == 12_000
+    assert report.stats.records_out == 3_000
+    assert verify_store(s3_store, catalog.snapshot()).ok
+
+
+def test_two_million_keys_through_a_one_mib_buffer(local_store: LocalStore) -> None:
+    catalog = Catalog(local_store)
+    make_topics(catalog, {"t": (1, {"cleanup.policy": "compact"})})
+    n = 2_000_000
+    batch_size = 100_000
+    sink = local_store.open_multipart("data/L1/big.cf")
+    writer = FileWriter(sink, object_name="big")
+    writer.begin_section("t", 0)
+    for start in range(0, n, batch_size):
+        offsets = pa.array(range(start, start + batch_size), pa.int64())
+        keys = pa.array([b"key-%09d" % i for i in range(start, start + batch_size)], pa.binary())
+        writer.write_batch(
+            pa.RecordBatch.from_arrays(
+                [
+                    offsets,
+                    pa.array([NOW] * batch_size, pa.int64()),
+                    keys,
+                    keys,
+                    pa.array([[]] * batch_size, RECORD_SCHEMA.field("headers").type),
+                    pa.nulls(batch_size, pa.int64()),
+                ],
+                schema=RECORD_SCHEMA,
+            )
+        )
+    writer.end_section()
+    meta = writer.finish()
+    sink.complete()
+    live = LiveFile("big", "data/L1/big.cf", 1, meta.size, 0, meta.sections)
+    catalog.commit(lambda s: append_files(s, [live], {("t", 0): 0}, {("t", 0): n}))
+    buffer = KeyBuffer(1 << 20)
+    report = run_job(local_store, catalog, _job(catalog), buffer, now_ms=NOW)
+    assert report.committed
+    assert report.stats.records_in == n
+    assert report.stats.records_out == n
+    assert report.stats.windows >= n // buffer.capacity
+    assert report.stats.windows > 50
+    assert [f.gets for f in report.inputs] == [2]
+    snap = catalog.snapshot()
+    assert verify_store(local_store, snap).ok
+    assert snap.files[0].record_count == n
+
+
+def test_copy_job_separates_compacted_and_plain_topics(store: ObjectStore) -> None:
+    catalog = Catalog(store)
+    make_topics(
+        catalog,
+        {"c": (2, {"cleanup.policy": "compact"}), "d": (2, {"cleanup.policy": "delete"})},
+    )
+    for i in range(3):
+        add_file(
+            store,
+            catalog,
+            f"f{i}",
+            {
+                (t, p): [Record(i * 5 + j, NOW, b"same", b"%d" % j) for j in range(5)]
+                for t in "cd"
+                for p in range(2)
+            },
+        )
+    before = read_live(store, catalog)
+    report = run_job(
+        store, catalog, _job(catalog, level=1, dedup=False), KeyBuffer(4096), now_ms=NOW
+    )
+    assert report.committed and len(report.outputs) == 2
+    snap = catalog.snapshot()
+    assert [f.level for f in snap.files] == [1, 1]
+    assert sorted({s.topic for s in f.sections} == {"c"} for f in snap.files) == [False, True]
+    assert all(len({s.topic for s in f.sections}) == 1 for f in snap.files)
+    assert read_live(store, catalog) == before  # a copy drops nothing
+    assert report.stats.records_out == report.stats.records_in == 60
