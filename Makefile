@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test lint clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml setup.py worker/kernel/_keybuffer.c worker/kernel/sha512_256.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip==26.3"
 	$(BIN)/pip install --quiet -r requirements.lock

@@ -50,7 +50,7 @@ class KeyIndex(Protocol):
         end: int | None = None,
     ) -> int: ...
 
-    def winners(self) -> pa.Array: ...
+    def keep_mask(self, offsets: pa.Array) -> pa.Array: ...
 
     @property
     def utilization(self) -> float: ...
@@ -235,12 +235,11 @@ def _close_window(
     stats.max_buffer_utilization = max(stats.max_buffer_utilization, buffer.utilization)
     if pending == 0:
         return
-    winners = buffer.winners()
     may_drop_tombstones = (
         policy.includes_oldest and window == 0 and (last or policy.strategy == "offset")
     )
     for part in cursor.take(pending):
-        yield from _survivors(part, winners, policy, stats, may_drop_tombstones, young)
+        yield from _survivors(part, buffer, policy, stats, may_drop_tombstones, young)
 
 
 def _spare_outranking(
@@ -260,7 +259,7 @@ def _spare_outranking(
 
 def _survivors(
     batch: pa.RecordBatch,
-    winners: pa.Array,
+    buffer: KeyIndex,
     policy: PartitionPolicy,
     stats: CompactionStats,
     may_drop_tombstones: bool,
@@ -269,7 +268,7 @@ def _survivors(
     n = batch.num_rows
     stats.records_in += n
     eligible = _eligible(batch, policy)
-    won = pc.and_(eligible, pc.is_in(batch.column("offset"), value_set=winners))
+    won = pc.and_(eligible, buffer.keep_mask(batch.column("offset")))
     keep = pc.or_(pc.invert(eligible), won)
     null_keys = n - pc.count(batch.column("key")).as_py()
     stats.null_keys += null_keys

@@ -1,0 +1,1 @@
+"""Benchmarks: a workload generator and a runner comparing the compactor with baselines."""

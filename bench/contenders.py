@@ -1,0 +1,375 @@
+"""The baselines ``bench.run`` measures, each run as its own process.
+
+    python -m bench.contenders twopass --store DIR --out FILE [--max-files N]
+    python -m bench.contenders copy    --store DIR --out FILE [--max-files N]
+    python -m bench.contenders duckdb  --parquet FILE --out FILE [--threads 2]
+    python -m bench.contenders kernel  [--keys N] [--key-buffer-bytes B]
+
+Each prints one JSON object on stdout (what it did, and ``work_s``: the time of the work
+itself, without interpreter start-up). The compactor is not here: ``bench.run`` runs the
+real command line (``compactor compact --full --json``).
+
+- ``twopass``: the seed blog's algorithm in pure Python. Per partition, pass 1 reads every
+  record (same ``StreamReader``, same two GET streams per file and section merge as the
+  worker) and keeps a dict MD5(key) -> latest offset; pass 2 re-reads the partition, hashes
+  every key again and writes the records whose offset is their key's latest through the
+  same ``FileWriter``.
+- ``copy``: the same input through the same reader and writer, one stream per file, with
+  no deduplication: the floor any reader + writer pipeline pays.
+- ``duckdb``: ``COPY (SELECT * FROM read_parquet(..) QUALIFY row_number() OVER (PARTITION BY
+  topic, partition, key ORDER BY offset DESC) = 1) TO out.parquet`` at ``SET threads``.
+- ``kernel``: keys/s of ``KeyBuffer.insert`` on a batch of 36-byte keys against the raw
+  cost of SHA-512/256 in C (used when ``bench/kernel_bench.py`` does not exist).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from catalog import Catalog, LiveFile
+from fileformat import FileWriter, SectionReader, StreamReader
+from objectstore import LocalStore
+from worker.merge import SectionMerge
+
+_OFFSET, _KEY = 0, 2
+
+
+def live_files(store: LocalStore, max_files: int | None) -> list[LiveFile]:
+    files = list(Catalog(store).snapshot().files)
+    return files if max_files is None else files[:max_files]
+
+
+def _pointer(store: LocalStore, files: list[LiveFile], stack: ExitStack) -> SectionMerge:
+    readers = []
+    for f in files:
+        stream = stack.enter_context(store.open_stream(f.key))
+        readers.append(StreamReader(stream, object_name=f.key, size=f.size))
+    return SectionMerge(readers)
+
+
+def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
+    for section in sections:
+        yield from section.batches()
+
+
+class _Output:
+    """A ``FileWriter`` on a local file; a partition's section opens at its first record."""
+
+    def __init__(self, path: Path) -> None:
+        self.file: BinaryIO = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
+        self.writer = FileWriter(self.file, object_name=path.name)
+        self.records = 0
+
+    def partition(self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]) -> None:
+        started = False
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if not started:
+                self.writer.begin_section(topic, partition)
+                started = True
+            self.writer.write_batch(batch)
+            self.records += batch.num_rows
+        if started:
+            self.writer.end_section()
+
+    def finish(self) -> int:
+        meta = self.writer.finish()
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return meta.size
+
+
+def twopass(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]:
+    store = LocalStore(store_dir)
+    files = live_files(store, max_files)
+    started = time.perf_counter()
+    records_in = 0
+    output = _Output(out)
+    md5 = hashlib.md5
+    with ExitStack() as stack:
+        phase1 = _pointer(store, files, stack)
+        phase2 = _pointer(store, files, stack)
+        while (tp := phase1.next_partition()) is not None:
+            assert phase2.next_partition() == tp
+            latest: dict[bytes, int] = {}
+            for batch in _batches(phase1.take(*tp)):
+                records_in += batch.num_rows
+                keys = batch.column(_KEY).to_pylist()
+                offsets = batch.column(_OFFSET).to_pylist()
+                for key, offset in zip(keys, offsets, strict=True):
+                    if key is not None:
+                        latest[md5(key).digest()] = offset
+
+            def survivors(
+                sections: Iterator[SectionReader], latest: dict[bytes, int]
+            ) -> Iterator[pa.RecordBatch]:
+                for batch in _batches(sections):
+                    keys = batch.column(_KEY).to_pylist()
+                    offsets = batch.column(_OFFSET).to_pylist()
+                    keep = [
+                        key is None or latest[md5(key).digest()] == offset
+                        for key, offset in zip(keys, offsets, strict=True)
+                    ]
+                    yield batch.filter(pa.array(keep, pa.bool_()))
+
+            output.partition(tp[0], tp[1], survivors(phase2.take(*tp), latest))
+        assert phase2.next_partition() is None
+    bytes_out = output.finish()
+    return {
+        "work_s": time.perf_counter() - started,
+        "files": len(files),
+        "records_in": records_in,
+        "records_out": output.records,
+        "logical_bytes_in": sum(f.uncompressed_bytes for f in files),
+        "bytes_in": sum(f.size for f in files),
+        "bytes_out": bytes_out,
+        "gets": sum(store.gets.snapshot().values()),
+    }
+
+
+def copy(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]:
+    store = LocalStore(store_dir)
+    files = live_files(store, max_files)
+    started = time.perf_counter()
+    output = _Output(out)
+    with ExitStack() as stack:
+        pointer = _pointer(store, files, stack)
+        while (tp := pointer.next_partition()) is not None:
+            output.partition(tp[0], tp[1], _batches(pointer.take(*tp)))
+    bytes_out = output.finish()
+    return {
+        "work_s": time.perf_counter() - started,
+        "files": len(files),
+        "records_in": output.records,
+        "records_out": output.records,
+        "logical_bytes_in": sum(f.uncompressed_bytes for f in files),
+        "bytes_in": sum(f.size for f in files),
+        "bytes_out": bytes_out,
+        "gets": sum(store.gets.snapshot().values()),
+    }
+
+
+DUCKDB_QUERY = (
+    "COPY (SELECT * FROM read_parquet('{src}') "
+    'QUALIFY row_number() OVER (PARTITION BY topic, "partition", key '
+    'ORDER BY "offset" DESC) = 1) '
+    "TO '{out}' (FORMAT parquet)"
+)
+
+
+def duckdb_dedup(parquet: Path, out: Path, threads: int, temp: Path) -> dict[str, Any]:
+    import duckdb
+
+    started = time.perf_counter()
+    con = duckdb.connect()
+    con.execute(f"SET threads={int(threads)}")
+    con.execute(f"SET temp_directory='{temp}'")
+    query = DUCKDB_QUERY.format(src=parquet, out=out)
+    row = con.execute(query).fetchone()
+    con.close()
+    work_s = time.perf_counter() - started
+    records_in = pq.ParquetFile(parquet).metadata.num_rows
+    return {
+        "work_s": work_s,
+        "threads": threads,
+        "query": query,
+        "records_in": records_in,
+        "records_out": int(row[0]) if row else pq.ParquetFile(out).metadata.num_rows,
+        "bytes_in": parquet.stat().st_size,
+        "bytes_out": out.stat().st_size,
+        "duckdb_version": duckdb.__version__,
+    }
+
+
+RAW_SHA_SOURCE = Path(__file__).with_name("raw_sha512_256.c")
+RAW_SHA_BINARY = Path(__file__).with_name("out") / "raw_sha512_256"
+
+
+def raw_sha_c(keys: int, key_bytes: int = 36) -> dict[str, Any]:
+    """Per-key SHA-512/256 in C (OpenSSL), from ``raw_sha512_256.c`` compiled on demand
+    into bench/out/; ``{"error": ...}`` when there is no C compiler or OpenSSL header."""
+    try:
+        if (
+            not RAW_SHA_BINARY.exists()
+            or RAW_SHA_BINARY.stat().st_mtime < RAW_SHA_SOURCE.stat().st_mtime
+        ):
+            RAW_SHA_BINARY.parent.mkdir(parents=True, exist_ok=True)
+            cc = os.environ.get("CC", "cc")
+            cmd = [cc, "-O2", "-o", str(RAW_SHA_BINARY), str(RAW_SHA_SOURCE), "-lcrypto"]
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(RAW_SHA_BINARY), str(keys), str(key_bytes)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        return {"error": f"cannot build or run {RAW_SHA_SOURCE.name}: {detail.strip()[:300]}"}
+    result: dict[str, Any] = json.loads(proc.stdout)
+    if result["abc"] != hashlib.new("sha512_256", b"abc").hexdigest():
+        return {"error": "raw_sha512_256 does not compute SHA-512/256"}
+    return result
+
+
+def kernel(keys: int, key_buffer_bytes: int, repeat: int) -> dict[str, Any]:
+    """ns/key of KeyBuffer.insert against raw SHA-512/256, wall and CPU (best of ``repeat``).
+
+    The raw hash cost is SHA-512/256 of each key in C with OpenSSL's low-level API, one call
+    sequence per key on one core (``raw_sha512_256.c``): what "hash every key once" costs
+    at the least. Also shown: the same through EVP, and OpenSSL hashing all keys' blocks as
+    one long message (a 36-byte key pads to one 128-byte block, so this is the compression
+    function alone, with no per-key init/final: a floor no per-key hash reaches).
+    ``hash_keys`` is the kernel's own batch hash (no table), ``insert`` its hash + table
+    insert; the kernel may hash on two threads, so CPU ns/key is what compares with the
+    single-core raw cost.
+    """
+    from bench.workload import _key_dictionary
+
+    batch = _key_dictionary(1, keys, seed=1)
+    offsets = pa.array(range(keys), pa.int64())
+    out: dict[str, Any] = {"keys": keys, "key_bytes": 36, "repeat": repeat}
+    raw = raw_sha_c(keys)
+    if "error" in raw:
+        out["raw_c_error"] = raw["error"]
+    else:
+        for name, field in (("raw_c", "lowlevel_ns_per_key"), ("raw_evp", "evp_ns_per_key")):
+            ns = float(raw[field])
+            out[f"{name}_wall_ns_per_key"] = out[f"{name}_cpu_ns_per_key"] = ns
+            out[f"{name}_keys_per_s"] = 1e9 / ns
+    blob = bytes(128 * keys)
+    runs = [_timed(lambda: hashlib.new("sha512_256", blob)) for _ in range(repeat)]
+    _record(out, "compression_floor", keys, runs)
+    sample = batch.slice(0, min(keys, 200_000)).to_pylist()
+    _record(
+        out,
+        "python_hashlib",
+        len(sample),
+        [_timed(lambda: [hashlib.new("sha512_256", k).digest() for k in sample])],
+    )
+    try:
+        from worker.kernel import KeyBuffer, hash_keys
+    except ImportError as exc:
+        out["skipped"] = f"worker.kernel does not import: {exc}"
+        return out
+    _record(out, "hash_keys", keys, [_timed(lambda: hash_keys(batch)) for _ in range(repeat)])
+    buf = KeyBuffer(key_buffer_bytes)
+    runs = []
+    taken = 0
+    for _ in range(repeat):
+        buf.reset("offset", 0)
+        runs.append(_timed(lambda: buf.insert(batch, offsets, None, None, None, 0, keys)))
+        taken = buf.size
+    out["inserted"] = taken
+    _record(out, "insert", max(taken, 1), runs)
+    reference = "raw_c" if "raw_c_cpu_ns_per_key" in out else "compression_floor"
+    out["reference"] = reference
+    out["insert_vs_raw_cpu"] = out["insert_cpu_ns_per_key"] / out[f"{reference}_cpu_ns_per_key"]
+    out["insert_vs_raw_wall"] = out["insert_wall_ns_per_key"] / out[f"{reference}_wall_ns_per_key"]
+    out["insert_vs_hash_keys_cpu"] = out["insert_cpu_ns_per_key"] / out["hash_keys_cpu_ns_per_key"]
+    out["key_buffer_bytes"] = key_buffer_bytes
+    return out
+
+
+def _record(out: dict[str, Any], name: str, n: int, runs: list[tuple[float, float]]) -> None:
+    wall = min(w for w, _ in runs)
+    cpu = min(c for _, c in runs)
+    out[f"{name}_wall_ns_per_key"] = wall / n * 1e9
+    out[f"{name}_cpu_ns_per_key"] = cpu / n * 1e9
+    out[f"{name}_keys_per_s"] = n / wall
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds: every thread) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+# --- output digests (run by bench.run after the timed process, not timed) ---------------
+
+
+def _digest_add(d: dict[str, int], partition: int | pa.Array, offsets: pa.Array) -> None:
+    offsets = offsets.cast(pa.int64())
+    d["records"] += len(offsets)
+    d["sum_offset"] += int(pc.sum(offsets).as_py() or 0)
+    d["sum_offset_sq"] += int(pc.sum(pc.multiply(offsets, offsets)).as_py() or 0)
+    if isinstance(partition, int):
+        weighted = partition * (int(pc.sum(offsets).as_py() or 0))
+    else:
+        weighted = int(pc.sum(pc.multiply(partition.cast(pa.int64()), offsets)).as_py() or 0)
+    d["sum_partition_x_offset"] += weighted
+
+
+def _new_digest() -> dict[str, int]:
+    return {"records": 0, "sum_offset": 0, "sum_offset_sq": 0, "sum_partition_x_offset": 0}
+
+
+def digest_cf(path: Path) -> dict[str, int]:
+    """Which (partition, offset) pairs a file in the project's format holds, summarized."""
+    d = _new_digest()
+    with open(path, "rb", buffering=1 << 20) as f:
+        reader = StreamReader(f, object_name=str(path), size=path.stat().st_size)
+        for section in reader.sections():
+            for batch in section.batches():
+                _digest_add(d, section.partition, batch.column(_OFFSET))
+    return d
+
+
+def digest_parquet(path: Path) -> dict[str, int]:
+    d = _new_digest()
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(columns=["partition", "offset"], batch_size=1 << 20):
+        _digest_add(d, batch.column(0), batch.column(1))
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.contenders")
+    sub = ap.add_subparsers(dest="contender", required=True)
+    for name in ("twopass", "copy"):
+        p = sub.add_parser(name)
+        p.add_argument("--store", type=Path, required=True)
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--max-files", type=int, default=None)
+    p = sub.add_parser("duckdb")
+    p.add_argument("--parquet", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--temp", type=Path, default=Path("/tmp"))
+    p = sub.add_parser("kernel")
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--key-buffer-bytes", type=int, default=128 << 20)
+    p.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    if args.contender == "twopass":
+        result = twopass(args.store, args.out, args.max_files)
+    elif args.contender == "copy":
+        result = copy(args.store, args.out, args.max_files)
+    elif args.contender == "duckdb":
+        result = duckdb_dedup(args.parquet, args.out, args.threads, args.temp)
+    else:
+        result = kernel(args.keys, args.key_buffer_bytes, args.repeat)
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""Declares the compiled key-buffer kernel; everything else is in pyproject.toml.
+
+``worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
+and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
+headers and library are found at build time (a test compile and link), else the bundled
+portable C implementation. ``COMPACTOR_KERNEL_PORTABLE_SHA=1`` forces the portable one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from setuptools import Extension, setup  # type: ignore[import-untyped]
+from setuptools.command.build_ext import build_ext  # type: ignore[import-untyped]
+
+FORCE_PORTABLE_ENV = "COMPACTOR_KERNEL_PORTABLE_SHA"
+
+_PROBE = """
+#define OPENSSL_API_COMPAT 10101
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
+int main(void) {
+    SHA512_CTX c;
+    unsigned char block[128] = {0};
+    SHA512_Init(&c);
+    SHA512_Transform(&c, block);
+    return (int)(c.h[0] & 1);
+}
+"""
+
+
+def _openssl_links(compiler: Any) -> bool:
+    """True if a program using SHA512_Transform compiles and links against -lcrypto."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.c")
+        src.write_text(_PROBE)
+        try:
+            objects = compiler.compile([str(src)], output_dir=tmp)
+            compiler.link_executable(objects, "probe", output_dir=tmp, libraries=["crypto"])
+        except Exception:  # CompileError, LinkError: no usable OpenSSL
+            return False
+    return True
+
+
+class BuildExt(build_ext):  # type: ignore[misc]
+    def build_extensions(self) -> None:
+        portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
+        use_openssl = not portable and _openssl_links(self.compiler)
+        for ext in self.extensions:
+            if use_openssl:
+                ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))
+                ext.libraries.append("crypto")
+        self.announce(
+            f"worker.kernel: SHA-512/256 via {'OpenSSL' if use_openssl else 'portable C'}",
+            level=2,
+        )
+        super().build_extensions()
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "worker.kernel._keybuffer",
+            sources=["worker/kernel/_keybuffer.c"],
+            depends=["worker/kernel/sha512_256.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
+            libraries=["pthread"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExt},
+)

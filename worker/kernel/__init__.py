@@ -1,0 +1,215 @@
+"""The key buffer: compiled SHA-512/256 hashing into a fixed table of 41-byte entries.
+
+One :class:`KeyBuffer` per worker process, allocated once and reused for every partition
+and job (DESIGN 6). Phase 1 inserts a window's records (``insert``); phase 2 walks the
+same records and keeps record i iff it is not eligible or ``keep_mask`` says its offset
+is a winner, so no key is hashed twice. The C source (``_keybuffer.c``) documents the
+probing, the epochs and the window-closing rule.
+
+Entry layout (41 bytes, packed; ``slots = capacity_bytes // 41``)::
+
+    bytes  0..31  SHA-512/256 of the key
+    bytes 32..35  uint32 offset delta: record offset - the window's base offset
+    bytes 36..39  int32 value delta: timestamp (timestamp strategy) or header value
+                  (header strategy) - the window's first one; unused (0) for offset
+    byte  40      bits 0-6: epoch (occupied iff equal to the table's epoch);
+                  bit 7: the record has the header (header strategy)
+
+Capacity: a window takes ``capacity = slots - slots // 20`` keys (95% load; 3,109,923
+for the default 128 MiB, 3,273,603 slots) under every strategy: all entries are the same
+41 bytes. A window also closes *early* when a record cannot be stored as deltas: its
+offset 2^32 or more above the window's base offset, or (timestamp/header strategies) its
+timestamp or header value more than about 2^31 away from the window's first one (~24.8
+days of millisecond timestamps). ``insert`` then reports that record exactly as when the
+buffer is full; the caller closes the window there and resets. Closing early only keeps
+more records (a key may survive once per window), never fewer, so it is always safe.
+
+Besides the table, a buffer holds a used-slot list (4 bytes per key of capacity, so
+clearing and collecting winners cost O(keys held)), 2 MiB of hash scratch, and, once
+``winners``/``keep_mask`` run, the sorted winners (8 bytes per key): about
+``capacity_bytes * 1.1 + 2 MiB`` in all, allocated lazily by the OS as it is touched.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+
+from worker.kernel import _keybuffer
+
+__all__ = [
+    "DEFAULT_CAPACITY_BYTES",
+    "ENTRY_BYTES",
+    "HASH_IMPL",
+    "HAVE_OPENSSL",
+    "STRATEGIES",
+    "KeyBuffer",
+    "Strategy",
+    "hash_keys",
+    "sha512_256",
+]
+
+Strategy = Literal["offset", "timestamp", "header"]
+
+ENTRY_BYTES: int = _keybuffer.ENTRY_BYTES
+DEFAULT_CAPACITY_BYTES: int = 128 << 20
+#: SHA-512/256 implementation this build uses by default: "openssl" or "portable".
+HASH_IMPL: str = _keybuffer.HASH_IMPL
+HAVE_OPENSSL: bool = _keybuffer.HAVE_OPENSSL
+STRATEGIES: dict[str, int] = {
+    "offset": _keybuffer.STRATEGY_OFFSET,
+    "timestamp": _keybuffer.STRATEGY_TIMESTAMP,
+    "header": _keybuffer.STRATEGY_HEADER,
+}
+_STRATEGY_NAMES = {code: name for name, code in STRATEGIES.items()}
+
+
+def sha512_256(data: bytes, impl: str | None = None) -> bytes:
+    """SHA-512/256 of one message (``impl``: "openssl", "portable", or the default)."""
+    return _keybuffer._sha512_256(data, impl)
+
+
+def hash_keys(keys: pa.Array, *, threads: int = 2, impl: str | None = None) -> bytes:
+    """SHA-512/256 of every key of a binary/string Arrow array: 32 bytes per key, all
+    zeros for a null key. Hashed in C on ``threads`` threads with the GIL released."""
+    return _keybuffer.hash_keys(keys, threads, impl)
+
+
+def _bitmap_array(bits: bytes, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(bits)])
+
+
+class KeyBuffer:
+    """Which record of each key wins in the current window: SHA-512/256(key) -> winning
+    offset (plus the timestamp or header value the strategy compares), in a fixed table.
+
+    ``KeyBuffer(capacity_bytes)`` raises ValueError below one 41-byte entry; a one-entry
+    buffer holds exactly one key. ``threads`` hash a batch in parallel (default 2, the
+    machine's cores); ``hash_impl`` picks "openssl" or "portable" SHA-512/256.
+    """
+
+    def __init__(
+        self,
+        capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+        *,
+        threads: int = 2,
+        hash_impl: str | None = None,
+    ) -> None:
+        self._kb = _keybuffer.KeyBuffer(capacity_bytes, threads=threads, hash_impl=hash_impl)
+        self.capacity_bytes = capacity_bytes
+
+    @property
+    def slots(self) -> int:
+        """41-byte entries in the table (``capacity_bytes // 41``)."""
+        return self._kb.slots
+
+    @property
+    def capacity(self) -> int:
+        """Distinct keys a window takes before the buffer is full (95% of the slots)."""
+        return self._kb.capacity
+
+    @property
+    def size(self) -> int:
+        """Distinct keys held in the current window."""
+        return self._kb.size
+
+    @property
+    def utilization(self) -> float:
+        """``size / slots`` (reaches 0.95 when a window closes because it is full)."""
+        return self._kb.size / self._kb.slots
+
+    @property
+    def full_clears(self) -> int:
+        """Whole-table memsets so far: only when the 7-bit epoch wraps, after 127 clears
+        of windows too large to clear slot by slot."""
+        return self._kb.full_clears
+
+    @property
+    def strategy(self) -> Strategy:
+        name = _STRATEGY_NAMES[self._kb.strategy]
+        assert name in ("offset", "timestamp", "header")
+        return name  # type: ignore[return-value]
+
+    @property
+    def base_offset(self) -> int | None:
+        """The window's base offset (None until given or taken from the first record)."""
+        return self._kb.base_offset
+
+    @property
+    def hash_impl(self) -> str:
+        return self._kb.hash_impl
+
+    @property
+    def threads(self) -> int:
+        return self._kb.threads
+
+    def reset(self, strategy: str = "offset", base_offset: int | None = None) -> None:
+        """Start a window: forget every key, at a cost proportional to the keys held.
+
+        ``strategy`` (KIP-280) decides who wins: "offset" (highest offset), "timestamp"
+        (highest timestamp, ties to the highest offset) or "header" (highest header
+        value; a record with the header beats one without; ties and both-missing to the
+        highest offset). ``base_offset``: offsets are stored as uint32 deltas from it;
+        None takes the first inserted record's offset.
+        """
+        try:
+            code = STRATEGIES[strategy]
+        except KeyError:
+            raise ValueError(f"unknown compaction strategy {strategy!r}") from None
+        self._kb.reset(code, base_offset)
+
+    def insert(
+        self,
+        keys: pa.Array,
+        offsets: pa.Array,
+        values: pa.Array | None = None,
+        has_value: pa.Array | None = None,
+        eligible: pa.Array | None = None,
+        start: int = 0,
+        end: int | None = None,
+    ) -> int:
+        """Offer records ``start..end`` of a batch; returns the index of the first record
+        not consumed (``end`` when all were).
+
+        A return below ``end`` means the window closes at that record: the buffer is full
+        (a new key and ``size == capacity``), or the record's offset or value cannot be
+        stored relative to the window's bases. The caller lets phase 2 catch up to that
+        index, resets, and continues from it. A freshly reset buffer always takes its
+        first eligible record (if that record's offset is below or 2^32 past an explicit
+        ``base_offset``, the empty window takes its offset as the base instead).
+
+        Arrays (any Arrow C data interface producer; slices are fine): ``keys`` binary or
+        string (null keys never take part), ``offsets`` int64 (ascending in practice;
+        any order is handled), ``values`` int64 timestamps (timestamp strategy, required)
+        or header values (header strategy; a null means no header), ``has_value``
+        boolean header presence (header strategy; default: ``values`` is not null),
+        ``eligible`` boolean mask of records that take part (null = no). The GIL is
+        released while hashing and inserting.
+        """
+        return self._kb.insert(keys, offsets, values, has_value, eligible, start, end)
+
+    def winners(self) -> pa.Array:
+        """The window's winning offsets (absolute), ascending, as an Int64Array: the
+        keep-set, e.g. for ``pyarrow.compute.is_in``."""
+        raw = self._kb.winners()
+        return pa.Array.from_buffers(pa.int64(), len(raw) // 8, [None, pa.py_buffer(raw)])
+
+    def keep_mask(self, offsets: pa.Array, eligible: pa.Array | None = None) -> pa.Array:
+        """A BooleanArray: True where ``offsets[i]`` is a winner of the window, or (when
+        ``eligible`` is given) where record i does not take part. No hashing: a merge
+        walk over the sorted winners, O(n) for ascending offsets."""
+        return _bitmap_array(self._kb.keep_mask(offsets, eligible), len(offsets))
+
+    def lookup(self, key: bytes) -> int | None:
+        """The winning offset of ``key`` in the current window, or None."""
+        return self._kb.lookup(key)
+
+    def lookup_entry(self, key: bytes) -> tuple[int, int | None] | None:
+        """(winning offset, its timestamp or header value or None), or None."""
+        return self._kb.lookup_entry(key)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: resets, full_clears, epoch_bumps, slot_clears, records, new_keys,
+        replaced, probes, memory_bytes, and the configuration."""
+        return self._kb.stats()

@@ -1,0 +1,1173 @@
+/*
+ * worker.kernel._keybuffer: the compiled key buffer (DESIGN 6).
+ *
+ * One fixed open-addressing hash table per worker process, allocated once and reused
+ * for every partition and job, mapping SHA-512/256(key) to the key's winning record in
+ * the current window. Keys are hashed straight from Arrow buffers (Arrow C data
+ * interface, no per-key Python objects), on up to `threads` threads, with the GIL
+ * released.
+ *
+ * Entry layout: 41 bytes, packed (no alignment padding), slots = capacity_bytes / 41.
+ *   bytes  0..31  SHA-512/256 of the key
+ *   bytes 32..35  int1: uint32 offset delta = record offset - window base offset
+ *   bytes 36..39  int2: int32 value delta, by strategy (KIP-280):
+ *                   offset     0 (unused)
+ *                   timestamp  record timestamp - window's first timestamp
+ *                   header     header value - window's first header value (0 if none)
+ *   byte  40      flags: bits 0-6 epoch (the slot is occupied iff it equals the table's
+ *                 current epoch, 1..127; 0 = never used/cleared), bit 7 "has header"
+ * Integers are stored in native byte order (the table never leaves the process).
+ *
+ * The window-closing rule: insert() consumes records in order and stops at the first
+ * eligible record it cannot take: a new key when the table already holds `capacity`
+ * keys ("full"), or a record whose offset delta is outside [0, 2^32) or whose value
+ * delta is outside int32 ("unrepresentable"). It returns that record's index; the caller
+ * closes the window there (phase 2 catches up to exactly that record), resets, and
+ * goes on from it. Closing early only ever keeps more records, never fewer, so it is
+ * always safe. A reset buffer always takes its first eligible record (capacity >= 1;
+ * the value base is taken from the first value seen; and an empty window moves its
+ * base offset to a record it could not otherwise store), so every window makes
+ * progress.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#include "sha512_256.h"
+
+#define ENTRY_BYTES 41
+#define HASH_BYTES 32
+#define E_INT1 32
+#define E_INT2 36
+#define E_FLAG 40
+#define EPOCH_MASK 0x7F
+#define EPOCH_MAX 127
+#define FLAG_HAS_VALUE 0x80
+
+/* Max load 95%: linear probing's expected probe count for a miss is about
+   (1 + 1/(1-a)^2)/2, ~200 slots (8 KiB, sequential) at the very end of a full window but
+   ~10 on average over the fill; 95% of 3,273,603 slots (128 MiB) is 3,109,923 keys. */
+#define LOAD_NUM 19
+#define LOAD_DEN 20
+
+/* Hashing works in segments of SEGMENT records (the scratch holds their hashes), split
+   into blocks of BLOCK records that threads claim in order. */
+#define SEGMENT 65536
+#define BLOCK 256
+#define NBLOCKS_MAX (SEGMENT / BLOCK)
+#define MAX_THREADS 8
+#define PREFETCH_AHEAD 8
+
+enum { S_OFFSET = 0, S_TIMESTAMP = 1, S_HEADER = 2 };
+enum { IMPL_PORTABLE = 0, IMPL_OPENSSL = 1 };
+enum { PUT_OK = 0, PUT_FULL = 1, PUT_UNREPRESENTABLE = 2 };
+enum { ERR_NONE = 0, ERR_NULL_TIMESTAMP = 1, ERR_NULL_OFFSET = 2 };
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((p), 1, 3)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+#ifdef KB_HAVE_OPENSSL
+static int default_impl = IMPL_OPENSSL;
+#else
+static int default_impl = IMPL_PORTABLE;
+#endif
+
+static kb_compress_fn compress_for(int impl) {
+#ifdef KB_HAVE_OPENSSL
+    if (impl == IMPL_OPENSSL) return kb_compress_openssl_st;
+#endif
+    (void)impl;
+    return kb_compress_portable_st;
+}
+
+/* "openssl" / "portable" / None (the build's default) -> impl code, or -1 with an error. */
+static int parse_impl(PyObject *o) {
+    if (o == NULL || o == Py_None) return default_impl;
+    if (PyUnicode_Check(o)) {
+        if (PyUnicode_CompareWithASCIIString(o, "portable") == 0) return IMPL_PORTABLE;
+        if (PyUnicode_CompareWithASCIIString(o, "openssl") == 0) {
+#ifdef KB_HAVE_OPENSSL
+            return IMPL_OPENSSL;
+#else
+            PyErr_SetString(PyExc_ValueError, "this build has no OpenSSL SHA-512/256");
+            return -1;
+#endif
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "hash implementation must be 'openssl' or 'portable', not %R", o);
+    return -1;
+}
+
+static const char *impl_name(int impl) { return impl == IMPL_OPENSSL ? "openssl" : "portable"; }
+
+/* --- Arrow arrays through the C data interface ----------------------------------- */
+
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+#endif
+
+enum { COL_NONE = 0, COL_BIN32, COL_BIN64, COL_INT64, COL_BOOL };
+enum { WANT_BINARY, WANT_INT64, WANT_BOOL };
+
+/* A borrowed view of one Arrow array. `owner` (the (schema, array) capsule pair) keeps
+   the buffers alive; the capsules release the exported structs when collected. */
+typedef struct {
+    PyObject *owner;
+    int kind;
+    int64_t length;
+    int64_t offset;           /* the array's slice offset, applied to every index */
+    const uint8_t *validity;  /* NULL: no nulls */
+    const void *values;       /* binary: int32/int64 offsets; int64: values; bool: bits */
+    const uint8_t *data;      /* binary data */
+} Col;
+
+static const uint8_t empty_bytes[1] = {0};
+
+static int col_import(PyObject *obj, int want, Col *c, const char *what) {
+    memset(c, 0, sizeof *c);
+    if (obj == NULL || obj == Py_None) return 0;
+    PyObject *pair = PyObject_CallMethod(obj, "__arrow_c_array__", NULL);
+    if (pair == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be an Arrow array (with __arrow_c_array__), not %T",
+                         what, obj);
+        }
+        return -1;
+    }
+    c->owner = pair;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s: __arrow_c_array__ did not return a pair", what);
+        return -1;
+    }
+    struct ArrowSchema *schema = PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 0), "arrow_schema");
+    if (schema == NULL) return -1;
+    struct ArrowArray *arr = PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 1), "arrow_array");
+    if (arr == NULL) return -1;
+    const char *f = schema->format;
+    int64_t nbuf = 2;
+    if (want == WANT_BINARY && (strcmp(f, "z") == 0 || strcmp(f, "u") == 0)) {
+        c->kind = COL_BIN32;
+        nbuf = 3;
+    } else if (want == WANT_BINARY && (strcmp(f, "Z") == 0 || strcmp(f, "U") == 0)) {
+        c->kind = COL_BIN64;
+        nbuf = 3;
+    } else if (want == WANT_INT64 && (strcmp(f, "l") == 0 || strncmp(f, "ts", 2) == 0)) {
+        c->kind = COL_INT64;
+    } else if (want == WANT_BOOL && strcmp(f, "b") == 0) {
+        c->kind = COL_BOOL;
+    } else {
+        static const char *wanted[] = {"binary or string", "int64", "boolean"};
+        PyErr_Format(PyExc_TypeError, "%s must be a %s array, got Arrow format '%s'", what,
+                     wanted[want], f);
+        return -1;
+    }
+    if (arr->n_buffers != nbuf || arr->dictionary != NULL || arr->length < 0 || arr->offset < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: unexpected Arrow array layout", what);
+        return -1;
+    }
+    c->length = arr->length;
+    c->offset = arr->offset;
+    c->validity = arr->null_count == 0 ? NULL : (const uint8_t *)arr->buffers[0];
+    c->values = arr->buffers[1];
+    if (nbuf == 3) c->data = arr->buffers[2] ? (const uint8_t *)arr->buffers[2] : empty_bytes;
+    if (c->values == NULL && c->length > 0) {
+        PyErr_Format(PyExc_TypeError, "%s: Arrow array without a values buffer", what);
+        return -1;
+    }
+    return 0;
+}
+
+static void col_release(Col *c) { Py_CLEAR(c->owner); }
+
+static inline int bit_at(const uint8_t *bits, int64_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
+
+static inline int col_valid(const Col *c, int64_t i) {
+    return c->validity == NULL || bit_at(c->validity, c->offset + i);
+}
+
+/* A boolean column's value, nulls reading as false. */
+static inline int col_true(const Col *c, int64_t i) {
+    return col_valid(c, i) && bit_at((const uint8_t *)c->values, c->offset + i);
+}
+
+static inline int64_t col_i64(const Col *c, int64_t i) {
+    return ((const int64_t *)c->values)[c->offset + i];
+}
+
+static inline const uint8_t *col_key(const Col *c, int64_t i, size_t *len) {
+    int64_t j = c->offset + i;
+    if (c->kind == COL_BIN32) {
+        const int32_t *o = (const int32_t *)c->values;
+        *len = (size_t)(o[j + 1] - o[j]);
+        return c->data + o[j];
+    }
+    const int64_t *o = (const int64_t *)c->values;
+    *len = (size_t)(o[j + 1] - o[j]);
+    return c->data + o[j];
+}
+
+/* The columns of one insert() call. */
+typedef struct {
+    Col keys, offsets, values, has_value, eligible;
+} Cols;
+
+/* A record takes part iff its key is not null and the eligible mask (if any) says so. */
+static inline int record_eligible(const Col *keys, const Col *eligible, int64_t i) {
+    if (!col_valid(keys, i)) return 0;
+    return eligible->kind == COL_NONE || col_true(eligible, i);
+}
+
+/* --- hashing a segment of keys on several threads ---------------------------------- */
+
+/* Threads claim blocks in increasing order from `next`; `done[b]` publishes block b's
+   hashes (release/acquire). The inserting thread consumes blocks in order and, while the
+   next block is still being hashed, claims and hashes blocks itself, so the work
+   balances without a fixed split and at most a block or two per thread is hashed past
+   the point where a window closes. */
+typedef struct {
+    const Col *keys;
+    const Col *eligible;
+    kb_compress_fn compress;
+    int64_t first; /* record index of out[0] */
+    int64_t n;
+    int64_t nblocks;
+    uint8_t *out; /* n * 32 bytes; all-zero hash for records that do not take part */
+    atomic_llong next;
+    atomic_int stop;
+    atomic_uchar done[NBLOCKS_MAX];
+} HashJob;
+
+static void hash_block(HashJob *j, int64_t b) {
+    int64_t lo = b * BLOCK, hi = lo + BLOCK < j->n ? lo + BLOCK : j->n;
+    for (int64_t i = lo; i < hi; i++) {
+        uint8_t *out = j->out + (size_t)i * HASH_BYTES;
+        int64_t rec = j->first + i;
+        if (!record_eligible(j->keys, j->eligible, rec)) {
+            memset(out, 0, HASH_BYTES);
+            continue;
+        }
+        size_t len;
+        const uint8_t *key = col_key(j->keys, rec, &len);
+        kb_sha512_256(j->compress, key, len, out);
+    }
+}
+
+static int claim_and_hash(HashJob *j) {
+    long long b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (b >= j->nblocks) return 0;
+    hash_block(j, b);
+    atomic_store_explicit(&j->done[b], 1, memory_order_release);
+    return 1;
+}
+
+static void *helper_main(void *arg) {
+    HashJob *j = (HashJob *)arg;
+    while (!atomic_load_explicit(&j->stop, memory_order_relaxed) && claim_and_hash(j)) {
+    }
+    return NULL;
+}
+
+static void job_init(HashJob *j, const Col *keys, const Col *eligible, kb_compress_fn compress,
+                     int64_t first, int64_t n, uint8_t *out) {
+    j->keys = keys;
+    j->eligible = eligible;
+    j->compress = compress;
+    j->first = first;
+    j->n = n;
+    j->nblocks = (n + BLOCK - 1) / BLOCK;
+    j->out = out;
+    atomic_init(&j->next, 0);
+    atomic_init(&j->stop, 0);
+    for (int64_t b = 0; b < j->nblocks; b++) atomic_init(&j->done[b], 0);
+}
+
+/* Starts up to threads - 1 helpers (fewer for small segments, none if pthread_create
+   fails: the calling thread then does all the work). Returns how many started. */
+static int start_helpers(HashJob *j, int threads, pthread_t *tids) {
+    int want = threads - 1;
+    if (want > j->nblocks - 1) want = (int)(j->nblocks - 1);
+    int started = 0;
+    for (int t = 0; t < want; t++) {
+        if (pthread_create(&tids[t], NULL, helper_main, j) != 0) break;
+        started++;
+    }
+    return started;
+}
+
+static void stop_helpers(HashJob *j, pthread_t *tids, int started) {
+    atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
+    for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+}
+
+/* --- the key buffer ----------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    uint8_t *table;     /* slots * 41 bytes */
+    int table_mapped;   /* table came from mmap (else PyMem_RawCalloc) */
+    uint64_t slots;
+    uint64_t capacity;  /* keys a window takes before it is full */
+    uint64_t size;      /* keys held in the current window */
+    uint32_t *used;     /* the slot of every key of the window, in insertion order */
+    uint8_t epoch;      /* 1..127: the flag-byte epoch of occupied slots */
+    int strategy;
+    int64_t base_offset;
+    int base_set;
+    int64_t value_base; /* the window's first timestamp / header value */
+    int value_base_set;
+    int threads;
+    int impl;
+    int busy;           /* a call is running with the GIL released */
+    uint8_t *scratch;   /* SEGMENT * 32 bytes of hashes */
+    uint32_t *wsorted;  /* the window's winning offset deltas, ascending (cached) */
+    uint32_t *wtmp;
+    uint64_t wcap;
+    uint64_t wcount;
+    int wvalid;
+    /* counters */
+    uint64_t resets, full_clears, epoch_bumps, slot_clears;
+    uint64_t records, new_keys, replaced, probes;
+} KeyBuffer;
+
+/* The home slot: Lemire's multiply-shift maps the hash's first 64 bits onto [0, slots)
+   without a division. SHA-512/256 output is uniform, so no further mixing is needed. */
+static inline uint64_t home_slot(uint64_t h0, uint64_t slots) {
+#ifdef __SIZEOF_INT128__
+    return (uint64_t)(((unsigned __int128)h0 * slots) >> 64);
+#else
+    return h0 % slots;
+#endif
+}
+
+/* Does a record (d, dv, has) beat the stored entry `e` of the same key? (KIP-280)
+     offset:    higher offset
+     timestamp: higher timestamp, ties to the higher offset
+     header:    a record with the header beats one without; both with: higher value,
+                ties to the higher offset; both without: higher offset */
+static inline int beats(int strategy, const uint8_t *e, uint32_t d, int32_t dv, int has) {
+    uint32_t sd;
+    memcpy(&sd, e + E_INT1, 4);
+    if (strategy == S_OFFSET) return d > sd;
+    int32_t sv;
+    memcpy(&sv, e + E_INT2, 4);
+    if (strategy == S_HEADER) {
+        int shas = (e[E_FLAG] & FLAG_HAS_VALUE) != 0;
+        if (has != shas) return has;
+        if (!has) return d > sd;
+    }
+    if (dv != sv) return dv > sv;
+    return d > sd;
+}
+
+/* Linear probing from the home slot. An entry whose epoch is not the table's current one
+   is empty (left over from an earlier window, or never used). Comparing the first 8
+   bytes first rejects almost every occupied non-matching slot with one load. The probe
+   count is bounded by the table size: a buffer of fewer than 20 slots can be 100% full
+   (capacity = slots), so a missing key may find no empty slot at all. */
+static inline int put(KeyBuffer *kb, const uint8_t *h, uint32_t d, int32_t dv, int has) {
+    uint64_t h0;
+    memcpy(&h0, h, 8);
+    uint64_t slot = home_slot(h0, kb->slots);
+    const uint8_t epoch = kb->epoch;
+    for (uint64_t n = 1; n <= kb->slots; n++) {
+        uint8_t *e = kb->table + slot * ENTRY_BYTES;
+        uint8_t flag = e[E_FLAG];
+        if ((flag & EPOCH_MASK) != epoch) {
+            kb->probes += n;
+            if (kb->size >= kb->capacity) return PUT_FULL;
+            memcpy(e, h, HASH_BYTES);
+            memcpy(e + E_INT1, &d, 4);
+            memcpy(e + E_INT2, &dv, 4);
+            e[E_FLAG] = (uint8_t)(epoch | (has ? FLAG_HAS_VALUE : 0));
+            kb->used[kb->size++] = (uint32_t)slot;
+            kb->new_keys++;
+            return PUT_OK;
+        }
+        uint64_t e0;
+        memcpy(&e0, e, 8);
+        if (e0 == h0 && memcmp(e + 8, h + 8, HASH_BYTES - 8) == 0) {
+            kb->probes += n;
+            if (beats(kb->strategy, e, d, dv, has)) {
+                memcpy(e + E_INT1, &d, 4);
+                memcpy(e + E_INT2, &dv, 4);
+                e[E_FLAG] = (uint8_t)(epoch | (has ? FLAG_HAS_VALUE : 0));
+                kb->replaced++;
+            }
+            return PUT_OK;
+        }
+        if (++slot == kb->slots) slot = 0;
+    }
+    kb->probes += kb->slots;
+    return PUT_FULL;
+}
+
+static inline void prefetch_home(const KeyBuffer *kb, const uint8_t *h) {
+    uint64_t h0;
+    memcpy(&h0, h, 8);
+    const uint8_t *e = kb->table + home_slot(h0, kb->slots) * ENTRY_BYTES;
+    PREFETCH(e);
+    PREFETCH(e + ENTRY_BYTES - 1); /* an entry may straddle two cache lines */
+}
+
+/* The record's offset and value as deltas from the window's bases (taking the bases from
+   this record when the window has none yet), or PUT_UNREPRESENTABLE. */
+static inline int represent(KeyBuffer *kb, const Cols *c, int64_t i, uint32_t *d, int32_t *dv,
+                            int *has, int *err) {
+    if (!col_valid(&c->offsets, i)) {
+        *err = ERR_NULL_OFFSET;
+        return PUT_UNREPRESENTABLE;
+    }
+    int64_t off = col_i64(&c->offsets, i);
+    if (!kb->base_set) {
+        kb->base_offset = off;
+        kb->base_set = 1;
+    }
+    if (off < kb->base_offset || (uint64_t)off - (uint64_t)kb->base_offset > UINT32_MAX) {
+        if (kb->size != 0) return PUT_UNREPRESENTABLE;
+        /* An empty window holds nothing relative to its base, so it may move it: a reset
+           buffer takes its first record whatever base the caller gave. */
+        kb->base_offset = off;
+    }
+    *d = (uint32_t)((uint64_t)off - (uint64_t)kb->base_offset);
+    *dv = 0;
+    *has = 0;
+    if (kb->strategy == S_OFFSET) return PUT_OK;
+    if (kb->strategy == S_TIMESTAMP) {
+        if (c->values.kind == COL_NONE || !col_valid(&c->values, i)) {
+            *err = ERR_NULL_TIMESTAMP;
+            return PUT_UNREPRESENTABLE;
+        }
+    } else {
+        *has = c->values.kind != COL_NONE && col_valid(&c->values, i) &&
+               (c->has_value.kind == COL_NONE || col_true(&c->has_value, i));
+        if (!*has) return PUT_OK;
+    }
+    int64_t v = col_i64(&c->values, i);
+    if (!kb->value_base_set) {
+        kb->value_base = v;
+        kb->value_base_set = 1;
+    }
+    int64_t delta;
+    if (__builtin_sub_overflow(v, kb->value_base, &delta) || delta < INT32_MIN || delta > INT32_MAX)
+        return PUT_UNREPRESENTABLE;
+    *dv = (int32_t)delta;
+    return PUT_OK;
+}
+
+/* Inserts block b of the job's segment. Returns -1 when every record was consumed, else
+   the index of the record where the window closes (or where an error was found). */
+static int64_t insert_block(KeyBuffer *kb, const Cols *c, const HashJob *j, int64_t b, int *err) {
+    int64_t lo = b * BLOCK, hi = lo + BLOCK < j->n ? lo + BLOCK : j->n;
+    for (int64_t i = lo; i < lo + PREFETCH_AHEAD && i < hi; i++)
+        prefetch_home(kb, j->out + (size_t)i * HASH_BYTES);
+    for (int64_t i = lo; i < hi; i++) {
+        if (i + PREFETCH_AHEAD < hi) prefetch_home(kb, j->out + (size_t)(i + PREFETCH_AHEAD) * HASH_BYTES);
+        int64_t rec = j->first + i;
+        if (!record_eligible(&c->keys, &c->eligible, rec)) continue;
+        uint32_t d;
+        int32_t dv;
+        int has;
+        int r = represent(kb, c, rec, &d, &dv, &has, err);
+        if (r == PUT_OK) r = put(kb, j->out + (size_t)i * HASH_BYTES, d, dv, has);
+        if (r != PUT_OK) return rec;
+        kb->records++;
+    }
+    return -1;
+}
+
+/* Consumes records [start, end) as described at the top; runs without the GIL. */
+static int64_t run_insert(KeyBuffer *kb, const Cols *c, int64_t start, int64_t end, int *err) {
+    HashJob *j = PyMem_RawMalloc(sizeof(HashJob));
+    if (j == NULL) {
+        *err = -1;
+        return start;
+    }
+    kb_compress_fn compress = compress_for(kb->impl);
+    int64_t result = end;
+    for (int64_t pos = start; pos < end; pos += SEGMENT) {
+        int64_t n = end - pos < SEGMENT ? end - pos : SEGMENT;
+        job_init(j, &c->keys, &c->eligible, compress, pos, n, kb->scratch);
+        pthread_t tids[MAX_THREADS];
+        int started = start_helpers(j, kb->threads, tids);
+        int64_t ins = 0, stopped = -1;
+        while (ins < j->nblocks) {
+            if (atomic_load_explicit(&j->done[ins], memory_order_acquire)) {
+                stopped = insert_block(kb, c, j, ins, err);
+                if (stopped >= 0) break;
+                ins++;
+            } else if (!claim_and_hash(j)) {
+                cpu_relax(); /* a helper is finishing block `ins` */
+            }
+        }
+        stop_helpers(j, tids, started);
+        if (stopped >= 0) {
+            result = stopped;
+            break;
+        }
+    }
+    PyMem_RawFree(j);
+    return result;
+}
+
+/* Empties the table, in whichever of two ways writes less memory:
+   - zero the flag byte of each slot the window used (the used list): `size` random
+     writes, about a cache line of traffic each;
+   - bump the epoch: entries stamped with an older epoch read as empty, so this is free,
+     except that every 127th bump wraps the 7-bit epoch and zeroes the whole table
+     (`full_clears`), i.e. slots * 41 / 127 bytes per bump, amortized.
+   Either way clearing costs O(keys inserted): small windows (the common case with many
+   partitions) never touch the rest of the table, and a full memset happens only after
+   127 windows that each inserted at least slots * 41 / (127 * 64) keys (~16.5k keys for
+   128 MiB). Invariant afterwards: no slot holds the current epoch. */
+static void clear_table(KeyBuffer *kb) {
+    if (kb->size * 64 <= kb->slots * ENTRY_BYTES / EPOCH_MAX) {
+        for (uint64_t i = 0; i < kb->size; i++)
+            kb->table[(uint64_t)kb->used[i] * ENTRY_BYTES + E_FLAG] = 0;
+        kb->slot_clears++;
+    } else {
+        kb->epoch_bumps++;
+        if (++kb->epoch > EPOCH_MAX) {
+            memset(kb->table, 0, kb->slots * ENTRY_BYTES);
+            kb->epoch = 1;
+            kb->full_clears++;
+        }
+    }
+    kb->size = 0;
+    kb->base_set = 0;
+    kb->value_base_set = 0;
+    kb->wvalid = 0;
+}
+
+/* LSD radix sort of uint32 (8-bit digits), skipping digits all values share: window
+   offset deltas are usually < 2^24, so three passes or fewer. Result in `a`. */
+static void radix_sort(uint32_t *a, uint32_t *tmp, uint64_t n) {
+    uint64_t count[4][256];
+    memset(count, 0, sizeof count);
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t v = a[i];
+        count[0][v & 0xff]++;
+        count[1][(v >> 8) & 0xff]++;
+        count[2][(v >> 16) & 0xff]++;
+        count[3][v >> 24]++;
+    }
+    uint32_t *src = a, *dst = tmp;
+    for (int p = 0; p < 4; p++) {
+        int shift = 8 * p;
+        if (n == 0 || count[p][(src[0] >> shift) & 0xff] == n) continue;
+        uint64_t pos[256], sum = 0;
+        for (int b = 0; b < 256; b++) {
+            pos[b] = sum;
+            sum += count[p][b];
+        }
+        for (uint64_t i = 0; i < n; i++) dst[pos[(src[i] >> shift) & 0xff]++] = src[i];
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, n * sizeof(uint32_t));
+}
+
+/* Collects and sorts the window's winning offset deltas (cached until the next insert or
+   reset). Small windows gather through the used list (O(keys)); windows holding more
+   than 1/8 of the slots scan the table sequentially, which is faster than that many
+   random reads. Runs without the GIL; returns -1 on allocation failure. */
+static int build_winners(KeyBuffer *kb) {
+    if (kb->wvalid) return 0;
+    uint64_t k = kb->size;
+    if (k > kb->wcap) {
+        uint32_t *a = PyMem_RawRealloc(kb->wsorted, k * sizeof(uint32_t));
+        if (a == NULL) return -1;
+        kb->wsorted = a;
+        uint32_t *t = PyMem_RawRealloc(kb->wtmp, k * sizeof(uint32_t));
+        if (t == NULL) return -1;
+        kb->wtmp = t;
+        kb->wcap = k;
+    }
+    uint32_t *w = kb->wsorted;
+    if (k > kb->slots / 8) {
+        uint64_t m = 0;
+        const uint8_t *e = kb->table;
+        for (uint64_t s = 0; s < kb->slots; s++, e += ENTRY_BYTES)
+            if ((e[E_FLAG] & EPOCH_MASK) == kb->epoch) memcpy(&w[m++], e + E_INT1, 4);
+    } else {
+        for (uint64_t i = 0; i < k; i++) {
+            if (i + 16 < k) PREFETCH(kb->table + (uint64_t)kb->used[i + 16] * ENTRY_BYTES + E_INT1);
+            memcpy(&w[i], kb->table + (uint64_t)kb->used[i] * ENTRY_BYTES + E_INT1, 4);
+        }
+    }
+    radix_sort(w, kb->wtmp, k);
+    kb->wcount = k;
+    kb->wvalid = 1;
+    return 0;
+}
+
+/* The first index >= j of sorted w[0..n) whose value is >= x (galloping from j). */
+static inline uint64_t gallop(const uint32_t *w, uint64_t n, uint64_t j, uint32_t x) {
+    if (j >= n || w[j] >= x) return j;
+    uint64_t lo = j, step = 1, hi; /* invariant: w[lo] < x */
+    for (;;) {
+        hi = lo + step;
+        if (hi >= n) {
+            hi = n;
+            break;
+        }
+        if (w[hi] >= x) break;
+        lo = hi;
+        step <<= 1;
+    }
+    while (hi - lo > 1) { /* w[lo] < x, and hi == n or w[hi] >= x */
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (w[mid] < x) lo = mid; else hi = mid;
+    }
+    return hi;
+}
+
+static int kb_check_idle(KeyBuffer *kb) {
+    if (kb->table == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "KeyBuffer is not initialized");
+        return -1;
+    }
+    if (kb->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "KeyBuffer is in use by another thread");
+        return -1;
+    }
+    return 0;
+}
+
+/* The table: zero-filled and untouched until keys land in it (so it enters RSS as it
+   fills). On Linux, tables of 2 MiB and more are mapped anonymously and advised to use
+   transparent huge pages: every probe is a random access, and with 4 KiB pages a
+   128 MiB table would also miss the TLB on nearly every one. */
+#define HUGE_PAGE (2u << 20)
+static uint8_t *table_alloc(uint64_t bytes, int *mapped) {
+    *mapped = 0;
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (bytes >= HUGE_PAGE) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+#ifdef MADV_HUGEPAGE
+            (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+            *mapped = 1;
+            return p;
+        }
+    }
+#endif
+    return PyMem_RawCalloc(1, bytes);
+}
+
+static void table_free(uint8_t *table, uint64_t bytes, int mapped) {
+    if (table == NULL) return;
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (mapped) {
+        munmap(table, bytes);
+        return;
+    }
+#endif
+    (void)bytes;
+    (void)mapped;
+    PyMem_RawFree(table);
+}
+
+static void kb_free_memory(KeyBuffer *kb) {
+    table_free(kb->table, kb->slots * ENTRY_BYTES, kb->table_mapped);
+    PyMem_RawFree(kb->used);
+    PyMem_RawFree(kb->scratch);
+    PyMem_RawFree(kb->wsorted);
+    PyMem_RawFree(kb->wtmp);
+    kb->table = NULL;
+    kb->used = NULL;
+    kb->scratch = NULL;
+    kb->wsorted = NULL;
+    kb->wtmp = NULL;
+    kb->wcap = 0;
+}
+
+static void kb_dealloc(KeyBuffer *kb) {
+    kb_free_memory(kb);
+    Py_TYPE(kb)->tp_free((PyObject *)kb);
+}
+
+static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
+    static char *names[] = {"capacity_bytes", "threads", "hash_impl", NULL};
+    long long capacity_bytes = 128LL << 20;
+    int threads = 2;
+    PyObject *impl_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|L$iO:KeyBuffer", names, &capacity_bytes,
+                                     &threads, &impl_obj))
+        return -1;
+    if (kb->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "KeyBuffer is in use by another thread");
+        return -1;
+    }
+    if (capacity_bytes < ENTRY_BYTES) {
+        PyErr_Format(PyExc_ValueError,
+                     "the key buffer must hold at least one %d-byte entry, got %lld bytes",
+                     ENTRY_BYTES, capacity_bytes);
+        return -1;
+    }
+    uint64_t slots = (uint64_t)capacity_bytes / ENTRY_BYTES;
+    if (slots > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the key buffer is limited to 2^32 - 1 entries");
+        return -1;
+    }
+    if (threads < 1 || threads > MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "threads must be 1..%d, got %d", MAX_THREADS, threads);
+        return -1;
+    }
+    int impl = parse_impl(impl_obj);
+    if (impl < 0) return -1;
+    uint64_t capacity = slots - slots * (LOAD_DEN - LOAD_NUM) / LOAD_DEN;
+    kb_free_memory(kb);
+    kb->table = table_alloc(slots * ENTRY_BYTES, &kb->table_mapped);
+    kb->slots = slots;
+    kb->used = PyMem_RawMalloc(capacity * sizeof(uint32_t));
+    kb->scratch = PyMem_RawMalloc((size_t)SEGMENT * HASH_BYTES);
+    if (kb->table == NULL || kb->used == NULL || kb->scratch == NULL) {
+        kb_free_memory(kb);
+        PyErr_NoMemory();
+        return -1;
+    }
+    kb->slots = slots;
+    kb->capacity = capacity;
+    kb->size = 0;
+    kb->epoch = 1;
+    kb->strategy = S_OFFSET;
+    kb->base_set = 0;
+    kb->base_offset = 0;
+    kb->value_base_set = 0;
+    kb->value_base = 0;
+    kb->threads = threads;
+    kb->impl = impl;
+    kb->wvalid = 0;
+    kb->wcount = 0;
+    kb->resets = kb->full_clears = kb->epoch_bumps = kb->slot_clears = 0;
+    kb->records = kb->new_keys = kb->replaced = kb->probes = 0;
+    return 0;
+}
+
+static PyObject *kb_reset(KeyBuffer *kb, PyObject *args, PyObject *kw) {
+    static char *names[] = {"strategy", "base_offset", NULL};
+    int strategy = S_OFFSET;
+    PyObject *base = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iO:reset", names, &strategy, &base)) return NULL;
+    if (kb_check_idle(kb) < 0) return NULL;
+    if (strategy < S_OFFSET || strategy > S_HEADER) {
+        PyErr_Format(PyExc_ValueError, "unknown strategy code %d", strategy);
+        return NULL;
+    }
+    long long b = 0;
+    if (base != Py_None) {
+        b = PyLong_AsLongLong(base);
+        if (b == -1 && PyErr_Occurred()) return NULL;
+    }
+    clear_table(kb);
+    kb->strategy = strategy;
+    kb->base_set = base != Py_None;
+    kb->base_offset = b;
+    kb->resets++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *kb_insert(KeyBuffer *kb, PyObject *args, PyObject *kw) {
+    static char *names[] = {"keys", "offsets", "values", "has_value", "eligible", "start", "end", NULL};
+    PyObject *keys, *offsets, *values = Py_None, *has_value = Py_None, *eligible = Py_None;
+    PyObject *end_obj = Py_None;
+    Py_ssize_t start = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOnO:insert", names, &keys, &offsets, &values,
+                                     &has_value, &eligible, &start, &end_obj))
+        return NULL;
+    if (kb_check_idle(kb) < 0) return NULL;
+    Cols c;
+    memset(&c, 0, sizeof c);
+    PyObject *result = NULL;
+    if (col_import(keys, WANT_BINARY, &c.keys, "keys") < 0 ||
+        col_import(offsets, WANT_INT64, &c.offsets, "offsets") < 0 ||
+        col_import(values, WANT_INT64, &c.values, "values") < 0 ||
+        col_import(has_value, WANT_BOOL, &c.has_value, "has_value") < 0 ||
+        col_import(eligible, WANT_BOOL, &c.eligible, "eligible") < 0)
+        goto done;
+    int64_t n = c.keys.length;
+    if (c.offsets.length != n || (c.values.kind && c.values.length != n) ||
+        (c.has_value.kind && c.has_value.length != n) || (c.eligible.kind && c.eligible.length != n)) {
+        PyErr_SetString(PyExc_ValueError, "insert: all arrays must have the keys' length");
+        goto done;
+    }
+    if (kb->strategy == S_TIMESTAMP && c.values.kind == COL_NONE) {
+        PyErr_SetString(PyExc_ValueError, "insert: the timestamp strategy needs values (timestamps)");
+        goto done;
+    }
+    Py_ssize_t end = n;
+    if (end_obj != Py_None) {
+        end = PyLong_AsSsize_t(end_obj);
+        if (end == -1 && PyErr_Occurred()) goto done;
+    }
+    if (start < 0 || end < start || end > n) {
+        PyErr_Format(PyExc_ValueError, "insert: bad record range %zd..%zd of %lld", start, end,
+                     (long long)n);
+        goto done;
+    }
+    int err = ERR_NONE;
+    int64_t taken;
+    kb->busy = 1;
+    kb->wvalid = 0;
+    Py_BEGIN_ALLOW_THREADS
+    taken = run_insert(kb, &c, start, end, &err);
+    Py_END_ALLOW_THREADS
+    kb->busy = 0;
+    if (err == -1) {
+        PyErr_NoMemory();
+    } else if (err == ERR_NULL_TIMESTAMP) {
+        PyErr_Format(PyExc_ValueError, "insert: record %lld has a null timestamp", (long long)taken);
+    } else if (err == ERR_NULL_OFFSET) {
+        PyErr_Format(PyExc_ValueError, "insert: record %lld has a null offset", (long long)taken);
+    } else {
+        result = PyLong_FromLongLong(taken);
+    }
+done:
+    col_release(&c.keys);
+    col_release(&c.offsets);
+    col_release(&c.values);
+    col_release(&c.has_value);
+    col_release(&c.eligible);
+    return result;
+}
+
+/* winners() -> bytes: the window's winning offsets, int64 native order, ascending. */
+static PyObject *kb_winners(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
+    if (kb_check_idle(kb) < 0) return NULL;
+    int rc;
+    kb->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = build_winners(kb);
+    Py_END_ALLOW_THREADS
+    kb->busy = 0;
+    if (rc < 0) return PyErr_NoMemory();
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(kb->wcount * 8));
+    if (out == NULL) return NULL;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
+    for (uint64_t i = 0; i < kb->wcount; i++) o[i] = kb->base_offset + (int64_t)kb->wsorted[i];
+    return out;
+}
+
+/* keep_mask(offsets, eligible=None) -> bytes: an Arrow validity-style bitmap (LSB
+   first), bit i set iff offsets[i] is a winner of the window, or (with `eligible`) the
+   record does not take part. Membership walks the sorted winners alongside the offsets
+   (galloping), so ascending offsets cost O(n + log k); any order is still answered. */
+static PyObject *kb_keep_mask(KeyBuffer *kb, PyObject *args, PyObject *kw) {
+    static char *names[] = {"offsets", "eligible", NULL};
+    PyObject *offsets, *eligible = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:keep_mask", names, &offsets, &eligible))
+        return NULL;
+    if (kb_check_idle(kb) < 0) return NULL;
+    Col off, el;
+    memset(&el, 0, sizeof el);
+    PyObject *out = NULL;
+    if (col_import(offsets, WANT_INT64, &off, "offsets") < 0 ||
+        col_import(eligible, WANT_BOOL, &el, "eligible") < 0)
+        goto done;
+    if (el.kind && el.length != off.length) {
+        PyErr_SetString(PyExc_ValueError, "keep_mask: eligible must have the offsets' length");
+        goto done;
+    }
+    int64_t n = off.length;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 7) / 8));
+    if (out == NULL) goto done;
+    uint8_t *bits = (uint8_t *)PyBytes_AS_STRING(out);
+    int rc;
+    kb->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = build_winners(kb);
+    if (rc == 0) {
+        memset(bits, 0, (size_t)(n + 7) / 8);
+        const uint32_t *w = kb->wsorted;
+        uint64_t nw = kb->wcount, j = 0;
+        uint32_t prev = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int keep;
+            if (el.kind && !col_true(&el, i)) {
+                keep = 1;
+            } else if (!col_valid(&off, i)) {
+                keep = 0;
+            } else {
+                int64_t o = col_i64(&off, i);
+                if (!kb->base_set || o < kb->base_offset ||
+                    (uint64_t)o - (uint64_t)kb->base_offset > UINT32_MAX) {
+                    keep = 0;
+                } else {
+                    uint32_t x = (uint32_t)((uint64_t)o - (uint64_t)kb->base_offset);
+                    if (x < prev) j = 0; /* offsets went backwards: search from the start */
+                    prev = x;
+                    j = gallop(w, nw, j, x);
+                    keep = j < nw && w[j] == x;
+                }
+            }
+            if (keep) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+        }
+    }
+    Py_END_ALLOW_THREADS
+    kb->busy = 0;
+    if (rc < 0) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+    }
+done:
+    col_release(&off);
+    col_release(&el);
+    return out;
+}
+
+/* The entry of a key in the current window, or NULL. */
+static const uint8_t *find_entry(KeyBuffer *kb, const uint8_t *key, size_t len) {
+    uint8_t h[HASH_BYTES];
+    kb_sha512_256(compress_for(kb->impl), key, len, h);
+    uint64_t h0;
+    memcpy(&h0, h, 8);
+    uint64_t slot = home_slot(h0, kb->slots);
+    for (uint64_t n = 0; n < kb->slots; n++) {
+        const uint8_t *e = kb->table + slot * ENTRY_BYTES;
+        if ((e[E_FLAG] & EPOCH_MASK) != kb->epoch) return NULL;
+        if (memcmp(e, h, HASH_BYTES) == 0) return e;
+        if (++slot == kb->slots) slot = 0;
+    }
+    return NULL;
+}
+
+static PyObject *kb_lookup(KeyBuffer *kb, PyObject *arg) {
+    Py_buffer b;
+    if (kb_check_idle(kb) < 0) return NULL;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *e = find_entry(kb, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    if (e == NULL) Py_RETURN_NONE;
+    uint32_t d;
+    memcpy(&d, e + E_INT1, 4);
+    return PyLong_FromLongLong(kb->base_offset + (int64_t)d);
+}
+
+/* lookup_entry(key) -> (offset, value | None) | None; value is the stored timestamp or
+   header value (None under the offset strategy or for a record without the header). */
+static PyObject *kb_lookup_entry(KeyBuffer *kb, PyObject *arg) {
+    Py_buffer b;
+    if (kb_check_idle(kb) < 0) return NULL;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *e = find_entry(kb, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    if (e == NULL) Py_RETURN_NONE;
+    uint32_t d;
+    int32_t dv;
+    memcpy(&d, e + E_INT1, 4);
+    memcpy(&dv, e + E_INT2, 4);
+    long long off = kb->base_offset + (int64_t)d;
+    int has_value = kb->strategy == S_TIMESTAMP ||
+                    (kb->strategy == S_HEADER && (e[E_FLAG] & FLAG_HAS_VALUE));
+    if (!has_value) return Py_BuildValue("(LO)", off, Py_None);
+    return Py_BuildValue("(LL)", off, (long long)(kb->value_base + dv));
+}
+
+#define U64(name) PyLong_FromUnsignedLongLong(kb->name)
+static PyObject *kb_stats(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
+    return Py_BuildValue(
+        "{sNsNsNsisNsNsNsNsNsNsNsNsNsi}", "slots", U64(slots), "capacity", U64(capacity), "size",
+        U64(size), "epoch", (int)kb->epoch, "resets", U64(resets), "full_clears", U64(full_clears),
+        "epoch_bumps", U64(epoch_bumps), "slot_clears", U64(slot_clears), "records", U64(records),
+        "new_keys", U64(new_keys), "replaced", U64(replaced), "probes", U64(probes), "memory_bytes",
+        PyLong_FromUnsignedLongLong(kb->slots * ENTRY_BYTES + kb->capacity * 4 +
+                                    (uint64_t)SEGMENT * HASH_BYTES + kb->wcap * 8),
+        "threads", kb->threads);
+}
+
+static PyObject *get_size(KeyBuffer *kb, void *c) { (void)c; return U64(size); }
+static PyObject *get_slots(KeyBuffer *kb, void *c) { (void)c; return U64(slots); }
+static PyObject *get_capacity(KeyBuffer *kb, void *c) { (void)c; return U64(capacity); }
+static PyObject *get_full_clears(KeyBuffer *kb, void *c) { (void)c; return U64(full_clears); }
+static PyObject *get_strategy(KeyBuffer *kb, void *c) { (void)c; return PyLong_FromLong(kb->strategy); }
+static PyObject *get_threads(KeyBuffer *kb, void *c) { (void)c; return PyLong_FromLong(kb->threads); }
+static PyObject *get_hash_impl(KeyBuffer *kb, void *c) { (void)c; return PyUnicode_FromString(impl_name(kb->impl)); }
+static PyObject *get_base_offset(KeyBuffer *kb, void *c) {
+    (void)c;
+    if (!kb->base_set) Py_RETURN_NONE;
+    return PyLong_FromLongLong(kb->base_offset);
+}
+#undef U64
+
+static PyGetSetDef kb_getset[] = {
+    {"size", (getter)get_size, NULL, "keys held in the current window", NULL},
+    {"slots", (getter)get_slots, NULL, "41-byte entries in the table", NULL},
+    {"capacity", (getter)get_capacity, NULL, "keys a window takes before it is full", NULL},
+    {"full_clears", (getter)get_full_clears, NULL, "whole-table memsets so far (epoch wraps)", NULL},
+    {"strategy", (getter)get_strategy, NULL, "strategy code of the current window", NULL},
+    {"base_offset", (getter)get_base_offset, NULL, "the window's base offset, or None", NULL},
+    {"threads", (getter)get_threads, NULL, "threads hashing a batch", NULL},
+    {"hash_impl", (getter)get_hash_impl, NULL, "'openssl' or 'portable'", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef kb_methods[] = {
+    {"reset", (PyCFunction)(void (*)(void))kb_reset, METH_VARARGS | METH_KEYWORDS,
+     "reset(strategy=0, base_offset=None): start a window; clearing costs O(keys held)"},
+    {"insert", (PyCFunction)(void (*)(void))kb_insert, METH_VARARGS | METH_KEYWORDS,
+     "insert(keys, offsets, values=None, has_value=None, eligible=None, start=0, end=None) -> "
+     "index of the first record not consumed"},
+    {"winners", (PyCFunction)kb_winners, METH_NOARGS, "winning offsets, int64, ascending"},
+    {"keep_mask", (PyCFunction)(void (*)(void))kb_keep_mask, METH_VARARGS | METH_KEYWORDS,
+     "keep_mask(offsets, eligible=None) -> bitmap bytes"},
+    {"lookup", (PyCFunction)kb_lookup, METH_O, "the winning offset of a key, or None"},
+    {"lookup_entry", (PyCFunction)kb_lookup_entry, METH_O, "(offset, value | None) or None"},
+    {"stats", (PyCFunction)kb_stats, METH_NOARGS, "counters"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject KeyBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "worker.kernel._keybuffer.KeyBuffer",
+    .tp_basicsize = sizeof(KeyBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "KeyBuffer(capacity_bytes=128 MiB, *, threads=2, hash_impl=None)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)kb_init,
+    .tp_dealloc = (destructor)kb_dealloc,
+    .tp_methods = kb_methods,
+    .tp_getset = kb_getset,
+};
+
+/* hash_keys(keys, threads=2, hash_impl=None) -> bytes: 32 bytes per key (zeros for null
+   keys), hashed with the GIL released. */
+static PyObject *mod_hash_keys(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
+    static char *names[] = {"keys", "threads", "hash_impl", NULL};
+    PyObject *keys, *impl_obj = Py_None;
+    int threads = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iO:hash_keys", names, &keys, &threads, &impl_obj))
+        return NULL;
+    if (threads < 1 || threads > MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "threads must be 1..%d, got %d", MAX_THREADS, threads);
+        return NULL;
+    }
+    int impl = parse_impl(impl_obj);
+    if (impl < 0) return NULL;
+    Col c, none;
+    memset(&none, 0, sizeof none);
+    if (col_import(keys, WANT_BINARY, &c, "keys") < 0) {
+        col_release(&c);
+        return NULL;
+    }
+    int64_t n = c.length;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * HASH_BYTES));
+    HashJob *j = PyMem_RawMalloc(sizeof(HashJob));
+    if (out == NULL || j == NULL) {
+        Py_XDECREF(out);
+        PyMem_RawFree(j);
+        col_release(&c);
+        return j == NULL ? PyErr_NoMemory() : NULL;
+    }
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t pos = 0; pos < n; pos += SEGMENT) {
+        int64_t m = n - pos < SEGMENT ? n - pos : SEGMENT;
+        job_init(j, &c, &none, compress_for(impl), pos, m, o + (size_t)pos * HASH_BYTES);
+        pthread_t tids[MAX_THREADS];
+        int started = start_helpers(j, threads, tids);
+        while (claim_and_hash(j)) {
+        }
+        stop_helpers(j, tids, started);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(j);
+    col_release(&c);
+    return out;
+}
+
+/* _sha512_256(data, impl=None) -> 32 bytes: one message, for tests. */
+static PyObject *mod_sha512_256(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
+    static char *names[] = {"data", "impl", NULL};
+    Py_buffer b;
+    PyObject *impl_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|O:_sha512_256", names, &b, &impl_obj)) return NULL;
+    int impl = parse_impl(impl_obj);
+    if (impl < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    uint8_t h[HASH_BYTES];
+    kb_sha512_256(compress_for(impl), b.buf, (size_t)b.len, h);
+    PyBuffer_Release(&b);
+    return PyBytes_FromStringAndSize((const char *)h, HASH_BYTES);
+}
+
+static PyMethodDef module_methods[] = {
+    {"_sha512_256", (PyCFunction)(void (*)(void))mod_sha512_256, METH_VARARGS | METH_KEYWORDS,
+     "_sha512_256(data, impl=None) -> bytes"},
+    {"hash_keys", (PyCFunction)(void (*)(void))mod_hash_keys, METH_VARARGS | METH_KEYWORDS,
+     "hash_keys(keys, threads=2, hash_impl=None) -> bytes"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_keybuffer",
+                                    "The compiled key buffer (see _keybuffer.c).", -1,
+                                    module_methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__keybuffer(void) {
+#ifdef KB_HAVE_OPENSSL
+    OPENSSL_init_crypto(0, NULL); /* CPU feature detection for the assembly paths */
+#endif
+    if (PyType_Ready(&KeyBufferType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&KeyBufferType);
+    if (PyModule_AddObject(m, "KeyBuffer", (PyObject *)&KeyBufferType) < 0) {
+        Py_DECREF(&KeyBufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "ENTRY_BYTES", ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "STRATEGY_OFFSET", S_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "STRATEGY_TIMESTAMP", S_TIMESTAMP) < 0 ||
+        PyModule_AddIntConstant(m, "STRATEGY_HEADER", S_HEADER) < 0 ||
+        PyModule_AddStringConstant(m, "HASH_IMPL", impl_name(default_impl)) < 0 ||
+#ifdef KB_HAVE_OPENSSL
+        PyModule_AddObjectRef(m, "HAVE_OPENSSL", Py_True) < 0
+#else
+        PyModule_AddObjectRef(m, "HAVE_OPENSSL", Py_False) < 0
+#endif
+    ) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,167 @@
+/*
+ * SHA-512/256 (FIPS 180-4 sections 5.3.6.2 and 6.7): SHA-512 with its own initial hash
+ * value, output truncated to the first 256 bits.
+ *
+ * Two compression functions share one driver:
+ *   - kb_compress_portable: plain C, always compiled (the fallback, and a test hook);
+ *   - kb_compress_openssl:  OpenSSL's assembly SHA-512 block function, reached through
+ *     SHA512_Transform, compiled when setup.py found the OpenSSL headers
+ *     (KB_HAVE_OPENSSL).
+ *
+ * Why SHA512_Transform and not SHA512_Init/Update/Final or EVP: a key of up to 111
+ * bytes is one padded 128-byte block, so the whole hash is one compression. Padding the
+ * block ourselves and calling the block function directly skips the per-message
+ * bookkeeping. Measured on this machine (36-byte keys, one core): Transform 175-180 ns,
+ * Init/Update/Final 195-210 ns, EVP with a reused context 225-245 ns, this file's
+ * portable compression ~250-290 ns.
+ */
+#ifndef KB_SHA512_256_H
+#define KB_SHA512_256_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef KB_HAVE_OPENSSL
+/* SHA512_Transform is deprecated in OpenSSL 3 (still exported, and what libcrypto's own
+   SHA-512 uses): ask for the 1.1.1 API without deprecation warnings. */
+#define OPENSSL_API_COMPAT 10101
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#endif
+
+static const uint64_t KB_SHA512_K[80] = {
+    0x428a2f98d728ae22ULL, 0x7137449123ef65cdULL, 0xb5c0fbcfec4d3b2fULL, 0xe9b5dba58189dbbcULL,
+    0x3956c25bf348b538ULL, 0x59f111f1b605d019ULL, 0x923f82a4af194f9bULL, 0xab1c5ed5da6d8118ULL,
+    0xd807aa98a3030242ULL, 0x12835b0145706fbeULL, 0x243185be4ee4b28cULL, 0x550c7dc3d5ffb4e2ULL,
+    0x72be5d74f27b896fULL, 0x80deb1fe3b1696b1ULL, 0x9bdc06a725c71235ULL, 0xc19bf174cf692694ULL,
+    0xe49b69c19ef14ad2ULL, 0xefbe4786384f25e3ULL, 0x0fc19dc68b8cd5b5ULL, 0x240ca1cc77ac9c65ULL,
+    0x2de92c6f592b0275ULL, 0x4a7484aa6ea6e483ULL, 0x5cb0a9dcbd41fbd4ULL, 0x76f988da831153b5ULL,
+    0x983e5152ee66dfabULL, 0xa831c66d2db43210ULL, 0xb00327c898fb213fULL, 0xbf597fc7beef0ee4ULL,
+    0xc6e00bf33da88fc2ULL, 0xd5a79147930aa725ULL, 0x06ca6351e003826fULL, 0x142929670a0e6e70ULL,
+    0x27b70a8546d22ffcULL, 0x2e1b21385c26c926ULL, 0x4d2c6dfc5ac42aedULL, 0x53380d139d95b3dfULL,
+    0x650a73548baf63deULL, 0x766a0abb3c77b2a8ULL, 0x81c2c92e47edaee6ULL, 0x92722c851482353bULL,
+    0xa2bfe8a14cf10364ULL, 0xa81a664bbc423001ULL, 0xc24b8b70d0f89791ULL, 0xc76c51a30654be30ULL,
+    0xd192e819d6ef5218ULL, 0xd69906245565a910ULL, 0xf40e35855771202aULL, 0x106aa07032bbd1b8ULL,
+    0x19a4c116b8d2d0c8ULL, 0x1e376c085141ab53ULL, 0x2748774cdf8eeb99ULL, 0x34b0bcb5e19b48a8ULL,
+    0x391c0cb3c5c95a63ULL, 0x4ed8aa4ae3418acbULL, 0x5b9cca4f7763e373ULL, 0x682e6ff3d6b2b8a3ULL,
+    0x748f82ee5defb2fcULL, 0x78a5636f43172f60ULL, 0x84c87814a1f0ab72ULL, 0x8cc702081a6439ecULL,
+    0x90befffa23631e28ULL, 0xa4506cebde82bde9ULL, 0xbef9a3f7b2c67915ULL, 0xc67178f2e372532bULL,
+    0xca273eceea26619cULL, 0xd186b8c721c0c207ULL, 0xeada7dd6cde0eb1eULL, 0xf57d4f7fee6ed178ULL,
+    0x06f067aa72176fbaULL, 0x0a637dc5a2c898a6ULL, 0x113f9804bef90daeULL, 0x1b710b35131c471bULL,
+    0x28db77f523047d84ULL, 0x32caab7b40c72493ULL, 0x3c9ebe0a15c9bebcULL, 0x431d67c49c100d4cULL,
+    0x4cc5d4becb3e42b6ULL, 0x597f299cfc657e2aULL, 0x5fcb6fab3ad6faecULL, 0x6c44198c4a475817ULL};
+
+/* FIPS 180-4 section 5.3.6.2: the SHA-512/256 initial hash value. */
+static const uint64_t KB_SHA512_256_IV[8] = {
+    0x22312194FC2BF72CULL, 0x9F555FA3C84C64C2ULL, 0x2393B86B6F53B151ULL, 0x963877195940EABDULL,
+    0x96283EE2A88EFFE3ULL, 0xBE5E1E2553863992ULL, 0x2B0199FC2C85B8AAULL, 0x0EB72DDC81C52CA2ULL};
+
+static inline uint64_t kb_load_be64(const uint8_t *p) {
+    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) |
+           ((uint64_t)p[3] << 32) | ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) |
+           ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+}
+
+static inline void kb_store_be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+#define KB_ROTR(x, n) (((x) >> (n)) | ((x) << (64 - (n))))
+#define KB_S0(x) (KB_ROTR(x, 28) ^ KB_ROTR(x, 34) ^ KB_ROTR(x, 39))
+#define KB_S1(x) (KB_ROTR(x, 14) ^ KB_ROTR(x, 18) ^ KB_ROTR(x, 41))
+#define KB_s0(x) (KB_ROTR(x, 1) ^ KB_ROTR(x, 8) ^ ((x) >> 7))
+#define KB_s1(x) (KB_ROTR(x, 19) ^ KB_ROTR(x, 61) ^ ((x) >> 6))
+#define KB_CH(x, y, z) (((x) & ((y) ^ (z))) ^ (z))
+#define KB_MAJ(x, y, z) (((x) & (y)) | ((z) & ((x) | (y))))
+
+/* One round with the working variables renamed instead of shifted: the caller rotates
+   the argument order, so eight rounds per loop iteration move no registers. */
+#define KB_ROUND(a, b, c, d, e, f, g, h, k, w)                                       \
+    do {                                                                             \
+        uint64_t t1_ = (h) + KB_S1(e) + KB_CH(e, f, g) + (k) + (w);                  \
+        (d) += t1_;                                                                  \
+        (h) = t1_ + KB_S0(a) + KB_MAJ(a, b, c);                                      \
+    } while (0)
+
+/* The message schedule kept as a 16-word ring: W[t] only ever needs W[t-16..t-1]. */
+#define KB_W(t) (w[(t) & 15] += KB_s1(w[((t) - 2) & 15]) + w[((t) - 7) & 15] + KB_s0(w[((t) - 15) & 15]))
+
+static void kb_compress_portable(uint64_t state[8], const uint8_t block[128]) {
+    uint64_t w[16];
+    for (int i = 0; i < 16; i++) w[i] = kb_load_be64(block + 8 * i);
+    uint64_t a = state[0], b = state[1], c = state[2], d = state[3];
+    uint64_t e = state[4], f = state[5], g = state[6], h = state[7];
+    for (int t = 0; t < 16; t += 8) {
+        KB_ROUND(a, b, c, d, e, f, g, h, KB_SHA512_K[t + 0], w[t + 0]);
+        KB_ROUND(h, a, b, c, d, e, f, g, KB_SHA512_K[t + 1], w[t + 1]);
+        KB_ROUND(g, h, a, b, c, d, e, f, KB_SHA512_K[t + 2], w[t + 2]);
+        KB_ROUND(f, g, h, a, b, c, d, e, KB_SHA512_K[t + 3], w[t + 3]);
+        KB_ROUND(e, f, g, h, a, b, c, d, KB_SHA512_K[t + 4], w[t + 4]);
+        KB_ROUND(d, e, f, g, h, a, b, c, KB_SHA512_K[t + 5], w[t + 5]);
+        KB_ROUND(c, d, e, f, g, h, a, b, KB_SHA512_K[t + 6], w[t + 6]);
+        KB_ROUND(b, c, d, e, f, g, h, a, KB_SHA512_K[t + 7], w[t + 7]);
+    }
+    for (int t = 16; t < 80; t += 8) {
+        KB_ROUND(a, b, c, d, e, f, g, h, KB_SHA512_K[t + 0], KB_W(t + 0));
+        KB_ROUND(h, a, b, c, d, e, f, g, KB_SHA512_K[t + 1], KB_W(t + 1));
+        KB_ROUND(g, h, a, b, c, d, e, f, KB_SHA512_K[t + 2], KB_W(t + 2));
+        KB_ROUND(f, g, h, a, b, c, d, e, KB_SHA512_K[t + 3], KB_W(t + 3));
+        KB_ROUND(e, f, g, h, a, b, c, d, KB_SHA512_K[t + 4], KB_W(t + 4));
+        KB_ROUND(d, e, f, g, h, a, b, c, KB_SHA512_K[t + 5], KB_W(t + 5));
+        KB_ROUND(c, d, e, f, g, h, a, b, KB_SHA512_K[t + 6], KB_W(t + 6));
+        KB_ROUND(b, c, d, e, f, g, h, a, KB_SHA512_K[t + 7], KB_W(t + 7));
+    }
+    state[0] += a; state[1] += b; state[2] += c; state[3] += d;
+    state[4] += e; state[5] += f; state[6] += g; state[7] += h;
+}
+
+/* The chaining state, laid out so OpenSSL's block function can work on it in place:
+   SHA512_Transform reads and updates only ctx->h (the struct's first member). */
+typedef union {
+    uint64_t h[8];
+#ifdef KB_HAVE_OPENSSL
+    SHA512_CTX ctx;
+#endif
+} kb_sha_state;
+
+typedef void (*kb_compress_fn)(kb_sha_state *st, const uint8_t block[128]);
+
+static void kb_compress_portable_st(kb_sha_state *st, const uint8_t block[128]) {
+    kb_compress_portable(st->h, block);
+}
+
+#ifdef KB_HAVE_OPENSSL
+static void kb_compress_openssl_st(kb_sha_state *st, const uint8_t block[128]) {
+    SHA512_Transform(&st->ctx, block);
+}
+#endif
+
+/* SHA-512/256 of msg[0..len) with the given compression function. Full blocks are
+   compressed straight from the message; the tail gets FIPS 180-4 padding (0x80, zeros,
+   the 128-bit big-endian bit length) in one block, or two when fewer than 17 bytes of
+   the last block are free (tails of 112..127 bytes). */
+static inline void kb_sha512_256(kb_compress_fn compress, const uint8_t *msg, size_t len,
+                                 uint8_t out[32]) {
+    kb_sha_state st;
+    memcpy(st.h, KB_SHA512_256_IV, sizeof KB_SHA512_256_IV);
+    size_t full = len / 128;
+    for (size_t i = 0; i < full; i++) compress(&st, msg + 128 * i);
+    size_t rem = len - 128 * full;
+    uint8_t tail[256];
+    if (rem) memcpy(tail, msg + 128 * full, rem);
+    tail[rem] = 0x80;
+    size_t nblocks = rem < 112 ? 1 : 2;
+    memset(tail + rem + 1, 0, 128 * nblocks - 16 - rem - 1);
+    kb_store_be64(tail + 128 * nblocks - 16, (uint64_t)len >> 61);
+    kb_store_be64(tail + 128 * nblocks - 8, (uint64_t)len << 3);
+    compress(&st, tail);
+    if (nblocks == 2) compress(&st, tail + 128);
+    for (int i = 0; i < 4; i++) kb_store_be64(out + 8 * i, st.h[i]);
+}
+
+#endif /* KB_SHA512_256_H */
