@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from worker.kernel import ENTRY_BYTES
-
 from catalog.garbage import DEFAULT_GRACE_MS
 from cli.context import Context, UsageError
 from planner.levels import full_job, next_level_job
 from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from worker.kernel import ENTRY_BYTES
 from worker.stats import JobReport
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 from conftest import RequestLog
-from worker.kernel import KeyBuffer
 from worker_scenarios import add_file, make_topics, read_live
 
 from catalog import Catalog, LiveFile
@@ -15,6 +14,7 @@ from fileformat import RECORD_SCHEMA, FileWriter, Record
 from objectstore import LocalStore, ObjectStore
 from objectstore.s3 import S3Store
 from planner.job import Job, JobInput
+from worker.kernel import KeyBuffer
 from worker.runner import run_job
 
 NOW = 1_700_000_000_000

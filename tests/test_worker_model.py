@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_model import TopicRules, compact, view
-from worker.kernel import ENTRY_BYTES, KeyBuffer
 from worker_scenarios import add_file, make_topics, read_file, read_live
 
 from catalog import Catalog
@@ -18,6 +17,7 @@ from catalog.verify import verify_store
 from fileformat import Record
 from objectstore import LocalStore
 from planner.job import Job, JobInput
+from worker.kernel import ENTRY_BYTES, KeyBuffer
 from worker.runner import run_job
 
 NOW = 1_700_000_000_000
