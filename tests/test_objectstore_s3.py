@@ -3,17 +3,15 @@ cutting proxy, multipart streaming, error mapping, unreachable endpoints."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from types import TracebackType
-from urllib.parse import urlsplit
 
 import pytest
 from conftest import RequestLog, S3Endpoint, S3Url
+from cutting_proxy import CuttingProxy
 
 from objectstore import (
     ObjectNotFound,
@@ -29,161 +27,6 @@ MiB = 1 << 20
 
 def blob(n: int, seed: int = 0) -> bytes:
     return random.Random(seed).randbytes(n)
-
-
-class CuttingProxy:
-    """A TCP proxy on 127.0.0.1 in front of the S3 endpoint. The first response to
-    ``GET <path>`` is cut (connection closed) after ``cut_after`` body bytes; everything
-    else passes through. Records every request line and headers it forwards.
-
-    Bounded: sockets time out, and leaving the ``with`` block stops every thread.
-    Assumes no HTTP pipelining (true of botocore and aiohttp)."""
-
-    def __init__(self, upstream_url: str, path: str, cut_after: int) -> None:
-        parts = urlsplit(upstream_url)
-        assert parts.hostname is not None and parts.port is not None
-        self._upstream = (parts.hostname, parts.port)
-        self._target = f"GET {path} ".encode()
-        self._cut_after = cut_after
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.1)
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.cuts = 0
-        self._cut_armed = False  # the one cut has been given to a connection
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._sockets: list[socket.socket] = []
-        self._threads: list[threading.Thread] = []
-
-    def __enter__(self) -> CuttingProxy:
-        self._spawn(self._accept_loop)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        with self._lock:
-            sockets = list(self._sockets)
-        for s in sockets:
-            _shut(s)
-        for t in list(self._threads):
-            t.join(timeout=5)
-        self._listener.close()
-
-    def _spawn(self, target: object, *args: object) -> None:
-        t = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
-        with self._lock:
-            self._threads.append(t)
-        t.start()
-
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            upstream = socket.create_connection(self._upstream, timeout=10)
-            client.settimeout(10)
-            with self._lock:
-                self._sockets += [client, upstream]
-            armed = threading.Event()
-            self._spawn(self._requests, client, upstream, armed)
-            self._spawn(self._responses, client, upstream, armed)
-
-    def _requests(
-        self, client: socket.socket, upstream: socket.socket, armed: threading.Event
-    ) -> None:
-        pending, body_left = b"", 0
-        while True:
-            try:
-                data = client.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                _shut(upstream)
-                return
-            pending += data
-            while pending:
-                if body_left:
-                    taken = min(body_left, len(pending))
-                    pending, body_left = pending[taken:], body_left - taken
-                    continue
-                end = pending.find(b"\r\n\r\n")
-                if end < 0:
-                    break
-                head, pending = pending[:end].decode("latin-1"), pending[end + 4 :]
-                line, *fields = head.split("\r\n")
-                headers = {
-                    k.strip().lower(): v.strip() for k, v in (f.split(":", 1) for f in fields)
-                }
-                body_left = int(headers.get("content-length", "0"))
-                with self._lock:
-                    self.requests.append((line, headers))
-                    if (line + " ").encode().startswith(self._target) and not self._cut_armed:
-                        self._cut_armed = True
-                        armed.set()  # before forwarding: the response cannot precede it
-            try:
-                upstream.sendall(data)
-            except OSError:
-                return
-
-    def _responses(
-        self, client: socket.socket, upstream: socket.socket, armed: threading.Event
-    ) -> None:
-        head = b""
-        body_sent: int | None = None
-        while True:
-            try:
-                data = upstream.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                _shut(client)
-                return
-            if armed.is_set():
-                if body_sent is None:
-                    forwarded = len(head)
-                    head += data
-                    end = head.find(b"\r\n\r\n")
-                    if end < 0:
-                        out = data
-                    else:
-                        body = head[end + 4 :]
-                        out = (head[: end + 4] + body[: self._cut_after])[forwarded:]
-                        body_sent = min(len(body), self._cut_after)
-                else:
-                    out = data[: self._cut_after - body_sent]
-                    body_sent += len(out)
-                try:
-                    client.sendall(out)
-                except OSError:
-                    return
-                if body_sent is not None and body_sent >= self._cut_after:
-                    with self._lock:
-                        self.cuts += 1
-                    _shut(client)
-                    _shut(upstream)
-                    return
-                continue
-            try:
-                client.sendall(data)
-            except OSError:
-                return
-
-    def gets(self, path: str) -> list[dict[str, str]]:
-        with self._lock:
-            return [h for line, h in self.requests if line.startswith(f"GET {path} ")]
-
-
-def _shut(s: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        s.shutdown(socket.SHUT_RDWR)
-    s.close()
 
 
 @pytest.fixture

@@ -3,8 +3,11 @@ through a small buffer, and the job's commit and report."""
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
-from conftest import RequestLog
+from conftest import RequestLog, S3Endpoint
+from cutting_proxy import CuttingProxy
 from worker_scenarios import add_file, make_topics, read_live
 
 from catalog import Catalog, LiveFile
@@ -121,3 +124,37 @@ def test_copy_job_separates_compacted_and_plain_topics(store: ObjectStore) -> No
     assert all(len({s.topic for s in f.sections}) == 1 for f in snap.files)
     assert read_live(store, catalog) == before  # a copy drops nothing
     assert report.stats.records_out == report.stats.records_in == 60
+
+
+def test_cut_stream_resumes_and_is_counted(s3_endpoint: S3Endpoint, s3_store: S3Store) -> None:
+    catalog = Catalog(s3_store)
+    make_topics(catalog, {"t": (1, {"cleanup.policy": "compact"})})
+    rng = random.Random(3)
+    for i in range(2):
+        records = [
+            Record(i * 40_000 + j, NOW, b"k%d" % rng.randrange(5_000), rng.randbytes(100))
+            for j in range(40_000)
+        ]
+        add_file(s3_store, catalog, f"f{i}", {("t", 0): records}, level=1)
+    victim = catalog.snapshot().files[1]
+    assert victim.size > 4 << 20
+    expected = read_live(s3_store, catalog)
+    path = f"/{s3_store.bucket}/{victim.key}"
+    with CuttingProxy(s3_endpoint.url, path, 3 << 20) as proxy:
+        through = S3Store(s3_store.bucket, endpoint_url=proxy.url)
+        try:
+            report = run_job(
+                through, Catalog(through), _job(catalog), KeyBuffer(1 << 20), now_ms=NOW
+            )
+        finally:
+            through.close()
+    assert proxy.cuts == 1
+    assert report.committed
+    by_key = {f.key: f for f in report.inputs}
+    assert (by_key[victim.key].gets, by_key[victim.key].resumes) == (3, 1)
+    assert [(f.gets, f.resumes) for f in report.inputs if f.key != victim.key] == [(2, 0)]
+    resumed = proxy.gets(path)[-1]
+    assert resumed["if-match"] and resumed["range"].startswith("bytes=")
+    survivors = read_live(s3_store, catalog)[("t", 0)]
+    latest = {r.key: r for r in expected[("t", 0)]}
+    assert survivors == sorted(latest.values(), key=lambda r: r.offset)

@@ -6,14 +6,18 @@ same records and keeps record i iff it is not eligible or ``keep_mask`` says its
 is a winner, so no key is hashed twice. The C source (``_keybuffer.c``) documents the
 probing, the epochs and the window-closing rule.
 
-Entry layout (41 bytes, packed; ``slots = capacity_bytes // 41``)::
+Entry layout (41 bytes a slot; ``slots = capacity_bytes // 41``)::
 
-    bytes  0..31  SHA-512/256 of the key
-    bytes 32..35  uint32 offset delta: record offset - the window's base offset
-    bytes 36..39  int32 value delta: timestamp (timestamp strategy) or header value
-                  (header strategy) - the window's first one; unused (0) for offset
-    byte  40      bits 0-6: epoch (occupied iff equal to the table's epoch);
-                  bit 7: the record has the header (header strategy)
+    32 bytes  SHA-512/256 of the key
+     4 bytes  uint32 offset delta: record offset - the window's base offset
+     4 bytes  int32 value delta: timestamp (timestamp strategy) or header value
+              (header strategy) - the window's first one; unused (0) for offset
+     1 byte   flag: 0 empty; else bit 7 occupied, bit 6 the record has the header,
+              bits 0-5 six more bits of the hash (a tag)
+
+The flag bytes live in their own array (then the 40-byte rest of each entry), so a
+linear-probe run reads 64 flags per cache line and compares a stored hash only when its
+tag matches; same 41 bytes a slot, about half the probing cost at 95% load.
 
 Capacity: a window takes ``capacity = slots - slots // 20`` keys (95% load; 3,109,923
 for the default 128 MiB, 3,273,603 slots) under every strategy: all entries are the same
@@ -24,10 +28,14 @@ days of millisecond timestamps). ``insert`` then reports that record exactly as 
 buffer is full; the caller closes the window there and resets. Closing early only keeps
 more records (a key may survive once per window), never fewer, so it is always safe.
 
-Besides the table, a buffer holds a used-slot list (4 bytes per key of capacity, so
-clearing and collecting winners cost O(keys held)), 2 MiB of hash scratch, and, once
-``winners``/``keep_mask`` run, the sorted winners (8 bytes per key): about
-``capacity_bytes * 1.1 + 2 MiB`` in all, allocated lazily by the OS as it is touched.
+Clearing (``reset``) costs O(keys held): a used-slot list (4 bytes per key of capacity)
+says which flag bytes to zero; a window holding more than 1/16 of the slots memsets the
+flag array instead (``full_clears``; slots bytes, 1/41 of the table). The keep-set is
+built from the same list, never by sweeping the table: a bitmap over the window's offset
+range when that is dense, else the winners radix-sorted. Besides the table a buffer holds
+that list, 2 MiB of hash scratch and the keep-set (at most max(1 MiB, 8 bytes per key)):
+about ``capacity_bytes * 1.1 + 3 MiB`` at most, mapped lazily (transparent huge pages
+on Linux) so only what is touched counts in RSS.
 """
 
 from __future__ import annotations
@@ -121,8 +129,8 @@ class KeyBuffer:
 
     @property
     def full_clears(self) -> int:
-        """Whole-table memsets so far: only when the 7-bit epoch wraps, after 127 clears
-        of windows too large to clear slot by slot."""
+        """Resets that memset the flag array (1/41 of the table): only after windows that
+        held more than 1/16 of the slots; smaller ones are cleared slot by slot."""
         return self._kb.full_clears
 
     @property
@@ -210,6 +218,7 @@ class KeyBuffer:
         return self._kb.lookup_entry(key)
 
     def stats(self) -> dict[str, int]:
-        """Counters: resets, full_clears, epoch_bumps, slot_clears, records, new_keys,
-        replaced, probes, memory_bytes, and the configuration."""
+        """Counters: resets, full_clears, slot_clears, records (consumed records that
+        took part), new_keys, replaced (winner changes), probes (slots inspected),
+        memory_bytes, and the configuration (slots, capacity, size, threads)."""
         return self._kb.stats()

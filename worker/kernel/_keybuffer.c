@@ -7,16 +7,27 @@
  * interface, no per-key Python objects), on up to `threads` threads, with the GIL
  * released.
  *
- * Entry layout: 41 bytes, packed (no alignment padding), slots = capacity_bytes / 41.
- *   bytes  0..31  SHA-512/256 of the key
- *   bytes 32..35  int1: uint32 offset delta = record offset - window base offset
- *   bytes 36..39  int2: int32 value delta, by strategy (KIP-280):
- *                   offset     0 (unused)
- *                   timestamp  record timestamp - window's first timestamp
- *                   header     header value - window's first header value (0 if none)
- *   byte  40      flags: bits 0-6 epoch (the slot is occupied iff it equals the table's
- *                 current epoch, 1..127; 0 = never used/cleared), bit 7 "has header"
- * Integers are stored in native byte order (the table never leaves the process).
+ * Entries: 41 bytes each, slots = capacity_bytes / 41 (3,273,603 for 128 MiB):
+ *   32 bytes  SHA-512/256 of the key
+ *    4 bytes  int1: uint32 offset delta = record offset - window base offset
+ *    4 bytes  int2: int32 value delta, by strategy (KIP-280):
+ *                 offset     0 (unused)
+ *                 timestamp  record timestamp - window's first timestamp
+ *                 header     header value - window's first header value (0 if none)
+ *    1 byte   flag: 0 = empty; else bit 7 set (occupied), bit 6 "has header", bits 0-5
+ *             a tag: 6 more bits of the key's hash (byte 8)
+ * Stored as two arrays in one allocation, all flag bytes first (ctrl[slot]) and then
+ * the 40-byte rest (entry[slot]: hash, int1, int2), so still 41 bytes a slot. Why split:
+ * a linear-probe run is read from the flag array, 64 slots per cache line, and an
+ * entry's hash is compared only when the 6-bit tag matches (1 in 64 for other keys), so
+ * a probe touches about one flag line and one entry instead of several 41-byte entries;
+ * at 95% load that halves the insert's cost over the hash's. Integers are in native byte
+ * order (the table never leaves the process).
+ *
+ * Clearing costs O(keys held): a used-slot list records the slot of every key the
+ * window inserted; reset zeroes those flag bytes, or memsets the flag array (slots
+ * bytes, 1/41 of the table) when that writes less. The 40-byte entries are never
+ * cleared: an entry only counts when its flag says so.
  *
  * The window-closing rule: insert() consumes records in order and stops at the first
  * eligible record it cannot take: a new key when the table already holds `capacity`
@@ -42,18 +53,18 @@
 
 #include "sha512_256.h"
 
-#define ENTRY_BYTES 41
+#define ENTRY_BYTES 41 /* per slot: the flag byte + the 40-byte entry */
+#define REST_BYTES 40  /* hash, int1, int2 */
 #define HASH_BYTES 32
 #define E_INT1 32
 #define E_INT2 36
-#define E_FLAG 40
-#define EPOCH_MASK 0x7F
-#define EPOCH_MAX 127
-#define FLAG_HAS_VALUE 0x80
+#define F_OCCUPIED 0x80
+#define F_HAS_VALUE 0x40
+#define F_TAG 0x3F
 
 /* Max load 95%: linear probing's expected probe count for a miss is about
-   (1 + 1/(1-a)^2)/2, ~200 slots (8 KiB, sequential) at the very end of a full window but
-   ~10 on average over the fill; 95% of 3,273,603 slots (128 MiB) is 3,109,923 keys. */
+   (1 + 1/(1-a)^2)/2: ~200 slots (3 lines of flags) at the very end of a full window,
+   ~10 on average over the fill. 95% of 3,273,603 slots (128 MiB) is 3,109,923 keys. */
 #define LOAD_NUM 19
 #define LOAD_DEN 20
 
@@ -343,29 +354,37 @@ static void stop_helpers(HashJob *j, pthread_t *tids, int started) {
 
 typedef struct {
     PyObject_HEAD
-    uint8_t *table;     /* slots * 41 bytes */
-    int table_mapped;   /* table came from mmap (else PyMem_RawCalloc) */
+    uint8_t *mem;       /* one allocation: ctrl, then entries */
+    uint64_t mem_bytes;
+    int mem_mapped;     /* mem came from mmap (else PyMem_RawCalloc) */
+    uint8_t *ctrl;      /* slots flag bytes */
+    uint8_t *entries;   /* slots * 40 bytes */
     uint64_t slots;
     uint64_t capacity;  /* keys a window takes before it is full */
     uint64_t size;      /* keys held in the current window */
     uint32_t *used;     /* the slot of every key of the window, in insertion order */
-    uint8_t epoch;      /* 1..127: the flag-byte epoch of occupied slots */
     int strategy;
     int64_t base_offset;
     int base_set;
     int64_t value_base; /* the window's first timestamp / header value */
     int value_base_set;
+    uint32_t max_delta; /* highest offset delta consumed in the window */
     int threads;
     int impl;
     int busy;           /* a call is running with the GIL released */
     uint8_t *scratch;   /* SEGMENT * 32 bytes of hashes */
-    uint32_t *wsorted;  /* the window's winning offset deltas, ascending (cached) */
-    uint32_t *wtmp;
-    uint64_t wcap;
-    uint64_t wcount;
+    /* The keep-set, built on demand after inserts (see build_winners): either a bitmap
+       over offset deltas 0..max_delta or the winning deltas sorted ascending. */
     int wvalid;
+    int wbitmap;
+    uint64_t wcount;
+    uint64_t *wbits;    /* bitmap words */
+    uint64_t wbits_cap; /* words allocated */
+    uint32_t *wsorted;
+    uint32_t *wtmp;
+    uint64_t wsorted_cap;
     /* counters */
-    uint64_t resets, full_clears, epoch_bumps, slot_clears;
+    uint64_t resets, full_clears, slot_clears;
     uint64_t records, new_keys, replaced, probes;
 } KeyBuffer;
 
@@ -379,19 +398,24 @@ static inline uint64_t home_slot(uint64_t h0, uint64_t slots) {
 #endif
 }
 
-/* Does a record (d, dv, has) beat the stored entry `e` of the same key? (KIP-280)
+static inline uint8_t *entry_at(const KeyBuffer *kb, uint64_t slot) {
+    return kb->entries + slot * REST_BYTES;
+}
+
+/* Does a record (d, dv, has) beat the stored entry `e` (flag `f`) of the same key?
+   (KIP-280)
      offset:    higher offset
      timestamp: higher timestamp, ties to the higher offset
      header:    a record with the header beats one without; both with: higher value,
                 ties to the higher offset; both without: higher offset */
-static inline int beats(int strategy, const uint8_t *e, uint32_t d, int32_t dv, int has) {
+static inline int beats(int strategy, const uint8_t *e, uint8_t f, uint32_t d, int32_t dv, int has) {
     uint32_t sd;
     memcpy(&sd, e + E_INT1, 4);
     if (strategy == S_OFFSET) return d > sd;
     int32_t sv;
     memcpy(&sv, e + E_INT2, 4);
     if (strategy == S_HEADER) {
-        int shas = (e[E_FLAG] & FLAG_HAS_VALUE) != 0;
+        int shas = (f & F_HAS_VALUE) != 0;
         if (has != shas) return has;
         if (!has) return d > sd;
     }
@@ -399,41 +423,43 @@ static inline int beats(int strategy, const uint8_t *e, uint32_t d, int32_t dv, 
     return d > sd;
 }
 
-/* Linear probing from the home slot. An entry whose epoch is not the table's current one
-   is empty (left over from an earlier window, or never used). Comparing the first 8
-   bytes first rejects almost every occupied non-matching slot with one load. The probe
-   count is bounded by the table size: a buffer of fewer than 20 slots can be 100% full
+/* Linear probing from the home slot over the flag bytes: stop at an empty flag (the key
+   is new) or at a slot whose tag matches and whose entry holds the hash. The probe count
+   is bounded by the table size: a buffer of fewer than 20 slots can be 100% full
    (capacity = slots), so a missing key may find no empty slot at all. */
 static inline int put(KeyBuffer *kb, const uint8_t *h, uint32_t d, int32_t dv, int has) {
     uint64_t h0;
     memcpy(&h0, h, 8);
+    const uint8_t tag = (uint8_t)(F_OCCUPIED | (h[8] & F_TAG));
     uint64_t slot = home_slot(h0, kb->slots);
-    const uint8_t epoch = kb->epoch;
     for (uint64_t n = 1; n <= kb->slots; n++) {
-        uint8_t *e = kb->table + slot * ENTRY_BYTES;
-        uint8_t flag = e[E_FLAG];
-        if ((flag & EPOCH_MASK) != epoch) {
+        uint8_t f = kb->ctrl[slot];
+        if (f == 0) {
             kb->probes += n;
             if (kb->size >= kb->capacity) return PUT_FULL;
+            uint8_t *e = entry_at(kb, slot);
             memcpy(e, h, HASH_BYTES);
             memcpy(e + E_INT1, &d, 4);
             memcpy(e + E_INT2, &dv, 4);
-            e[E_FLAG] = (uint8_t)(epoch | (has ? FLAG_HAS_VALUE : 0));
+            kb->ctrl[slot] = (uint8_t)(tag | (has ? F_HAS_VALUE : 0));
             kb->used[kb->size++] = (uint32_t)slot;
             kb->new_keys++;
             return PUT_OK;
         }
-        uint64_t e0;
-        memcpy(&e0, e, 8);
-        if (e0 == h0 && memcmp(e + 8, h + 8, HASH_BYTES - 8) == 0) {
-            kb->probes += n;
-            if (beats(kb->strategy, e, d, dv, has)) {
-                memcpy(e + E_INT1, &d, 4);
-                memcpy(e + E_INT2, &dv, 4);
-                e[E_FLAG] = (uint8_t)(epoch | (has ? FLAG_HAS_VALUE : 0));
-                kb->replaced++;
+        if ((f & (F_OCCUPIED | F_TAG)) == tag) {
+            uint8_t *e = entry_at(kb, slot);
+            uint64_t e0;
+            memcpy(&e0, e, 8);
+            if (e0 == h0 && memcmp(e + 8, h + 8, HASH_BYTES - 8) == 0) {
+                kb->probes += n;
+                if (beats(kb->strategy, e, f, d, dv, has)) {
+                    memcpy(e + E_INT1, &d, 4);
+                    memcpy(e + E_INT2, &dv, 4);
+                    kb->ctrl[slot] = (uint8_t)(tag | (has ? F_HAS_VALUE : 0));
+                    kb->replaced++;
+                }
+                return PUT_OK;
             }
-            return PUT_OK;
         }
         if (++slot == kb->slots) slot = 0;
     }
@@ -441,12 +467,16 @@ static inline int put(KeyBuffer *kb, const uint8_t *h, uint32_t d, int32_t dv, i
     return PUT_FULL;
 }
 
+/* Fetch the home slot's flag and entry ahead of time: with a 128 MiB table nearly every
+   key's first touch is a cache miss. */
 static inline void prefetch_home(const KeyBuffer *kb, const uint8_t *h) {
     uint64_t h0;
     memcpy(&h0, h, 8);
-    const uint8_t *e = kb->table + home_slot(h0, kb->slots) * ENTRY_BYTES;
+    uint64_t slot = home_slot(h0, kb->slots);
+    const uint8_t *e = entry_at(kb, slot);
+    PREFETCH(kb->ctrl + slot);
     PREFETCH(e);
-    PREFETCH(e + ENTRY_BYTES - 1); /* an entry may straddle two cache lines */
+    PREFETCH(e + REST_BYTES - 1); /* an entry may straddle two cache lines */
 }
 
 /* The record's offset and value as deltas from the window's bases (taking the bases from
@@ -467,30 +497,33 @@ static inline int represent(KeyBuffer *kb, const Cols *c, int64_t i, uint32_t *d
         /* An empty window holds nothing relative to its base, so it may move it: a reset
            buffer takes its first record whatever base the caller gave. */
         kb->base_offset = off;
+        kb->max_delta = 0;
     }
     *d = (uint32_t)((uint64_t)off - (uint64_t)kb->base_offset);
     *dv = 0;
     *has = 0;
-    if (kb->strategy == S_OFFSET) return PUT_OK;
     if (kb->strategy == S_TIMESTAMP) {
         if (c->values.kind == COL_NONE || !col_valid(&c->values, i)) {
             *err = ERR_NULL_TIMESTAMP;
             return PUT_UNREPRESENTABLE;
         }
-    } else {
+    } else if (kb->strategy == S_HEADER) {
         *has = c->values.kind != COL_NONE && col_valid(&c->values, i) &&
                (c->has_value.kind == COL_NONE || col_true(&c->has_value, i));
-        if (!*has) return PUT_OK;
     }
-    int64_t v = col_i64(&c->values, i);
-    if (!kb->value_base_set) {
-        kb->value_base = v;
-        kb->value_base_set = 1;
+    if (kb->strategy == S_TIMESTAMP || *has) {
+        int64_t v = col_i64(&c->values, i);
+        if (!kb->value_base_set) {
+            kb->value_base = v;
+            kb->value_base_set = 1;
+        }
+        int64_t delta;
+        if (__builtin_sub_overflow(v, kb->value_base, &delta) || delta < INT32_MIN ||
+            delta > INT32_MAX)
+            return PUT_UNREPRESENTABLE;
+        *dv = (int32_t)delta;
     }
-    int64_t delta;
-    if (__builtin_sub_overflow(v, kb->value_base, &delta) || delta < INT32_MIN || delta > INT32_MAX)
-        return PUT_UNREPRESENTABLE;
-    *dv = (int32_t)delta;
+    if (*d > kb->max_delta) kb->max_delta = *d;
     return PUT_OK;
 }
 
@@ -501,7 +534,8 @@ static int64_t insert_block(KeyBuffer *kb, const Cols *c, const HashJob *j, int6
     for (int64_t i = lo; i < lo + PREFETCH_AHEAD && i < hi; i++)
         prefetch_home(kb, j->out + (size_t)i * HASH_BYTES);
     for (int64_t i = lo; i < hi; i++) {
-        if (i + PREFETCH_AHEAD < hi) prefetch_home(kb, j->out + (size_t)(i + PREFETCH_AHEAD) * HASH_BYTES);
+        if (i + PREFETCH_AHEAD < hi)
+            prefetch_home(kb, j->out + (size_t)(i + PREFETCH_AHEAD) * HASH_BYTES);
         int64_t rec = j->first + i;
         if (!record_eligible(&c->keys, &c->eligible, rec)) continue;
         uint32_t d;
@@ -549,37 +583,29 @@ static int64_t run_insert(KeyBuffer *kb, const Cols *c, int64_t start, int64_t e
     return result;
 }
 
-/* Empties the table, in whichever of two ways writes less memory:
-   - zero the flag byte of each slot the window used (the used list): `size` random
-     writes, about a cache line of traffic each;
-   - bump the epoch: entries stamped with an older epoch read as empty, so this is free,
-     except that every 127th bump wraps the 7-bit epoch and zeroes the whole table
-     (`full_clears`), i.e. slots * 41 / 127 bytes per bump, amortized.
-   Either way clearing costs O(keys inserted): small windows (the common case with many
-   partitions) never touch the rest of the table, and a full memset happens only after
-   127 windows that each inserted at least slots * 41 / (127 * 64) keys (~16.5k keys for
-   128 MiB). Invariant afterwards: no slot holds the current epoch. */
+/* Empties the table: zero the flag byte of each slot the window used (`size` scattered
+   byte writes into the flag array), or, when that would write more, memset the whole
+   flag array (`slots` bytes = 1/41 of the table; `full_clears`). A scattered write is
+   counted as 16 bytes of memset. Either way the cost is O(keys held): the memset only
+   happens when the window held more than slots/16 keys. The 40-byte entries are never
+   touched. */
 static void clear_table(KeyBuffer *kb) {
-    if (kb->size * 64 <= kb->slots * ENTRY_BYTES / EPOCH_MAX) {
-        for (uint64_t i = 0; i < kb->size; i++)
-            kb->table[(uint64_t)kb->used[i] * ENTRY_BYTES + E_FLAG] = 0;
+    if (kb->size * 16 <= kb->slots) {
+        for (uint64_t i = 0; i < kb->size; i++) kb->ctrl[kb->used[i]] = 0;
         kb->slot_clears++;
     } else {
-        kb->epoch_bumps++;
-        if (++kb->epoch > EPOCH_MAX) {
-            memset(kb->table, 0, kb->slots * ENTRY_BYTES);
-            kb->epoch = 1;
-            kb->full_clears++;
-        }
+        memset(kb->ctrl, 0, kb->slots);
+        kb->full_clears++;
     }
     kb->size = 0;
     kb->base_set = 0;
     kb->value_base_set = 0;
+    kb->max_delta = 0;
     kb->wvalid = 0;
 }
 
-/* LSD radix sort of uint32 (8-bit digits), skipping digits all values share: window
-   offset deltas are usually < 2^24, so three passes or fewer. Result in `a`. */
+/* LSD radix sort of uint32 (8-bit digits), skipping digits all values share. Result in
+   `a`. */
 static void radix_sort(uint32_t *a, uint32_t *tmp, uint64_t n) {
     uint64_t count[4][256];
     memset(count, 0, sizeof count);
@@ -607,35 +633,54 @@ static void radix_sort(uint32_t *a, uint32_t *tmp, uint64_t n) {
     if (src != a) memcpy(a, src, n * sizeof(uint32_t));
 }
 
-/* Collects and sorts the window's winning offset deltas (cached until the next insert or
-   reset). Small windows gather through the used list (O(keys)); windows holding more
-   than 1/8 of the slots scan the table sequentially, which is faster than that many
-   random reads. Runs without the GIL; returns -1 on allocation failure. */
+/* Offset delta of the winner in used-list position i (prefetching ahead: random reads). */
+static inline uint32_t winner_delta(const KeyBuffer *kb, uint64_t i) {
+    if (i + 16 < kb->size) PREFETCH(entry_at(kb, kb->used[i + 16]) + E_INT1);
+    uint32_t d;
+    memcpy(&d, entry_at(kb, kb->used[i]) + E_INT1, 4);
+    return d;
+}
+
+/* Builds the keep-set of the window (cached until the next insert or reset), reading the
+   winners through the used list: O(keys held), never a sweep of the table.
+   - Dense offsets (the usual case: a window's offsets span not much more than its
+     records): a bitmap over deltas 0..max_delta. Membership is one bit test and the
+     sorted list falls out of a scan; no sort. Used while the bitmap is no bigger than
+     max(1 MiB, 4 bytes per winner).
+   - Sparse offsets: the deltas, radix-sorted; membership by galloping search.
+   Runs without the GIL; returns -1 on allocation failure. */
 static int build_winners(KeyBuffer *kb) {
     if (kb->wvalid) return 0;
     uint64_t k = kb->size;
-    if (k > kb->wcap) {
-        uint32_t *a = PyMem_RawRealloc(kb->wsorted, k * sizeof(uint32_t));
-        if (a == NULL) return -1;
-        kb->wsorted = a;
-        uint32_t *t = PyMem_RawRealloc(kb->wtmp, k * sizeof(uint32_t));
-        if (t == NULL) return -1;
-        kb->wtmp = t;
-        kb->wcap = k;
-    }
-    uint32_t *w = kb->wsorted;
-    if (k > kb->slots / 8) {
-        uint64_t m = 0;
-        const uint8_t *e = kb->table;
-        for (uint64_t s = 0; s < kb->slots; s++, e += ENTRY_BYTES)
-            if ((e[E_FLAG] & EPOCH_MASK) == kb->epoch) memcpy(&w[m++], e + E_INT1, 4);
-    } else {
-        for (uint64_t i = 0; i < k; i++) {
-            if (i + 16 < k) PREFETCH(kb->table + (uint64_t)kb->used[i + 16] * ENTRY_BYTES + E_INT1);
-            memcpy(&w[i], kb->table + (uint64_t)kb->used[i] * ENTRY_BYTES + E_INT1, 4);
+    uint64_t words = ((uint64_t)kb->max_delta >> 6) + 1;
+    uint64_t limit = k * 4 > (1u << 20) ? k * 4 : (1u << 20);
+    if (words * 8 <= limit) {
+        if (words > kb->wbits_cap) {
+            uint64_t *w = PyMem_RawRealloc(kb->wbits, words * 8);
+            if (w == NULL) return -1;
+            kb->wbits = w;
+            kb->wbits_cap = words;
         }
+        memset(kb->wbits, 0, words * 8);
+        for (uint64_t i = 0; i < k; i++) {
+            uint32_t d = winner_delta(kb, i);
+            kb->wbits[d >> 6] |= (uint64_t)1 << (d & 63);
+        }
+        kb->wbitmap = 1;
+    } else {
+        if (k > kb->wsorted_cap) {
+            uint32_t *a = PyMem_RawRealloc(kb->wsorted, k * sizeof(uint32_t));
+            if (a == NULL) return -1;
+            kb->wsorted = a;
+            uint32_t *t = PyMem_RawRealloc(kb->wtmp, k * sizeof(uint32_t));
+            if (t == NULL) return -1;
+            kb->wtmp = t;
+            kb->wsorted_cap = k;
+        }
+        for (uint64_t i = 0; i < k; i++) kb->wsorted[i] = winner_delta(kb, i);
+        radix_sort(kb->wsorted, kb->wtmp, k);
+        kb->wbitmap = 0;
     }
-    radix_sort(w, kb->wtmp, k);
     kb->wcount = k;
     kb->wvalid = 1;
     return 0;
@@ -663,7 +708,7 @@ static inline uint64_t gallop(const uint32_t *w, uint64_t n, uint64_t j, uint32_
 }
 
 static int kb_check_idle(KeyBuffer *kb) {
-    if (kb->table == NULL) {
+    if (kb->mem == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "KeyBuffer is not initialized");
         return -1;
     }
@@ -674,9 +719,9 @@ static int kb_check_idle(KeyBuffer *kb) {
     return 0;
 }
 
-/* The table: zero-filled and untouched until keys land in it (so it enters RSS as it
-   fills). On Linux, tables of 2 MiB and more are mapped anonymously and advised to use
-   transparent huge pages: every probe is a random access, and with 4 KiB pages a
+/* The table's memory: zero-filled and untouched until keys land in it (so it enters RSS
+   as it fills). On Linux, tables of 2 MiB and more are mapped anonymously and advised to
+   use transparent huge pages: every probe is a random access, and with 4 KiB pages a
    128 MiB table would also miss the TLB on nearly every one. */
 #define HUGE_PAGE (2u << 20)
 static uint8_t *table_alloc(uint64_t bytes, int *mapped) {
@@ -696,31 +741,33 @@ static uint8_t *table_alloc(uint64_t bytes, int *mapped) {
     return PyMem_RawCalloc(1, bytes);
 }
 
-static void table_free(uint8_t *table, uint64_t bytes, int mapped) {
-    if (table == NULL) return;
+static void table_free(uint8_t *mem, uint64_t bytes, int mapped) {
+    if (mem == NULL) return;
 #if defined(__linux__) && defined(MAP_ANONYMOUS)
     if (mapped) {
-        munmap(table, bytes);
+        munmap(mem, bytes);
         return;
     }
 #endif
     (void)bytes;
     (void)mapped;
-    PyMem_RawFree(table);
+    PyMem_RawFree(mem);
 }
 
 static void kb_free_memory(KeyBuffer *kb) {
-    table_free(kb->table, kb->slots * ENTRY_BYTES, kb->table_mapped);
+    table_free(kb->mem, kb->mem_bytes, kb->mem_mapped);
     PyMem_RawFree(kb->used);
     PyMem_RawFree(kb->scratch);
+    PyMem_RawFree(kb->wbits);
     PyMem_RawFree(kb->wsorted);
     PyMem_RawFree(kb->wtmp);
-    kb->table = NULL;
+    kb->mem = kb->ctrl = kb->entries = NULL;
     kb->used = NULL;
     kb->scratch = NULL;
-    kb->wsorted = NULL;
-    kb->wtmp = NULL;
-    kb->wcap = 0;
+    kb->wbits = NULL;
+    kb->wsorted = kb->wtmp = NULL;
+    kb->wbits_cap = kb->wsorted_cap = 0;
+    kb->wvalid = 0;
 }
 
 static void kb_dealloc(KeyBuffer *kb) {
@@ -759,29 +806,31 @@ static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     if (impl < 0) return -1;
     uint64_t capacity = slots - slots * (LOAD_DEN - LOAD_NUM) / LOAD_DEN;
     kb_free_memory(kb);
-    kb->table = table_alloc(slots * ENTRY_BYTES, &kb->table_mapped);
-    kb->slots = slots;
+    /* The flag array, padded to a cache line, then the entries. */
+    uint64_t ctrl_bytes = (slots + 63) & ~(uint64_t)63;
+    kb->mem_bytes = ctrl_bytes + slots * REST_BYTES;
+    kb->mem = table_alloc(kb->mem_bytes, &kb->mem_mapped);
     kb->used = PyMem_RawMalloc(capacity * sizeof(uint32_t));
     kb->scratch = PyMem_RawMalloc((size_t)SEGMENT * HASH_BYTES);
-    if (kb->table == NULL || kb->used == NULL || kb->scratch == NULL) {
+    if (kb->mem == NULL || kb->used == NULL || kb->scratch == NULL) {
         kb_free_memory(kb);
         PyErr_NoMemory();
         return -1;
     }
+    kb->ctrl = kb->mem;
+    kb->entries = kb->mem + ctrl_bytes;
     kb->slots = slots;
     kb->capacity = capacity;
     kb->size = 0;
-    kb->epoch = 1;
     kb->strategy = S_OFFSET;
     kb->base_set = 0;
     kb->base_offset = 0;
     kb->value_base_set = 0;
     kb->value_base = 0;
+    kb->max_delta = 0;
     kb->threads = threads;
     kb->impl = impl;
-    kb->wvalid = 0;
-    kb->wcount = 0;
-    kb->resets = kb->full_clears = kb->epoch_bumps = kb->slot_clears = 0;
+    kb->resets = kb->full_clears = kb->slot_clears = 0;
     kb->records = kb->new_keys = kb->replaced = kb->probes = 0;
     return 0;
 }
@@ -873,27 +922,40 @@ done:
     return result;
 }
 
-/* winners() -> bytes: the window's winning offsets, int64 native order, ascending. */
-static PyObject *kb_winners(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
-    if (kb_check_idle(kb) < 0) return NULL;
+/* Builds the keep-set with the GIL released. */
+static int build_winners_nogil(KeyBuffer *kb) {
     int rc;
     kb->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = build_winners(kb);
     Py_END_ALLOW_THREADS
     kb->busy = 0;
-    if (rc < 0) return PyErr_NoMemory();
+    if (rc < 0) PyErr_NoMemory();
+    return rc;
+}
+
+/* winners() -> bytes: the window's winning offsets, int64 native order, ascending. */
+static PyObject *kb_winners(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
+    if (kb_check_idle(kb) < 0 || build_winners_nogil(kb) < 0) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(kb->wcount * 8));
     if (out == NULL) return NULL;
     int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
-    for (uint64_t i = 0; i < kb->wcount; i++) o[i] = kb->base_offset + (int64_t)kb->wsorted[i];
+    if (kb->wbitmap) {
+        uint64_t m = 0, words = ((uint64_t)kb->max_delta >> 6) + 1;
+        for (uint64_t w = 0; w < words; w++) {
+            for (uint64_t bits = kb->wbits[w]; bits; bits &= bits - 1)
+                o[m++] = kb->base_offset + (int64_t)(w * 64 + (uint64_t)__builtin_ctzll(bits));
+        }
+    } else {
+        for (uint64_t i = 0; i < kb->wcount; i++) o[i] = kb->base_offset + (int64_t)kb->wsorted[i];
+    }
     return out;
 }
 
-/* keep_mask(offsets, eligible=None) -> bytes: an Arrow validity-style bitmap (LSB
-   first), bit i set iff offsets[i] is a winner of the window, or (with `eligible`) the
-   record does not take part. Membership walks the sorted winners alongside the offsets
-   (galloping), so ascending offsets cost O(n + log k); any order is still answered. */
+/* keep_mask(offsets, eligible=None) -> bytes: an Arrow boolean bitmap (LSB first), bit i
+   set iff offsets[i] is a winner of the window, or (with `eligible`) record i does not
+   take part. One bit test per record with the bitmap keep-set; with the sorted one, a
+   walk alongside the offsets (galloping), O(n + log k) for ascending offsets. */
 static PyObject *kb_keep_mask(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     static char *names[] = {"offsets", "eligible", NULL};
     PyObject *offsets, *eligible = Py_None;
@@ -901,87 +963,90 @@ static PyObject *kb_keep_mask(KeyBuffer *kb, PyObject *args, PyObject *kw) {
         return NULL;
     if (kb_check_idle(kb) < 0) return NULL;
     Col off, el;
+    memset(&off, 0, sizeof off);
     memset(&el, 0, sizeof el);
     PyObject *out = NULL;
     if (col_import(offsets, WANT_INT64, &off, "offsets") < 0 ||
         col_import(eligible, WANT_BOOL, &el, "eligible") < 0)
         goto done;
+    if (off.kind == COL_NONE) {
+        PyErr_SetString(PyExc_TypeError, "keep_mask: offsets must be an int64 array");
+        goto done;
+    }
     if (el.kind && el.length != off.length) {
         PyErr_SetString(PyExc_ValueError, "keep_mask: eligible must have the offsets' length");
         goto done;
     }
+    if (build_winners_nogil(kb) < 0) goto done;
     int64_t n = off.length;
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 7) / 8));
     if (out == NULL) goto done;
     uint8_t *bits = (uint8_t *)PyBytes_AS_STRING(out);
-    int rc;
     kb->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    rc = build_winners(kb);
-    if (rc == 0) {
-        memset(bits, 0, (size_t)(n + 7) / 8);
-        const uint32_t *w = kb->wsorted;
-        uint64_t nw = kb->wcount, j = 0;
-        uint32_t prev = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int keep;
-            if (el.kind && !col_true(&el, i)) {
-                keep = 1;
-            } else if (!col_valid(&off, i)) {
-                keep = 0;
-            } else {
-                int64_t o = col_i64(&off, i);
-                if (!kb->base_set || o < kb->base_offset ||
-                    (uint64_t)o - (uint64_t)kb->base_offset > UINT32_MAX) {
-                    keep = 0;
+    memset(bits, 0, (size_t)(n + 7) / 8);
+    const uint32_t *w = kb->wsorted;
+    const uint64_t *wb = kb->wbits;
+    const uint64_t nw = kb->wcount;
+    const uint32_t maxd = kb->max_delta;
+    const int bitmap = kb->wbitmap;
+    uint64_t j = 0;
+    uint32_t prev = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int keep = 0;
+        if (el.kind && !col_true(&el, i)) {
+            keep = 1;
+        } else if (kb->base_set && nw && col_valid(&off, i)) {
+            int64_t o = col_i64(&off, i);
+            if (o >= kb->base_offset && (uint64_t)o - (uint64_t)kb->base_offset <= maxd) {
+                uint32_t x = (uint32_t)((uint64_t)o - (uint64_t)kb->base_offset);
+                if (bitmap) {
+                    keep = (int)((wb[x >> 6] >> (x & 63)) & 1);
                 } else {
-                    uint32_t x = (uint32_t)((uint64_t)o - (uint64_t)kb->base_offset);
                     if (x < prev) j = 0; /* offsets went backwards: search from the start */
                     prev = x;
                     j = gallop(w, nw, j, x);
                     keep = j < nw && w[j] == x;
                 }
             }
-            if (keep) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
         }
+        if (keep) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
     }
     Py_END_ALLOW_THREADS
     kb->busy = 0;
-    if (rc < 0) {
-        Py_CLEAR(out);
-        PyErr_NoMemory();
-    }
 done:
     col_release(&off);
     col_release(&el);
     return out;
 }
 
-/* The entry of a key in the current window, or NULL. */
-static const uint8_t *find_entry(KeyBuffer *kb, const uint8_t *key, size_t len) {
+/* The slot of a key in the current window, or -1. */
+static int64_t find_slot(KeyBuffer *kb, const uint8_t *key, size_t len) {
     uint8_t h[HASH_BYTES];
     kb_sha512_256(compress_for(kb->impl), key, len, h);
     uint64_t h0;
     memcpy(&h0, h, 8);
+    const uint8_t tag = (uint8_t)(F_OCCUPIED | (h[8] & F_TAG));
     uint64_t slot = home_slot(h0, kb->slots);
     for (uint64_t n = 0; n < kb->slots; n++) {
-        const uint8_t *e = kb->table + slot * ENTRY_BYTES;
-        if ((e[E_FLAG] & EPOCH_MASK) != kb->epoch) return NULL;
-        if (memcmp(e, h, HASH_BYTES) == 0) return e;
+        uint8_t f = kb->ctrl[slot];
+        if (f == 0) return -1;
+        if ((f & (F_OCCUPIED | F_TAG)) == tag && memcmp(entry_at(kb, slot), h, HASH_BYTES) == 0)
+            return (int64_t)slot;
         if (++slot == kb->slots) slot = 0;
     }
-    return NULL;
+    return -1;
 }
 
 static PyObject *kb_lookup(KeyBuffer *kb, PyObject *arg) {
     Py_buffer b;
     if (kb_check_idle(kb) < 0) return NULL;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *e = find_entry(kb, b.buf, (size_t)b.len);
+    int64_t slot = find_slot(kb, b.buf, (size_t)b.len);
     PyBuffer_Release(&b);
-    if (e == NULL) Py_RETURN_NONE;
+    if (slot < 0) Py_RETURN_NONE;
     uint32_t d;
-    memcpy(&d, e + E_INT1, 4);
+    memcpy(&d, entry_at(kb, (uint64_t)slot) + E_INT1, 4);
     return PyLong_FromLongLong(kb->base_offset + (int64_t)d);
 }
 
@@ -991,30 +1056,30 @@ static PyObject *kb_lookup_entry(KeyBuffer *kb, PyObject *arg) {
     Py_buffer b;
     if (kb_check_idle(kb) < 0) return NULL;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *e = find_entry(kb, b.buf, (size_t)b.len);
+    int64_t slot = find_slot(kb, b.buf, (size_t)b.len);
     PyBuffer_Release(&b);
-    if (e == NULL) Py_RETURN_NONE;
+    if (slot < 0) Py_RETURN_NONE;
+    const uint8_t *e = entry_at(kb, (uint64_t)slot);
     uint32_t d;
     int32_t dv;
     memcpy(&d, e + E_INT1, 4);
     memcpy(&dv, e + E_INT2, 4);
     long long off = kb->base_offset + (int64_t)d;
     int has_value = kb->strategy == S_TIMESTAMP ||
-                    (kb->strategy == S_HEADER && (e[E_FLAG] & FLAG_HAS_VALUE));
+                    (kb->strategy == S_HEADER && (kb->ctrl[slot] & F_HAS_VALUE));
     if (!has_value) return Py_BuildValue("(LO)", off, Py_None);
     return Py_BuildValue("(LL)", off, (long long)(kb->value_base + dv));
 }
 
 #define U64(name) PyLong_FromUnsignedLongLong(kb->name)
 static PyObject *kb_stats(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue(
-        "{sNsNsNsisNsNsNsNsNsNsNsNsNsi}", "slots", U64(slots), "capacity", U64(capacity), "size",
-        U64(size), "epoch", (int)kb->epoch, "resets", U64(resets), "full_clears", U64(full_clears),
-        "epoch_bumps", U64(epoch_bumps), "slot_clears", U64(slot_clears), "records", U64(records),
-        "new_keys", U64(new_keys), "replaced", U64(replaced), "probes", U64(probes), "memory_bytes",
-        PyLong_FromUnsignedLongLong(kb->slots * ENTRY_BYTES + kb->capacity * 4 +
-                                    (uint64_t)SEGMENT * HASH_BYTES + kb->wcap * 8),
-        "threads", kb->threads);
+    uint64_t memory = kb->mem_bytes + kb->capacity * 4 + (uint64_t)SEGMENT * HASH_BYTES +
+                      kb->wbits_cap * 8 + kb->wsorted_cap * 8;
+    return Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsi}", "slots", U64(slots), "capacity",
+                         U64(capacity), "size", U64(size), "resets", U64(resets), "full_clears",
+                         U64(full_clears), "slot_clears", U64(slot_clears), "records", U64(records),
+                         "new_keys", U64(new_keys), "replaced", U64(replaced), "probes", U64(probes),
+                         "memory_bytes", PyLong_FromUnsignedLongLong(memory), "threads", kb->threads);
 }
 
 static PyObject *get_size(KeyBuffer *kb, void *c) { (void)c; return U64(size); }
@@ -1035,7 +1100,7 @@ static PyGetSetDef kb_getset[] = {
     {"size", (getter)get_size, NULL, "keys held in the current window", NULL},
     {"slots", (getter)get_slots, NULL, "41-byte entries in the table", NULL},
     {"capacity", (getter)get_capacity, NULL, "keys a window takes before it is full", NULL},
-    {"full_clears", (getter)get_full_clears, NULL, "whole-table memsets so far (epoch wraps)", NULL},
+    {"full_clears", (getter)get_full_clears, NULL, "resets that memset the flag array", NULL},
     {"strategy", (getter)get_strategy, NULL, "strategy code of the current window", NULL},
     {"base_offset", (getter)get_base_offset, NULL, "the window's base offset, or None", NULL},
     {"threads", (getter)get_threads, NULL, "threads hashing a batch", NULL},
@@ -1048,12 +1113,14 @@ static PyMethodDef kb_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))kb_insert, METH_VARARGS | METH_KEYWORDS,
      "insert(keys, offsets, values=None, has_value=None, eligible=None, start=0, end=None) -> "
      "index of the first record not consumed"},
-    {"winners", (PyCFunction)kb_winners, METH_NOARGS, "winning offsets, int64, ascending"},
+    {"winners", (PyCFunction)(void (*)(void))kb_winners, METH_NOARGS,
+     "winning offsets, int64, ascending"},
     {"keep_mask", (PyCFunction)(void (*)(void))kb_keep_mask, METH_VARARGS | METH_KEYWORDS,
      "keep_mask(offsets, eligible=None) -> bitmap bytes"},
-    {"lookup", (PyCFunction)kb_lookup, METH_O, "the winning offset of a key, or None"},
-    {"lookup_entry", (PyCFunction)kb_lookup_entry, METH_O, "(offset, value | None) or None"},
-    {"stats", (PyCFunction)kb_stats, METH_NOARGS, "counters"},
+    {"lookup", (PyCFunction)(void (*)(void))kb_lookup, METH_O, "the winning offset of a key, or None"},
+    {"lookup_entry", (PyCFunction)(void (*)(void))kb_lookup_entry, METH_O,
+     "(offset, value | None) or None"},
+    {"stats", (PyCFunction)(void (*)(void))kb_stats, METH_NOARGS, "counters"},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject KeyBufferType = {
