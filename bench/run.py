@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload
-from bench.contenders import digest_cf, digest_parquet
+from bench.contenders import digest_cf, digest_parquet, raw_sha_c
 from bench.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,24 +313,27 @@ def run_copy(ctx: Context) -> Result:
 def run_kernel(ctx: Context) -> Result:
     r = Result("kernel")
     external = ROOT / "bench" / "kernel_bench.py"
+    keys = [] if ctx.args.kernel_keys is None else ["--keys", str(ctx.args.kernel_keys)]
+    size = ["--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
     if external.exists():
-        cmd = [ctx.python(), "-m", "bench.kernel_bench"]
+        cmd = [ctx.python(), "-m", "bench.kernel_bench", "--json", *keys, *size]
         r.note = "bench/kernel_bench.py"
     else:
-        cmd = [ctx.python(), "-m", "bench.contenders", "kernel"]
-        cmd += ["--keys", str(ctx.args.kernel_keys)]
-        cmd += ["--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
+        cmd = [ctx.python(), "-m", "bench.contenders", "kernel", *keys, *size]
         r.note = "bench/kernel_bench.py absent: bench.contenders kernel"
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
-    r.records_in = 0
     if r.ok:
         try:
-            r.detail = _last_json(m.stdout)
+            r.detail = json.loads(m.stdout)
         except ValueError:
             r.detail = {"output": m.stdout[-4000:]}
         if "skipped" in r.detail:
             r.skipped = str(r.detail["skipped"])
+        if "rows" in r.detail:
+            # One more reference: SHA-512/256 per key through OpenSSL's own API, one core.
+            raw = raw_sha_c(int(r.detail.get("keys", 1_000_000)) // 10 or 1)
+            r.detail["openssl_per_key"] = raw
     return r
 
 
@@ -373,6 +376,8 @@ def kernel_table(r: Result) -> str:
     d = r.detail
     if not r.ok:
         return f"kernel: FAILED: {r.note}"
+    if "rows" in d:
+        return external_kernel_table(d)
     if "python_hashlib_wall_ns_per_key" not in d:
         return "kernel (" + r.note + "):\n\n```\n" + json.dumps(d, indent=2) + "\n```"
     rows = [
@@ -406,6 +411,35 @@ def kernel_table(r: Result) -> str:
         lines.append(f"\nno per-key C reference: {d['raw_c_error']}")
     if r.skipped:
         lines.append(f"\nKeyBuffer.insert skipped: {r.skipped}")
+    return "\n".join(lines)
+
+
+def external_kernel_table(d: dict[str, Any]) -> str:
+    """The table of bench/kernel_bench.py's JSON, plus the per-key OpenSSL reference."""
+    lines = [
+        f"Kernel (bench/kernel_bench.py): {d['keys']:,} UUID keys (36 B), KeyBuffer "
+        f"{d['capacity_bytes'] >> 20} MiB ({d['windows']} windows), batches of "
+        f"{d['batch']:,}, default hash: {d['hash_impl']}",
+        "",
+        "| what | threads | ns/key | keys/s | vs raw C hash |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in d["rows"]:
+        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else ""
+        lines.append(
+            f"| {row['name']} | {row['threads']} | {row['ns_per_key']:.0f} | "
+            f"{row['keys_per_s'] / 1e6:.2f} M | {ratio} |"
+        )
+    raw = d.get("openssl_per_key", {})
+    if "lowlevel_ns_per_key" in raw:
+        for label, field in (("low-level", "lowlevel_ns_per_key"), ("EVP", "evp_ns_per_key")):
+            ns = float(raw[field])
+            lines.append(
+                f"| SHA-512/256 per key, OpenSSL {label} call (bench/raw_sha512_256.c, "
+                f"{raw['keys']:,} keys) | 1 | {ns:.0f} | {1e3 / ns:.2f} M | |"
+            )
+    elif "error" in raw:
+        lines.append(f"\n(no per-key OpenSSL reference: {raw['error']})")
     return "\n".join(lines)
 
 
@@ -459,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run the pure-Python two-pass on the first N files only",
     )
-    ap.add_argument("--kernel-keys", type=int, default=1_000_000)
+    ap.add_argument("--kernel-keys", type=int, default=None, help="keys for the kernel benchmark")
     ap.add_argument(
         "--timeout", type=float, default=3600, help="seconds before a contender is killed"
     )

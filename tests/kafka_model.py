@@ -52,8 +52,12 @@ def compact(
     deduplicate: bool,
     now_ms: int,
     includes_oldest: bool,
+    includes_newest: bool,
 ) -> list[Record]:
-    """One partition's records (offset order) after a compaction with an unbounded buffer."""
+    """One partition's records (offset order) after a compaction with an unbounded buffer.
+
+    A tombstone past its horizon may go only if the inputs hold every record it outranks:
+    the partition's oldest data under the offset strategy, all of it under the others."""
     if not (deduplicate and rules.compacted):
         return list(records)
     best: dict[bytes, Record] = {}
@@ -64,6 +68,7 @@ def compact(
             if current is None or rank(r, rules) > rank(current, rules):
                 best[r.key] = r
     winners = {r.offset for r in best.values()}
+    holds_outranked = includes_oldest and (rules.strategy == "offset" or includes_newest)
     young = [r for r in records if r.key is not None and not eligible(r, rules, now_ms)]
 
     def resurfaces_young(t: Record) -> bool:
@@ -77,7 +82,7 @@ def compact(
             continue
         if eligible(r, rules, now_ms) and r.value is None:
             if (
-                includes_oldest
+                holds_outranked
                 and r.delete_horizon is not None
                 and r.delete_horizon <= now_ms
                 and not resurfaces_young(r)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,15 +81,20 @@ def test_kill_9_at_random_points_then_verify_and_converge(tmp_path: Path) -> Non
     root = tmp_path / "store"
     _populate(root, 120_000)
     before = _views(root)
+    # Time one uninterrupted run on a copy, then kill at random points within that span.
+    rehearsal = tmp_path / "rehearsal"
+    shutil.copytree(root, rehearsal)
+    cmd = ["--full", "--key-buffer-bytes", "65536"]
+    started = time.monotonic()
+    subprocess.run(_compact_cmd(rehearsal, *cmd), check=True, capture_output=True, timeout=600)
+    span = time.monotonic() - started
     rng = random.Random(7)
     kills = 0
     for _ in range(6):
         proc = subprocess.Popen(
-            _compact_cmd(root, "--full", "--key-buffer-bytes", "65536"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            _compact_cmd(root, *cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        time.sleep(rng.uniform(0.3, 2.5))
+        time.sleep(rng.uniform(0.1, 0.9) * span)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1

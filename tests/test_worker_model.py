@@ -164,13 +164,14 @@ def test_worker_matches_kafka_model(sc: Scenario) -> None:
             inp = [r for chunk in chunks[sc.first : sc.last] for r in chunk]
             got = out.get(tp, [])
             rules = sc.rules if tp[0] == "t" else TopicRules(compacted=False)
-            oldest = next((i for i, c in enumerate(chunks) if c), None)
+            holding = [i for i, c in enumerate(chunks) if c]
             expected = compact(
                 inp,
                 rules,
                 deduplicate=sc.deduplicate,
                 now_ms=NOW,
-                includes_oldest=oldest is not None and sc.first <= oldest,
+                includes_oldest=bool(holding) and sc.first <= holding[0],
+                includes_newest=bool(holding) and holding[-1] < sc.last,
             )
             _check_partition(tp, inp, got, expected, rules, big_buffer)
             if rules.retention_ms is None:

@@ -11,8 +11,9 @@ takes at least one record, so every window makes progress.
 
 A key may survive in two windows (one copy each); the next compaction removes the older.
 A tombstone past its delete horizon is dropped only in the first window of a partition
-whose oldest live data is among the inputs: an older value of its key can then only be
-in this same window, where the tombstone superseded it. Under the timestamp and header
+whose oldest live data is among the inputs (all of its data, under the timestamp and
+header strategies): an older value of its key can then only be in this same window,
+where the tombstone superseded it. Under the timestamp and header
 strategies a later window may also hold a record the tombstone outranks (a higher offset
 with a lower timestamp), so there the first window must also be the last. Nor is a
 tombstone dropped while a record of its key too young to compact (min.compaction.lag.ms)
@@ -236,7 +237,7 @@ def _close_window(
     if pending == 0:
         return
     may_drop_tombstones = (
-        policy.includes_oldest and window == 0 and (last or policy.strategy == "offset")
+        policy.tombstones_droppable and window == 0 and (last or policy.strategy == "offset")
     )
     for part in cursor.take(pending):
         yield from _survivors(part, buffer, policy, stats, may_drop_tombstones, young)

@@ -22,13 +22,21 @@ class PartitionPolicy:
     """compact,delete: records with a timestamp below this are dropped (rule 1c)."""
     horizon_ms: int
     """The delete horizon stamped on a tombstone this compaction keeps as a key's winner."""
-    includes_oldest: bool
-    """The inputs hold the partition's oldest live data, so a tombstone past its horizon
-    can go without an older value resurfacing (rule 1b)."""
+    tombstones_droppable: bool
+    """The inputs hold every live record a tombstone here could outrank, so one past its
+    delete horizon can go without an outranked value resurfacing (rule 1b). Under the
+    offset strategy that is the partition's oldest live data; under the timestamp and
+    header strategies a lower-ranked record may sit in any file, so it takes all of it."""
 
     @classmethod
     def for_partition(
-        cls, config: TopicConfig, *, deduplicate: bool, now_ms: int, includes_oldest: bool
+        cls,
+        config: TopicConfig,
+        *,
+        deduplicate: bool,
+        now_ms: int,
+        includes_oldest: bool,
+        includes_newest: bool,
     ) -> PartitionPolicy:
         dedup = deduplicate and config.compacted
         return cls(
@@ -43,7 +51,8 @@ class PartitionPolicy:
             if dedup and config.deletes_by_retention and config.retention_ms >= 0
             else None,
             horizon_ms=now_ms + config.delete_retention_ms,
-            includes_oldest=includes_oldest,
+            tombstones_droppable=includes_oldest
+            and (config.compaction_strategy == "offset" or includes_newest),
         )
 
 

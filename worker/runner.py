@@ -174,12 +174,13 @@ def _compact(
         topic = snap.topics.get(tp[0])
         if topic is None:
             raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
-        oldest = snap.sections_of(*tp)
+        live = snap.sections_of(*tp)
         policy = PartitionPolicy.for_partition(
             topic.config,
             deduplicate=job.deduplicate,
             now_ms=now_ms,
-            includes_oldest=bool(oldest) and oldest[0][0].id in input_ids,
+            includes_oldest=bool(live) and live[0][0].id in input_ids,
+            includes_newest=bool(live) and live[-1][0].id in input_ids,
         )
         stats.partitions += 1
         sections1, sections2 = phase1.take(*tp), phase2.take(*tp)

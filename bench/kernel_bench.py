@@ -1,0 +1,195 @@
+"""Key-kernel benchmark: keys/s of KeyBuffer.insert against raw SHA-512/256 in C.
+
+    .venv/bin/python -m bench.kernel_bench [--keys 10000000] [--repeat 3] [--json]
+
+Keys are UUID strings (36 bytes, one 128-byte SHA-512 block each), all distinct, so a
+128 MiB buffer fills and closes windows (4 for 10 M keys). Rows:
+
+- raw SHA-512/256 in C: ``hash_keys`` over the same keys in 65,536-key chunks (the
+  kernel's hash with OpenSSL's block function, and the portable C one), 1 and 2 threads;
+- OpenSSL one-shot floor: ``hashlib`` over one message of 128 bytes per key, i.e. one
+  SHA-512 compression per key with no per-key work at all;
+- KeyBuffer.insert of every key in windows, in batches of 8,192 records (a decoded
+  record batch) with a reset whenever a window closes; ``+ keep-set`` adds building
+  each window's winners (what phase 2 consults) before the reset;
+- Python ``hashlib.new("sha512_256", key)`` per key, for reference.
+
+The ratio column divides by the raw C hash with the same thread count (the DESIGN 10
+target: insert within 1.3x of the raw hash cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from worker.kernel import HASH_IMPL, HAVE_OPENSSL, KeyBuffer, hash_keys
+
+CHUNK = 65_536
+
+
+def uuid_keys(n: int, seed: int = 1) -> pa.Array:
+    """n distinct-with-overwhelming-probability UUID-shaped strings (36 bytes), built
+    without per-key Python objects."""
+    hexed = random.Random(seed).randbytes(16 * n).hex().encode()
+    data = bytearray(36 * n)
+    q = 0
+    for p in range(36):
+        if p in (8, 13, 18, 23):
+            data[p::36] = b"-" * n
+        else:
+            data[p::36] = hexed[q::32]
+            q += 1
+    offsets = array.array("i", range(0, 36 * (n + 1), 36))
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(bytes(data))]
+    )
+
+
+def best_of(repeat: int, fn: Callable[[], Any]) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def raw_hash(keys: pa.Array, threads: int, impl: str) -> None:
+    for pos in range(0, len(keys), CHUNK):
+        hash_keys(keys.slice(pos, CHUNK), threads=threads, impl=impl)
+
+
+def _one_shot_floor(n: int, repeat: int) -> float:
+    blob = bytes(128 * n)
+    return best_of(repeat, lambda: hashlib.new("sha512_256", blob).digest())
+
+
+def insert_windows(
+    kb: KeyBuffer, keys: pa.Array, offsets: pa.Array, batch: int, keep_set: bool
+) -> int:
+    """Feeds every key through the buffer as the worker does; returns the window count."""
+    n = len(keys)
+    windows = 1
+    kb.reset("offset", 0)
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        pos = lo
+        while pos < hi:
+            pos = kb.insert(keys, offsets, start=pos, end=hi)
+            if pos < hi:
+                if keep_set:
+                    kb.winners()
+                kb.reset("offset", pos)
+                windows += 1
+    if keep_set:
+        kb.winners()
+    return windows
+
+
+def run(n: int, repeat: int, capacity_bytes: int, batch: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    keys = uuid_keys(n)
+    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(array.array("q", range(n)))])
+    setup_s = time.perf_counter() - started
+    rows: list[dict[str, Any]] = []
+
+    def row(name: str, seconds: float, threads: int | None, base: str | None = None) -> None:
+        rows.append(
+            {
+                "name": name,
+                "threads": threads,
+                "ns_per_key": seconds / n * 1e9,
+                "keys_per_s": n / seconds,
+                "vs": base,
+            }
+        )
+
+    impls = ["openssl", "portable"] if HAVE_OPENSSL else ["portable"]
+    for impl in impls:
+        for threads in (1, 2):
+            secs = best_of(repeat, lambda: raw_hash(keys, threads, impl))  # noqa: B023
+            row(f"raw SHA-512/256 in C ({impl})", secs, threads)
+    secs = _one_shot_floor(n, repeat)
+    row("OpenSSL one-shot, 1 block/key (floor)", secs, 1)
+    windows = 0
+    for threads in (1, 2):
+        kb = KeyBuffer(capacity_bytes, threads=threads)
+        insert_windows(kb, keys, offsets, batch, False)  # touch the table's pages once
+        raw = f"raw SHA-512/256 in C ({HASH_IMPL})"
+        for keep_set in (False, True):
+            box: list[int] = []
+            secs = best_of(
+                repeat,
+                lambda: box.append(insert_windows(kb, keys, offsets, batch, keep_set)),  # noqa: B023
+            )
+            windows = box[-1]
+            name = "KeyBuffer.insert" + (" + keep-set" if keep_set else "")
+            row(name, secs, threads, raw)
+    sample = [k.encode() for k in keys.slice(0, min(n, 200_000)).to_pylist()]
+    py = best_of(1, lambda: [hashlib.new("sha512_256", k).digest() for k in sample])
+    rows.append(
+        {
+            "name": "Python hashlib.new('sha512_256', key)",
+            "threads": 1,
+            "ns_per_key": py / len(sample) * 1e9,
+            "keys_per_s": len(sample) / py,
+            "vs": None,
+        }
+    )
+    for r in rows:
+        if r["vs"] is not None:
+            ref = next(x for x in rows if x["name"] == r["vs"] and x["threads"] == r["threads"])
+            r["ratio"] = r["ns_per_key"] / ref["ns_per_key"]
+    return {
+        "keys": n,
+        "key_bytes": 36,
+        "capacity_bytes": capacity_bytes,
+        "batch": batch,
+        "windows": windows,
+        "hash_impl": HASH_IMPL,
+        "setup_s": setup_s,
+        "rows": rows,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"{result['keys']:,} UUID keys (36 B), KeyBuffer {result['capacity_bytes'] >> 20} MiB "
+        f"({result['windows']} windows), batches of {result['batch']:,}, "
+        f"default hash: {result['hash_impl']}",
+        "",
+        "| what | threads | ns/key | keys/s | vs raw C hash |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else ""
+        lines.append(
+            f"| {r['name']} | {r['threads']} | {r['ns_per_key']:.0f} | "
+            f"{r['keys_per_s'] / 1e6:.2f} M | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--keys", type=int, default=10_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--key-buffer-bytes", type=int, default=128 << 20)
+    parser.add_argument("--batch", type=int, default=8192)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    result = run(args.keys, args.repeat, args.key_buffer_bytes, args.batch)
+    print(json.dumps(result, indent=2) if args.json else table(result))
+
+
+if __name__ == "__main__":
+    main()
