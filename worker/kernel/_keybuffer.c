@@ -281,7 +281,13 @@ static inline int record_eligible(const Col *keys, const Col *eligible, int64_t 
    hashes (release/acquire). The inserting thread consumes blocks in order and, while the
    next block is still being hashed, claims and hashes blocks itself, so the work
    balances without a fixed split and at most a block or two per thread is hashed past
-   the point where a window closes. */
+   the point where a window closes.
+
+   Does a second thread pay off for ~36-byte keys? Measured on the 2-core machine
+   (UUID keys into a 128 MiB buffer, ns per key): 1 thread 228; 2 threads 116 in large
+   batches, 123 in 8,192-record batches, 147 in 1,024-record batches (with a thread
+   created per call instead of the pool: 118 / 127 / 163). Hashing is ~200 ns of the
+   ~230, so it splits almost perfectly; the default is 2. */
 typedef struct {
     const Col *keys;
     const Col *eligible;
