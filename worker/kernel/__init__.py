@@ -220,5 +220,6 @@ class KeyBuffer:
     def stats(self) -> dict[str, int]:
         """Counters: resets, full_clears, slot_clears, records (consumed records that
         took part), new_keys, replaced (winner changes), probes (slots inspected),
+        keepset_bitmaps and keepset_sorted (keep-sets built of each kind),
         memory_bytes, and the configuration (slots, capacity, size, threads)."""
         return self._kb.stats()

@@ -58,17 +58,34 @@ static const uint64_t KB_SHA512_256_IV[8] = {
     0x22312194FC2BF72CULL, 0x9F555FA3C84C64C2ULL, 0x2393B86B6F53B151ULL, 0x963877195940EABDULL,
     0x96283EE2A88EFFE3ULL, 0xBE5E1E2553863992ULL, 0x2B0199FC2C85B8AAULL, 0x0EB72DDC81C52CA2ULL};
 
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define KB_BSWAP64(v) __builtin_bswap64(v)
+#elif defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define KB_BSWAP64(v) (v)
+#endif
+
 static inline uint64_t kb_load_be64(const uint8_t *p) {
+#ifdef KB_BSWAP64
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return KB_BSWAP64(v);
+#else
     return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) |
            ((uint64_t)p[3] << 32) | ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) |
            ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+#endif
 }
 
 static inline void kb_store_be64(uint8_t *p, uint64_t v) {
+#ifdef KB_BSWAP64
+    v = KB_BSWAP64(v);
+    memcpy(p, &v, 8);
+#else
     for (int i = 7; i >= 0; i--) {
         p[i] = (uint8_t)v;
         v >>= 8;
     }
+#endif
 }
 
 #define KB_ROTR(x, n) (((x) >> (n)) | ((x) << (64 - (n))))
@@ -144,24 +161,32 @@ static void kb_compress_openssl_st(kb_sha_state *st, const uint8_t block[128]) {
 /* SHA-512/256 of msg[0..len) with the given compression function. Full blocks are
    compressed straight from the message; the tail gets FIPS 180-4 padding (0x80, zeros,
    the 128-bit big-endian bit length) in one block, or two when fewer than 17 bytes of
-   the last block are free (tails of 112..127 bytes). */
+   the last block are free (tails of 112..127 bytes).
+   Written for short keys, where this is a fifth of the cost: fixed-size zeroing and
+   8-byte copies instead of variable-length memset/memcpy (which GCC turns into
+   `rep movs`/`rep stos`, with a slow start, or library calls). */
 static inline void kb_sha512_256(kb_compress_fn compress, const uint8_t *msg, size_t len,
                                  uint8_t out[32]) {
     kb_sha_state st;
     memcpy(st.h, KB_SHA512_256_IV, sizeof KB_SHA512_256_IV);
     size_t full = len / 128;
     for (size_t i = 0; i < full; i++) compress(&st, msg + 128 * i);
+    const uint8_t *p = msg + 128 * full;
     size_t rem = len - 128 * full;
-    uint8_t tail[256];
-    if (rem) memcpy(tail, msg + 128 * full, rem);
-    tail[rem] = 0x80;
+    uint64_t words[32]; /* two blocks, 8-byte aligned */
+    uint8_t *tail = (uint8_t *)words;
     size_t nblocks = rem < 112 ? 1 : 2;
-    memset(tail + rem + 1, 0, 128 * nblocks - 16 - rem - 1);
+    memset(words, 0, 128);
+    if (nblocks == 2) memset(words + 16, 0, 128);
+    size_t i = 0;
+    for (; i + 8 <= rem; i += 8) memcpy(tail + i, p + i, 8);
+    for (; i < rem; i++) tail[i] = p[i];
+    tail[rem] = 0x80;
     kb_store_be64(tail + 128 * nblocks - 16, (uint64_t)len >> 61);
     kb_store_be64(tail + 128 * nblocks - 8, (uint64_t)len << 3);
     compress(&st, tail);
     if (nblocks == 2) compress(&st, tail + 128);
-    for (int i = 0; i < 4; i++) kb_store_be64(out + 8 * i, st.h[i]);
+    for (int w = 0; w < 4; w++) kb_store_be64(out + 8 * w, st.h[w]);
 }
 
 #endif /* KB_SHA512_256_H */
