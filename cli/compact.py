@@ -10,6 +10,7 @@ from cli.context import Context, UsageError
 from planner.levels import full_job, next_level_job
 from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
 from worker.kernel import ENTRY_BYTES
+from worker.runner import StaleJob
 from worker.stats import JobReport
 
 
@@ -38,7 +39,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         job = full_job(snap) if args.full else next_level_job(snap)
         if job is None:
             break
-        report = compactor.run(job, ctx.now_ms)
+        try:
+            report = compactor.run(job, ctx.now_ms)
+        except StaleJob:
+            continue  # another compactor took these inputs first: plan again
         reports.append(report)
         if not args.json:
             print(_summary(report))

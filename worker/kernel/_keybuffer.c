@@ -62,8 +62,6 @@
 #define HASH_BYTES 32
 #define E_INT1 32
 #define E_INT2 36
-#define BUCKET_SLOTS 64
-#define BUCKET_BYTES (BUCKET_SLOTS + BUCKET_SLOTS * REST_BYTES) /* 2,624 = 41 lines */
 #define F_OCCUPIED 0x80
 #define F_HAS_VALUE 0x40
 #define F_TAG 0x3F
@@ -486,7 +484,8 @@ typedef struct {
     uint8_t *mem;       /* one allocation: ctrl, then entries */
     uint64_t mem_bytes;
     int mem_mapped;     /* mem came from mmap (else PyMem_RawCalloc) */
-    uint8_t *table;     /* mem aligned to 64: the buckets */
+    uint8_t *ctrl;      /* slots flag bytes */
+    uint8_t *entries;   /* slots * 40 bytes */
     uint64_t slots;
     uint64_t capacity;  /* keys a window takes before it is full */
     uint64_t size;      /* keys held in the current window */
@@ -528,18 +527,8 @@ static inline uint64_t home_slot(uint64_t h0, uint64_t slots) {
 #endif
 }
 
-static inline uint8_t *bucket_at(const KeyBuffer *kb, uint64_t slot) {
-    return kb->table + (slot / BUCKET_SLOTS) * BUCKET_BYTES;
-}
-
-/* Slot `slot`'s flag byte: in its bucket's flag line. */
-static inline uint8_t *ctrl_at(const KeyBuffer *kb, uint64_t slot) {
-    return bucket_at(kb, slot) + slot % BUCKET_SLOTS;
-}
-
-/* Slot `slot`'s 40-byte rest, after its bucket's flag line. */
 static inline uint8_t *entry_at(const KeyBuffer *kb, uint64_t slot) {
-    return bucket_at(kb, slot) + BUCKET_SLOTS + (slot % BUCKET_SLOTS) * REST_BYTES;
+    return kb->entries + slot * REST_BYTES;
 }
 
 /* Does a record (d, dv, has) beat the stored entry `e` (flag `f`) of the same key?
@@ -570,7 +559,7 @@ static inline void write_entry(KeyBuffer *kb, uint64_t slot, const uint8_t *h, u
     if (is_new) memcpy(e, h, HASH_BYTES);
     memcpy(e + E_INT1, &d, 4);
     memcpy(e + E_INT2, &dv, 4);
-    *ctrl_at(kb, slot) = (uint8_t)(tag | (has ? F_HAS_VALUE : 0));
+    kb->ctrl[slot] = (uint8_t)(tag | (has ? F_HAS_VALUE : 0));
 }
 
 /* The key's entry at `slot` (its tag matched): PUT_OK after applying the strategy, or -1
@@ -581,7 +570,7 @@ static inline int try_match(KeyBuffer *kb, uint64_t slot, const uint8_t *h, uint
     uint64_t e0;
     memcpy(&e0, e, 8);
     if (e0 != h0 || memcmp(e + 8, h + 8, HASH_BYTES - 8) != 0) return -1;
-    if (beats(kb->strategy, e, *ctrl_at(kb, slot), d, dv, has)) {
+    if (beats(kb->strategy, e, kb->ctrl[slot], d, dv, has)) {
         write_entry(kb, slot, h, tag, d, dv, has, 0);
         kb->replaced++;
     }
@@ -599,67 +588,62 @@ static inline int put_new(KeyBuffer *kb, uint64_t slot, const uint8_t *h, uint8_
 
 /* Linear probing from the home slot over the flag bytes: stop at an empty flag (the key
    is new) or at a slot whose tag matches and whose entry holds the hash. With SSE2 the
-   flags are read as aligned groups of 16 (one compare for "empty", one for "tag
-   matches"; lanes before the home slot, or past the table's end, masked off): near 95%
-   load a run is ~10 slots, and a byte-at-a-time loop spent most of the insert's own
-   time in the loop and its mispredicted exit. An aligned group never leaves its bucket's
-   flag line. The probe count is bounded by the table size: a buffer of fewer than 20
-   slots can be 100% full (capacity = slots), so a missing key may find no empty slot. */
+   flags are scanned 16 at a time (one compare for "empty", one for "tag matches"): near
+   95% load a run is ~10 slots, and a byte-at-a-time loop spent most of the insert's own
+   time in the loop and its mispredicted exit. Groups never wrap around the table's end
+   (those slots go one by one), so loads stay inside the flag array. The probe count is
+   bounded by the table size: a buffer of fewer than 20 slots can be 100% full
+   (capacity = slots), so a missing key may find no empty slot at all. */
 static inline int put(KeyBuffer *kb, const uint8_t *h, uint32_t d, int32_t dv, int has) {
     uint64_t h0;
     memcpy(&h0, h, 8);
     const uint8_t tag = (uint8_t)(F_OCCUPIED | (h[8] & F_TAG));
     const uint64_t slots = kb->slots;
-    const uint64_t home = home_slot(h0, slots);
+    uint64_t slot = home_slot(h0, slots);
+    uint64_t left = slots; /* slots not inspected yet */
 #ifdef __SSE2__
     const __m128i zero = _mm_setzero_si128();
     const __m128i keep = _mm_set1_epi8((char)(F_OCCUPIED | F_TAG));
     const __m128i want = _mm_set1_epi8((char)tag);
-    uint64_t group = home & ~(uint64_t)15;
-    unsigned skip = (unsigned)(home & 15); /* lanes of the first group before home */
-    uint64_t seen = 0;                     /* slots inspected */
-    for (;;) {
-        __m128i g = _mm_loadu_si128((const __m128i *)(const void *)ctrl_at(kb, group));
-        unsigned lanes = 0xFFFFu << skip;
-        if (slots - group < 16) lanes &= (1u << (slots - group)) - 1; /* the table's end */
-        unsigned empty = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(g, zero)) & lanes;
-        unsigned match =
-            (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(g, keep), want)) & lanes;
-        if (empty) match &= (empty & (0u - empty)) - 1; /* only lanes before the gap */
-        for (; match; match &= match - 1) {
-            unsigned lane = (unsigned)__builtin_ctz(match);
-            if (try_match(kb, group + lane, h, h0, tag, d, dv, has) == PUT_OK) {
-                kb->probes += seen + lane - skip + 1;
-                return PUT_OK;
+#endif
+    while (left > 0) {
+#ifdef __SSE2__
+        if (left >= 16 && slot + 16 <= slots) {
+            __m128i g = _mm_loadu_si128((const __m128i *)(const void *)(kb->ctrl + slot));
+            unsigned empty = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(g, zero));
+            unsigned match =
+                (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(g, keep), want));
+            if (empty) match &= (empty & (0u - empty)) - 1; /* only lanes before the gap */
+            for (; match; match &= match - 1) {
+                unsigned lane = (unsigned)__builtin_ctz(match);
+                if (try_match(kb, slot + lane, h, h0, tag, d, dv, has) == PUT_OK) {
+                    kb->probes += slots - left + lane + 1;
+                    return PUT_OK;
+                }
             }
+            if (empty) {
+                unsigned lane = (unsigned)__builtin_ctz(empty);
+                kb->probes += slots - left + lane + 1;
+                return put_new(kb, slot + lane, h, tag, d, dv, has);
+            }
+            left -= 16;
+            slot += 16;
+            if (slot == slots) slot = 0;
+            continue;
         }
-        if (empty) {
-            unsigned lane = (unsigned)__builtin_ctz(empty);
-            kb->probes += seen + lane - skip + 1;
-            return put_new(kb, group + lane, h, tag, d, dv, has);
-        }
-        seen += (unsigned)__builtin_popcount(lanes);
-        if (seen >= slots) break;
-        group += 16;
-        if (group >= slots) group = 0;
-        skip = 0;
-    }
-#else
-    uint64_t slot = home;
-    for (uint64_t n = 1; n <= slots; n++) {
-        uint8_t f = *ctrl_at(kb, slot);
+#endif
+        uint8_t f = kb->ctrl[slot];
         if (f == 0) {
-            kb->probes += n;
+            kb->probes += slots - left + 1;
             return put_new(kb, slot, h, tag, d, dv, has);
         }
-        if ((f & (F_OCCUPIED | F_TAG)) == tag &&
-            try_match(kb, slot, h, h0, tag, d, dv, has) == PUT_OK) {
-            kb->probes += n;
+        if ((f & (F_OCCUPIED | F_TAG)) == tag && try_match(kb, slot, h, h0, tag, d, dv, has) == PUT_OK) {
+            kb->probes += slots - left + 1;
             return PUT_OK;
         }
+        left--;
         if (++slot == slots) slot = 0;
     }
-#endif
     kb->probes += slots;
     return PUT_FULL;
 }
@@ -671,7 +655,7 @@ static inline void prefetch_home(const KeyBuffer *kb, const uint8_t *h) {
     memcpy(&h0, h, 8);
     uint64_t slot = home_slot(h0, kb->slots);
     const uint8_t *e = entry_at(kb, slot);
-    PREFETCH(ctrl_at(kb, slot));
+    PREFETCH(kb->ctrl + slot);
     PREFETCH(e);
     PREFETCH(e + REST_BYTES - 1); /* an entry may straddle two cache lines */
 }
@@ -787,10 +771,10 @@ static int64_t run_insert(KeyBuffer *kb, const Cols *c, int64_t start, int64_t e
    touched. */
 static void clear_table(KeyBuffer *kb) {
     if (kb->size * 16 <= kb->slots) {
-        for (uint64_t i = 0; i < kb->size; i++) *ctrl_at(kb, kb->used[i]) = 0;
+        for (uint64_t i = 0; i < kb->size; i++) kb->ctrl[kb->used[i]] = 0;
         kb->slot_clears++;
     } else {
-        for (uint64_t s = 0; s < kb->slots; s += BUCKET_SLOTS) memset(ctrl_at(kb, s), 0, BUCKET_SLOTS);
+        memset(kb->ctrl, 0, kb->slots);
         kb->full_clears++;
     }
     kb->size = 0;
@@ -864,7 +848,7 @@ static int build_winners(KeyBuffer *kb) {
                beats k random reads (15 vs 31 ms for 3 M keys in 128 MiB, measured), and
                is still O(keys held) since slots < 2k. */
             for (uint64_t s = 0; s < kb->slots; s++) {
-                if (!*ctrl_at(kb, s)) continue;
+                if (!kb->ctrl[s]) continue;
                 uint32_t d;
                 memcpy(&d, entry_at(kb, s) + E_INT1, 4);
                 kb->wbits[d >> 6] |= (uint64_t)1 << (d & 63);
@@ -972,7 +956,7 @@ static void kb_free_memory(KeyBuffer *kb) {
     PyMem_RawFree(kb->wbits);
     PyMem_RawFree(kb->wsorted);
     PyMem_RawFree(kb->wtmp);
-    kb->mem = kb->table = NULL;
+    kb->mem = kb->ctrl = kb->entries = NULL;
     kb->used = NULL;
     kb->scratch = NULL;
     kb->wbits = NULL;
@@ -1018,9 +1002,9 @@ static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     if (impl < 0) return -1;
     uint64_t capacity = slots - slots * (LOAD_DEN - LOAD_NUM) / LOAD_DEN;
     kb_free_memory(kb);
-    /* Whole buckets (the last one may be partly unused), aligned to a cache line. */
-    uint64_t buckets = (slots + BUCKET_SLOTS - 1) / BUCKET_SLOTS;
-    kb->mem_bytes = buckets * BUCKET_BYTES + 64;
+    /* The flag array, padded to a cache line, then the entries. */
+    uint64_t ctrl_bytes = (slots + 63) & ~(uint64_t)63;
+    kb->mem_bytes = ctrl_bytes + slots * REST_BYTES;
     kb->mem = table_alloc(kb->mem_bytes, &kb->mem_mapped);
     kb->used = PyMem_RawMalloc(capacity * sizeof(uint32_t));
     kb->scratch = PyMem_RawMalloc((size_t)SEGMENT * HASH_BYTES);
@@ -1029,7 +1013,8 @@ static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
         return -1;
     }
-    kb->table = (uint8_t *)(((uintptr_t)kb->mem + 63) & ~(uintptr_t)63);
+    kb->ctrl = kb->mem;
+    kb->entries = kb->mem + ctrl_bytes;
     kb->slots = slots;
     kb->capacity = capacity;
     kb->size = 0;
@@ -1243,7 +1228,7 @@ static int64_t find_slot(KeyBuffer *kb, const uint8_t *key, size_t len) {
     const uint8_t tag = (uint8_t)(F_OCCUPIED | (h[8] & F_TAG));
     uint64_t slot = home_slot(h0, kb->slots);
     for (uint64_t n = 0; n < kb->slots; n++) {
-        uint8_t f = *ctrl_at(kb, slot);
+        uint8_t f = kb->ctrl[slot];
         if (f == 0) return -1;
         if ((f & (F_OCCUPIED | F_TAG)) == tag && memcmp(entry_at(kb, slot), h, HASH_BYTES) == 0)
             return (int64_t)slot;
@@ -1280,7 +1265,7 @@ static PyObject *kb_lookup_entry(KeyBuffer *kb, PyObject *arg) {
     memcpy(&dv, e + E_INT2, 4);
     long long off = kb->base_offset + (int64_t)d;
     int has_value = kb->strategy == S_TIMESTAMP ||
-                    (kb->strategy == S_HEADER && (*ctrl_at(kb, (uint64_t)slot) & F_HAS_VALUE));
+                    (kb->strategy == S_HEADER && (kb->ctrl[slot] & F_HAS_VALUE));
     if (!has_value) return Py_BuildValue("(LO)", off, Py_None);
     return Py_BuildValue("(LL)", off, (long long)(kb->value_base + dv));
 }
