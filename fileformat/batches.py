@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fileformat.meta import SectionMeta
 from fileformat.records import RECORD_SCHEMA
 
 RECORD_OVERHEAD = 16
@@ -131,6 +132,22 @@ class BatchStats:
     uncompressed_bytes: int
     min_timestamp: int
     max_timestamp: int
+
+    def section_meta(self, topic: str, partition: int, position: int, length: int) -> SectionMeta:
+        """The metadata of a section holding exactly these records at ``position``."""
+        return SectionMeta(
+            topic=topic,
+            partition=partition,
+            first_offset=self.first_offset,
+            last_offset=self.last_offset,
+            record_count=self.record_count,
+            uncompressed_bytes=self.uncompressed_bytes,
+            min_timestamp=self.min_timestamp,
+            max_timestamp=self.max_timestamp,
+            tombstones=self.tombstones,
+            position=position,
+            length=length,
+        )
 
     def then(self, later: BatchStats) -> BatchStats:
         """The stats of these records followed by ``later``'s."""

@@ -312,18 +312,8 @@ class SectionReader:
             raise FormatError(name, at, "offset bitmap differs from the offsets in the records")
         s = trailer.stats
         self.offsets = trailer.offsets
-        self.meta = SectionMeta(
-            topic=self.topic,
-            partition=self.partition,
-            first_offset=s.first_offset,
-            last_offset=s.last_offset,
-            record_count=s.record_count,
-            uncompressed_bytes=s.uncompressed_bytes,
-            min_timestamp=s.min_timestamp,
-            max_timestamp=s.max_timestamp,
-            tombstones=s.tombstones,
-            position=self.position,
-            length=inp.position - self.position,
+        self.meta = s.section_meta(
+            self.topic, self.partition, self.position, inp.position - self.position
         )
         self._done = True
 

@@ -175,18 +175,8 @@ class FileWriter:
         self._emit(trailer)
         self._emit(encode_section_end(len(trailer)))
         s = section.stats
-        meta = SectionMeta(
-            topic=section.topic,
-            partition=section.partition,
-            first_offset=s.first_offset,
-            last_offset=s.last_offset,
-            record_count=s.record_count,
-            uncompressed_bytes=s.uncompressed_bytes,
-            min_timestamp=s.min_timestamp,
-            max_timestamp=s.max_timestamp,
-            tombstones=s.tombstones,
-            position=section.position,
-            length=self._position - section.position,
+        meta = s.section_meta(
+            section.topic, section.partition, section.position, self._position - section.position
         )
         self._sections.append(meta)
         self._last_key = section_key(section.topic, section.partition)
