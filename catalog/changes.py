@@ -69,6 +69,21 @@ def append_files(
     )
 
 
+def live_run_start(s: Snapshot, file_ids: Sequence[str]) -> int:
+    """Where ``file_ids`` stand, in this order and contiguous, in the live sequence;
+    CommitConflict if they no longer do."""
+    if not file_ids:
+        raise CatalogError("a replacement needs at least one input file")
+    ids = [f.id for f in s.files]
+    try:
+        start = ids.index(file_ids[0])
+    except ValueError:
+        raise CommitConflict(f"input file {file_ids[0]} is no longer live") from None
+    if ids[start : start + len(file_ids)] != list(file_ids):
+        raise CommitConflict("input files are no longer live and contiguous")
+    return start
+
+
 def replace_files(
     s: Snapshot, input_ids: Sequence[str], outputs: Sequence[LiveFile], now_ms: int
 ) -> Snapshot:
@@ -78,15 +93,7 @@ def replace_files(
     compaction replaced some of them first, and this one must not be applied twice.
     The outputs take the run's place in the sequence; the inputs become garbage.
     """
-    if not input_ids:
-        raise CatalogError("a replacement needs at least one input file")
-    ids = [f.id for f in s.files]
-    try:
-        start = ids.index(input_ids[0])
-    except ValueError:
-        raise CommitConflict(f"input file {input_ids[0]} is no longer live") from None
-    if ids[start : start + len(input_ids)] != list(input_ids):
-        raise CommitConflict("input files are no longer live and contiguous")
+    start = live_run_start(s, input_ids)
     replaced = s.files[start : start + len(input_ids)]
     garbage = s.garbage + tuple(Garbage(f.key, now_ms) for f in replaced)
     files = s.files[:start] + tuple(outputs) + s.files[start + len(input_ids) :]

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 import pyarrow as pa
 
 from catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
-from catalog.changes import replace_files
+from catalog.changes import live_run_start, replace_files
 from fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
 from objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from planner.job import OUTPUT_GROUPS, Job
@@ -92,14 +92,10 @@ class _GroupOutput:
 
 
 def check_job(snap: Snapshot, job: Job) -> None:
-    ids = [f.id for f in snap.files]
-    want = [i.id for i in job.inputs]
     try:
-        start = ids.index(want[0])
-    except ValueError:
-        raise StaleJob(f"job {job.id}: input {want[0]} is no longer live") from None
-    if ids[start : start + len(want)] != want:
-        raise StaleJob(f"job {job.id}: inputs are no longer a live contiguous run")
+        live_run_start(snap, [i.id for i in job.inputs])
+    except CommitConflict as conflict:
+        raise StaleJob(f"job {job.id}: {conflict}") from None
 
 
 def run_job(
