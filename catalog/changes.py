@@ -64,8 +64,14 @@ def append_files(
     live_ids = {f.id for f in s.files}
     if any(f.id in live_ids for f in files):
         raise CommitConflict("a file of this ingest is already live")
+    last_full = s.last_full_compaction_ms
+    if last_full is None and files:
+        last_full = min(f.created_ms for f in files)
     return dataclasses.replace(
-        s, files=s.files + tuple(files), next_offsets={**s.next_offsets, **new_next}
+        s,
+        files=s.files + tuple(files),
+        next_offsets={**s.next_offsets, **new_next},
+        last_full_compaction_ms=last_full,
     )
 
 
@@ -85,19 +91,26 @@ def live_run_start(s: Snapshot, file_ids: Sequence[str]) -> int:
 
 
 def replace_files(
-    s: Snapshot, input_ids: Sequence[str], outputs: Sequence[LiveFile], now_ms: int
+    s: Snapshot,
+    input_ids: Sequence[str],
+    outputs: Sequence[LiveFile],
+    now_ms: int,
+    *,
+    full: bool = False,
 ) -> Snapshot:
     """Swap a contiguous run of live files for the files compacted from them.
 
     The inputs must still be live, contiguous and in the given order: otherwise another
     compaction replaced some of them first, and this one must not be applied twice.
     The outputs take the run's place in the sequence; the inputs become garbage.
+    ``full`` marks a full compaction, which restarts the daily compaction's clock.
     """
     start = live_run_start(s, input_ids)
     replaced = s.files[start : start + len(input_ids)]
     garbage = s.garbage + tuple(Garbage(f.key, now_ms) for f in replaced)
     files = s.files[:start] + tuple(outputs) + s.files[start + len(input_ids) :]
-    return dataclasses.replace(s, files=files, garbage=garbage)
+    last_full = now_ms if full else s.last_full_compaction_ms
+    return dataclasses.replace(s, files=files, garbage=garbage, last_full_compaction_ms=last_full)
 
 
 def expired_garbage(s: Snapshot, now_ms: int, grace_ms: int) -> tuple[Garbage, ...]:

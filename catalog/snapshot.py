@@ -66,6 +66,10 @@ class Snapshot:
     next_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     files: tuple[LiveFile, ...] = ()
     garbage: tuple[Garbage, ...] = ()
+    last_full_compaction_ms: int | None = None
+    """When the last full compaction committed: the clock of the planner's daily
+    compaction. It starts at the first ingest, so the first one runs a day after data
+    arrives; None while the store has never held data."""
     etag: str | None = None
     """The ETag the snapshot was read with; None for a store with no catalog yet."""
 
@@ -146,6 +150,7 @@ def snapshot_to_json(s: Snapshot) -> dict[str, Any]:
             for f in s.files
         ],
         "garbage": [{"key": g.key, "replaced_ms": g.replaced_ms} for g in s.garbage],
+        "last_full_compaction_ms": s.last_full_compaction_ms,
     }
 
 
@@ -171,6 +176,15 @@ def snapshot_from_json(data: dict[str, Any], etag: str | None) -> Snapshot:
             for f in data["files"]
         )
         garbage = tuple(Garbage(g["key"], int(g["replaced_ms"])) for g in data["garbage"])
-        return Snapshot(int(data["version"]), topics, next_offsets, files, garbage, etag)
+        last_full = data.get("last_full_compaction_ms")
+        return Snapshot(
+            version=int(data["version"]),
+            topics=topics,
+            next_offsets=next_offsets,
+            files=files,
+            garbage=garbage,
+            last_full_compaction_ms=None if last_full is None else int(last_full),
+            etag=etag,
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCatalog(f"catalog is malformed: {exc!r}") from exc

@@ -7,10 +7,9 @@ import json
 
 from catalog.garbage import DEFAULT_GRACE_MS
 from cli.context import Context, UsageError
-from planner.levels import full_job, next_level_job
+from cli.planner_options import add_planner_options, planner_config
 from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
 from worker.kernel import ENTRY_BYTES
-from worker.runner import StaleJob
 from worker.stats import JobReport
 
 
@@ -32,22 +31,15 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
             f"got {args.key_buffer_bytes}"
         )
+    config = planner_config(args)
     compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes, grace_ms=args.grace_ms)
-    reports: list[JobReport] = []
-    while True:
-        snap = compactor.catalog.snapshot()
-        job = full_job(snap) if args.full else next_level_job(snap)
-        if job is None:
-            break
-        try:
-            report = compactor.run(job, ctx.now_ms)
-        except StaleJob:
-            continue  # another compactor took these inputs first: plan again
-        reports.append(report)
-        if not args.json:
-            print(_summary(report))
-        if args.full or not args.until_idle:
-            break
+    reports = compactor.run_planned(
+        ctx.now_ms,
+        config,
+        full=args.full,
+        until_idle=args.until_idle,
+        on_report=(lambda r: None) if args.json else (lambda r: print(_summary(r))),
+    )
     deleted = compactor.collect_garbage(ctx.now_ms)
     if args.json:
         print(json.dumps({"jobs": [r.to_json() for r in reports], "deleted": deleted}))
@@ -73,5 +65,6 @@ def register(
         default=DEFAULT_GRACE_MS,
         help="how long replaced files stay readable before deletion",
     )
+    add_planner_options(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

@@ -25,7 +25,6 @@ from cli.progress import Progress
 from cli.stats import stats_json
 from ingest.agent import L0Ingest
 from ingest.workload import Workload
-from planner.levels import full_job, next_level_job
 from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
 from worker.view import store_views
 
@@ -108,15 +107,14 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         reports = []
         compact_started = time.monotonic()
         for full in (False, True):
-            while True:
-                snap = demo.catalog.snapshot()
-                job = full_job(snap) if full else next_level_job(snap)
-                if job is None:
-                    break
-                progress.update(f"compacting: {job.rule}, {len(job.inputs)} files", force=True)
-                reports.append(compactor.run(job, demo.now_ms))
-                if full:
-                    break
+            reports += compactor.run_planned(
+                demo.now_ms,
+                full=full,
+                until_idle=True,
+                on_job=lambda job: progress.update(
+                    f"compacting: {job.rule}, {len(job.inputs)} files", force=True
+                ),
+            )
         compact_s = time.monotonic() - compact_started
         after_snap = demo.catalog.snapshot()
         progress.update("verifying", force=True)

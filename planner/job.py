@@ -15,6 +15,11 @@ from typing import Any
 
 MAX_LEVEL = 4
 
+FULL_RULES = ("full", "daily")
+"""Rules whose jobs are full compactions: committing one restarts the daily clock."""
+
+Numbers = tuple[tuple[str, int | float], ...]
+
 OUTPUT_GROUPS = ("compacted", "plain")
 """A job writes at most two files: one for compacted topics, one for the others, so the
 two never share a file above L0."""
@@ -35,6 +40,8 @@ class Job:
     rule: str = "manual"
     """Which rule chose the job (planner), for reports."""
     reason: str = ""
+    numbers: Numbers = ()
+    """The figures the rule decided on (name, value), for ``compactor plan``."""
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -43,6 +50,14 @@ class Job:
             raise ValueError(f"output level must be in 1..{MAX_LEVEL}, got {self.output_level}")
         if len({i.id for i in self.inputs}) != len(self.inputs):
             raise ValueError("a job lists an input file twice")
+
+    @property
+    def is_full(self) -> bool:
+        return self.rule in FULL_RULES
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(i.size for i in self.inputs)
 
     @property
     def id(self) -> str:
@@ -66,6 +81,7 @@ class Job:
             "deduplicate": self.deduplicate,
             "rule": self.rule,
             "reason": self.reason,
+            "numbers": dict(self.numbers),
         }
 
     @classmethod
@@ -79,6 +95,7 @@ class Job:
                 deduplicate=bool(data["deduplicate"]),
                 rule=str(data.get("rule", "manual")),
                 reason=str(data.get("reason", "")),
+                numbers=tuple((str(k), v) for k, v in dict(data.get("numbers", {})).items()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed job document: {exc}") from None

@@ -1,68 +1,96 @@
-"""A simple level rule, pure: snapshot -> the next job, or None.
+"""Level rules: L0 -> L1 -> ... -> L4 at a file-count trigger, and similar-size runs at
+the top level (the size-tiered part, as in Cassandra's STCS or RocksDB's universal
+compaction, but over contiguous runs of the live sequence).
 
-The lowest level with a contiguous run of at least ``trigger`` files is compacted one
-level up, oldest files first; L0 -> L1 copies, every level above deduplicates.
-``full_job`` is the daily compaction: every live file into the top level, deduplicated.
+Invariants enforced here: a job's inputs are one contiguous run of available files;
+its output level is never below an input's level; L0 -> L1 copies, every job above
+deduplicates, so every file at L2 or above was written by a deduplicating compaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping
 
-from catalog import LiveFile, Snapshot
-from planner.job import MAX_LEVEL, Job, JobInput
-
-LEVEL_TRIGGER = 32
-
-
-def _job(files: Sequence[LiveFile], level: int, dedup: bool, rule: str, reason: str) -> Job:
-    return Job(
-        inputs=tuple(JobInput(f.id, f.key, f.size) for f in files),
-        output_level=level,
-        deduplicate=dedup,
-        rule=rule,
-        reason=reason,
-    )
+from catalog import Snapshot, Topic
+from planner.config import PlannerConfig
+from planner.job import MAX_LEVEL, Job
+from planner.sequence import Run, make_job, output_group, runs
 
 
-def _runs(files: Sequence[LiveFile]) -> list[tuple[int, int, int]]:
-    """(level, start, length) of each run of same-level files along the sequence."""
-    runs: list[tuple[int, int, int]] = []
-    for i, f in enumerate(files):
-        if runs and runs[-1][0] == f.level and runs[-1][1] + runs[-1][2] == i:
-            level, start, length = runs[-1]
-            runs[-1] = (level, start, length + 1)
-        else:
-            runs.append((f.level, i, 1))
-    return runs
-
-
-def next_level_job(snap: Snapshot, trigger: int = LEVEL_TRIGGER) -> Job | None:
+def level_jobs(snap: Snapshot, config: PlannerConfig, unavailable: Collection[str]) -> list[Job]:
+    """Each contiguous run of >= trigger files of level l (below the top) gives jobs of
+    exactly trigger files each, oldest first; the remainder waits for more."""
+    n = config.level_trigger_files
+    jobs: list[Job] = []
     for level in range(MAX_LEVEL):
-        for run_level, start, length in _runs(snap.files):
-            if run_level == level and length >= trigger:
-                files = snap.files[start : start + trigger]
-                return _job(
-                    files,
-                    level + 1,
-                    dedup=level >= 1,
-                    rule=f"L{level}->L{level + 1}",
-                    reason=f"{length} contiguous L{level} files >= {trigger}",
+        count = sum(1 for f in snap.files if f.level == level)
+        for run in runs(snap.files, unavailable, lambda f, lv=level: f.level == lv):  # type: ignore[misc]
+            for start in range(0, len(run) - n + 1, n):
+                jobs.append(
+                    make_job(
+                        run[start : start + n],
+                        level + 1,
+                        dedup=level >= 1,
+                        rule=f"L{level}->L{level + 1}",
+                        reason=f"a run of {len(run)} contiguous L{level} files >= {n}",
+                        numbers=(("level_files", count), ("run_files", len(run)), ("trigger", n)),
+                    )
                 )
-    return None
+    return jobs
 
 
-def full_job(snap: Snapshot) -> Job | None:
-    if not snap.files:
-        return None
-    groups = [frozenset(snap.topics[t].config.compacted for t in f.topics) for f in snap.files]
-    already_full = all(f.level == MAX_LEVEL for f in snap.files) and len(set(groups)) == len(groups)
-    if already_full:
-        return None
-    return _job(
-        snap.files,
-        MAX_LEVEL,
-        dedup=True,
-        rule="full",
-        reason=f"all {len(snap.files)} live files into L{MAX_LEVEL}",
-    )
+def size_ratios(files: Run, topics: Mapping[str, Topic]) -> dict[str, float]:
+    """Largest / smallest file size per output group."""
+    sizes: dict[str, list[int]] = {}
+    for f in files:
+        sizes.setdefault(output_group(f, topics), []).append(max(f.size, 1))
+    return {g: max(s) / min(s) for g, s in sizes.items()}
+
+
+def top_run_jobs(snap: Snapshot, config: PlannerConfig, unavailable: Collection[str]) -> list[Job]:
+    """Greedy, oldest first: the longest window of top-level files (at most
+    top.run.max.files) in which each output group's sizes stay within
+    top.run.size.ratio; it becomes a job when one group has top.run.min.files files.
+
+    Similarity is judged per group because the worker writes one output per group: a
+    big file of one group never makes another group's small files "dissimilar"."""
+    jobs: list[Job] = []
+    for run in runs(snap.files, unavailable, lambda f: f.level == MAX_LEVEL):
+        i = 0
+        while i < len(run):
+            j = i + 1
+            while (
+                j < len(run)
+                and j - i < config.top_run_max_files
+                and max(size_ratios(run[i : j + 1], snap.topics).values())
+                <= config.top_run_size_ratio
+            ):
+                j += 1
+            window = run[i:j]
+            groups = [output_group(f, snap.topics) for f in window]
+            largest_group = max(groups.count(g) for g in set(groups))
+            if largest_group >= config.top_run_min_files:
+                ratio = max(size_ratios(window, snap.topics).values())
+                jobs.append(
+                    make_job(
+                        window,
+                        MAX_LEVEL,
+                        dedup=True,
+                        rule="top-run",
+                        reason=(
+                            f"{largest_group} L{MAX_LEVEL} files of similar size "
+                            f"(ratio {ratio:.2f} <= {config.top_run_size_ratio})"
+                        ),
+                        numbers=(
+                            ("files", len(window)),
+                            ("smallest_bytes", min(f.size for f in window)),
+                            ("largest_bytes", max(f.size for f in window)),
+                            ("size_ratio", round(ratio, 3)),
+                            ("min_files", config.top_run_min_files),
+                        ),
+                    )
+                )
+                i = j
+            else:
+                i += 1
+    return jobs

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from catalog import Catalog
+from catalog.errors import CatalogError
 from catalog.garbage import DEFAULT_GRACE_MS, collect_garbage
 from objectstore import ObjectStore
+from planner.config import PlannerConfig
 from planner.job import Job
+from planner.plan import full_plan, plan
 from worker.kernel import KeyBuffer
-from worker.runner import run_job
+from worker.runner import StaleJob, run_job
 from worker.stats import JobReport
 
 DEFAULT_KEY_BUFFER_BYTES = 128 << 20
@@ -35,3 +40,40 @@ class Compactor:
 
     def collect_garbage(self, now_ms: int) -> list[str]:
         return collect_garbage(self.catalog, now_ms, self.grace_ms)
+
+    def run_planned(
+        self,
+        now_ms: int,
+        config: PlannerConfig | None = None,
+        *,
+        full: bool = False,
+        until_idle: bool = False,
+        on_job: Callable[[Job], None] = lambda job: None,
+        on_report: Callable[[JobReport], None] = lambda report: None,
+    ) -> list[JobReport]:
+        """Run the planner's jobs: the first one, or (``until_idle``) every job of each
+        plan and plan again until none is due. ``full`` runs the full compaction once.
+        A job whose inputs another compactor took first is dropped, and the store
+        planned again."""
+        reports: list[JobReport] = []
+        seen: set[str] = set()
+        while True:
+            snap = self.catalog.snapshot()
+            jobs = (full_plan if full else plan)(snap, now_ms, config).jobs
+            if not (until_idle or full):
+                jobs = jobs[:1]
+            if not jobs:
+                return reports
+            for job in jobs:
+                if job.id in seen:
+                    raise CatalogError(f"the planner proposed job {job.id} twice; stopping")
+                seen.add(job.id)
+                on_job(job)
+                try:
+                    report = self.run(job, now_ms)
+                except StaleJob:
+                    break  # another compactor took these inputs first: plan again
+                reports.append(report)
+                on_report(report)
+            if full or not until_idle:
+                return reports

@@ -143,7 +143,7 @@ def run_job(
         rule=job.rule,
         output_level=job.output_level,
         outputs=[f.key for f in produced],
-        bytes_in=sum(i.size for i in job.inputs),
+        bytes_in=job.input_bytes,
         bytes_out=sum(f.size for f in produced),
         duration_s=time.monotonic() - started,
         stats=stats,
@@ -207,7 +207,13 @@ def _commit(
     input_ids = [i.id for i in job.inputs]
     try:
         catalog.commit(
-            functools.partial(replace_files, input_ids=input_ids, outputs=produced, now_ms=now_ms)
+            functools.partial(
+                replace_files,
+                input_ids=input_ids,
+                outputs=produced,
+                now_ms=now_ms,
+                full=job.is_full,
+            )
         )
         return True, ""
     except CommitConflict as conflict:

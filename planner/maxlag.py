@@ -1,0 +1,89 @@
+"""max.compaction.lag.ms: a record may stay undeduplicated at most this long.
+
+A file is *dirty* once it holds a record of a topic with max.compaction.lag.ms that is
+older than now - lag and has not been through a deduplicating compaction. Files at L2
+and above were all written by one (``planner.levels``), so only L0 and L1 files can be
+dirty, and a job's output, written at L2 or above, is clean.
+
+Dirty files are batched: once the oldest has been dirty for max.lag.buffer.ms, one job
+per run deduplicates the span from the oldest dirty file to the youngest, well before
+max.lag.deadline.ms. Duplicates of its keys in older top-level files are then left to
+top-level runs and the daily compaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from catalog import LiveFile, Snapshot, Topic
+from planner.config import MINUTE_MS, PlannerConfig
+from planner.job import Job
+from planner.sequence import make_job, runs
+
+CLEAN_LEVEL = 2
+"""The lowest level every file of which was written by a deduplicating compaction."""
+
+
+def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
+    """When ``f`` becomes dirty (its oldest record passes max lag), or None if never."""
+    if f.level >= CLEAN_LEVEL:
+        return None
+    since: int | None = None
+    for s in f.sections:
+        topic = topics.get(s.topic)
+        if topic is None or not topic.config.compacted:
+            continue
+        lag = topic.config.effective_max_compaction_lag_ms
+        if lag is None:
+            continue
+        due = s.min_timestamp + lag
+        since = due if since is None else min(since, due)
+    return since
+
+
+def dirty_files(snap: Snapshot, now_ms: int) -> dict[str, int]:
+    """Dirty file id -> when it became dirty."""
+    out: dict[str, int] = {}
+    for f in snap.files:
+        since = dirty_since_ms(f, snap.topics)
+        if since is not None and since <= now_ms:
+            out[f.id] = since
+    return out
+
+
+def max_lag_jobs(
+    snap: Snapshot, now_ms: int, config: PlannerConfig, unavailable: Collection[str]
+) -> list[Job]:
+    dirty = dirty_files(snap, now_ms)
+    waiting = {i: s for i, s in dirty.items() if i not in unavailable}
+    if not waiting or now_ms - min(waiting.values()) < config.max_lag_buffer_ms:
+        return []
+    jobs = []
+    for run in runs(snap.files, unavailable):
+        marks = [i for i, f in enumerate(run) if f.id in waiting]
+        if not marks:
+            continue
+        span = run[marks[0] : marks[-1] + 1]
+        oldest = min(waiting[f.id] for f in span if f.id in waiting)
+        jobs.append(
+            make_job(
+                span,
+                max(CLEAN_LEVEL, *(f.level for f in span)),
+                dedup=True,
+                rule="max-lag",
+                reason=(
+                    f"{len(marks)} files past max.compaction.lag.ms, the oldest dirty for "
+                    f"{(now_ms - oldest) / MINUTE_MS:.0f} min "
+                    f">= {config.max_lag_buffer_ms / MINUTE_MS:.0f} min"
+                ),
+                numbers=(
+                    ("dirty_files", len(marks)),
+                    ("files", len(span)),
+                    ("oldest_dirty_since_ms", oldest),
+                    ("dirty_for_ms", now_ms - oldest),
+                    ("buffer_ms", config.max_lag_buffer_ms),
+                    ("deadline_ms", config.max_lag_deadline_ms),
+                ),
+            )
+        )
+    return jobs

@@ -1,0 +1,90 @@
+"""The planner: (catalog snapshot, clock, config) -> jobs. Pure and deterministic.
+
+Rules run in priority order and each sees only the files no earlier job took, so no
+file is in two jobs; files that running jobs hold (``busy``) and files too large to
+compact are never offered to any rule:
+
+1. daily     the full compaction across sizes, when one is due: it takes every
+             available file, so it runs alone;
+2. max-lag   files past max.compaction.lag.ms, after buffering (``planner.maxlag``);
+3. levels    L0 -> L1 (copy), L1 -> L2, L2 -> L3, L3 -> L4 (``planner.levels``);
+4. top-run   similar-sized top-level files compacted together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from catalog import Snapshot
+from planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
+from planner.full import daily_due_ms, daily_jobs, full_jobs
+from planner.job import MAX_LEVEL, Job
+from planner.levels import level_jobs, top_run_jobs
+from planner.maxlag import dirty_files, max_lag_jobs
+from planner.sequence import too_large
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: tuple[Job, ...]
+    notes: tuple[str, ...] = field(default=())
+    """Why the rules did or did not fire: the state each rule looked at."""
+
+
+def plan(
+    snap: Snapshot,
+    now_ms: int,
+    config: PlannerConfig | None = None,
+    busy: frozenset[str] = frozenset(),
+) -> Plan:
+    config = config or PlannerConfig()
+    frozen = {f.id for f in snap.files if too_large(f, config)}
+    taken = set(busy) | frozen
+    daily = daily_jobs(snap, now_ms, config, taken)
+    if daily:
+        return Plan(tuple(daily), _notes(snap, now_ms, config, frozen))
+    jobs: list[Job] = []
+    for rule in (max_lag_jobs, _levels, _top_runs):
+        for job in rule(snap, now_ms, config, taken):
+            jobs.append(job)
+            taken.update(i.id for i in job.inputs)
+    return Plan(tuple(jobs), _notes(snap, now_ms, config, frozen))
+
+
+def _levels(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
+    return level_jobs(snap, config, taken)
+
+
+def _top_runs(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
+    return top_run_jobs(snap, config, taken)
+
+
+def _notes(snap: Snapshot, now_ms: int, config: PlannerConfig, frozen: set[str]) -> tuple[str, ...]:
+    notes = []
+    for level in range(MAX_LEVEL + 1):
+        files = [f for f in snap.files if f.level == level]
+        if files:
+            notes.append(f"L{level}: {len(files)} files, {sum(f.size for f in files):,} bytes")
+    notes.append(
+        f"level trigger {config.level_trigger_files} files; top runs of "
+        f">= {config.top_run_min_files} files within size ratio {config.top_run_size_ratio}"
+    )
+    due = daily_due_ms(snap, config)
+    if due is not None:
+        when = "now" if due <= now_ms else f"in {(due - now_ms) / HOUR_MS:.1f} h"
+        notes.append(f"daily compaction due {when}")
+    dirty = dirty_files(snap, now_ms)
+    if dirty:
+        oldest = (now_ms - min(dirty.values())) / MINUTE_MS
+        notes.append(f"max-lag: {len(dirty)} dirty files, the oldest dirty for {oldest:.0f} min")
+    if frozen:
+        cap = config.max_partition_uncompressed_bytes
+        notes.append(f"{len(frozen)} files hold a partition over {cap:,} bytes: never compacted")
+    return tuple(notes)
+
+
+def full_plan(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) -> Plan:
+    """``compact --full``: the daily compaction, now."""
+    config = config or PlannerConfig()
+    frozen = {f.id for f in snap.files if too_large(f, config)}
+    return Plan(tuple(full_jobs(snap, frozen)), _notes(snap, now_ms, config, frozen))

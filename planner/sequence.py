@@ -1,0 +1,60 @@
+"""Facts about files of the live sequence that every rule reads.
+
+Everything here is a pure function of catalog state. A job's inputs are a contiguous
+slice of the live sequence, so rules work on *runs*: maximal slices of files that no
+other job holds and that may be compacted at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+
+from catalog import LiveFile, Topic
+from planner.config import PlannerConfig
+from planner.job import Job, JobInput, Numbers
+
+Run = Sequence[LiveFile]
+
+
+def output_group(f: LiveFile, topics: Mapping[str, Topic]) -> str:
+    """ "compacted" or "plain" (as the worker writes them); "mixed" for an L0 file of both."""
+    kinds = {topics[s.topic].config.compacted for s in f.sections if s.topic in topics}
+    if kinds == {True}:
+        return "compacted"
+    if kinds == {False}:
+        return "plain"
+    return "mixed"
+
+
+def too_large(f: LiveFile, config: PlannerConfig) -> bool:
+    """A file with a partition section past the cap is never compacted."""
+    return any(s.uncompressed_bytes > config.max_partition_uncompressed_bytes for s in f.sections)
+
+
+def runs(
+    files: Sequence[LiveFile],
+    unavailable: Collection[str],
+    keep: Callable[[LiveFile], bool] = lambda f: True,
+) -> Iterator[Run]:
+    """Maximal contiguous slices of files that are available and satisfy ``keep``."""
+    start = None
+    for i, f in enumerate(files):
+        ok = f.id not in unavailable and keep(f)
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            yield files[start:i]
+            start = None
+    if start is not None:
+        yield files[start:]
+
+
+def make_job(files: Run, level: int, dedup: bool, rule: str, reason: str, numbers: Numbers) -> Job:
+    return Job(
+        inputs=tuple(JobInput(f.id, f.key, f.size) for f in files),
+        output_level=level,
+        deduplicate=dedup,
+        rule=rule,
+        reason=reason,
+        numbers=numbers,
+    )
