@@ -8,7 +8,17 @@ import sys
 from collections.abc import Sequence
 
 from catalog import CatalogError
-from cli import compact, demo, dump, ingest_cmd, plan_cmd, stats, topic, verify_cmd
+from cli import (
+    compact,
+    demo,
+    dump,
+    ingest_cmd,
+    plan_cmd,
+    simulate,
+    stats,
+    topic,
+    verify_cmd,
+)
 from cli.context import Context, UsageError
 from fileformat import FormatError
 from objectstore import StoreError
@@ -52,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="command", parser_class=_Parser
     )
-    for module in (topic, ingest_cmd, dump, verify_cmd, stats, plan_cmd, compact, demo):
+    for module in (topic, ingest_cmd, dump, verify_cmd, stats, plan_cmd, compact, simulate, demo):
         module.register(sub, common)
     return parser
 

@@ -1,0 +1,174 @@
+"""compactor simulate: replay agents writing L0 files through the planner, no I/O.
+
+With --compare, the same workload also runs under Cassandra's size-tiered strategy,
+and the two are printed side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from cli.context import Context, UsageError, positive_int
+from cli.planner_options import add_planner_options, planner_config
+from cli.progress import Progress
+from planner.plan import plan
+from planner.simulation.keys import KeyModel
+from planner.simulation.sim import Result, Simulation, WorkerModel, Workload
+from planner.stcs import stcs_plan
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _series(r: Result, rows: int = 12) -> None:
+    step = max(1, len(r.samples) // rows)
+    picked = r.samples[::step]
+    if picked[-1] is not r.samples[-1]:
+        picked.append(r.samples[-1])
+    print(
+        f"{'time':>8}  {'L0':>4} {'L1':>4} {'L2':>4} {'L3':>4} {'L4':>4}  "
+        f"{'live records':>14} {'duplicates':>14} {'write amp':>9} {'dirty':>6}"
+    )
+    for s in picked:
+        levels = " ".join(f"{n:>4}" for n in s.files_per_level)
+        print(
+            f"{s.t_s / 3600:>7.2f}h  {levels}  {s.live_records:>14,} {s.duplicates_live:>14,} "
+            f"{s.write_amplification:>9.2f} {s.dirty_files:>6}"
+        )
+
+
+def _summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    lag = doc["max_lag"]
+    final = doc["final"]
+    first = doc["first_dedup_seconds"]
+    return [
+        ("first dedup (s)", "-" if first is None else f"{first:,.0f}"),
+        ("write amplification", f"{doc['write_amplification']:.2f}"),
+        ("bytes compacted (read)", f"{doc['compaction_bytes_read']:,}"),
+        ("duplicates live, end", f"{final['duplicates_live']:,}"),
+        ("duplicates live, mean", f"{doc['duplicates_live_mean']:,}"),
+        ("live files, end", f"{sum(final['files_per_level']):,}"),
+        ("jobs", f"{sum(doc['jobs_by_rule'].values()):,}"),
+        (
+            "dirty files late",
+            f"{lag['late']} of {lag['dirty_files']} (max {lag['max_delay_s']:,.0f} s)",
+        ),
+    ]
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    config = planner_config(args)
+    try:
+        workload = Workload(
+            agents=args.agents,
+            files_per_second=args.files_per_second,
+            hours=args.hours,
+            records_per_file=args.records_per_file,
+            record_bytes=args.record_bytes,
+            keys=args.keys,
+            key_skew=args.key_skew,
+            max_compaction_lag_ms=args.max_compaction_lag_ms,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    worker = WorkerModel(
+        workers=args.workers,
+        worker_bytes_per_s=args.worker_mib_per_s * (1 << 20),
+        job_overhead_s=args.job_overhead_s,
+        step_s=args.step_seconds,
+        sample_every_s=args.sample_every_s,
+    )
+    keys = KeyModel(workload.keys, workload.key_skew)
+    policies = [("planner", lambda s, n, b: plan(s, n, config, b))]
+    if args.compare:
+        policies.append(("stcs", lambda s, n, b: stcs_plan(s, n, busy=b, limits=config)))
+    runs: dict[str, Result] = {}
+    progress = Progress()
+    for name, policy in policies:
+        sim = Simulation(name, policy, workload, worker, config, keys)
+        runs[name] = sim.run(lambda t: progress.update(f"simulating: {t / 3600:.2f} h"))
+    progress.done()
+    results = {name: r.to_json() for name, r in runs.items()}
+    if args.json:
+        doc: dict[str, Any] = {
+            "first_dedup_seconds": results["planner"]["first_dedup_seconds"],
+            "workload": vars(workload),
+            "worker": vars(worker),
+            "planner_config": config.to_json(),
+            **results["planner"],
+        }
+        if "stcs" in results:
+            doc["stcs"] = results["stcs"]
+        print(json.dumps(doc))
+        return 0
+    rate = workload.agents * workload.files_per_second
+    print(
+        f"{workload.agents} agents x {workload.files_per_second:g} files/s = {rate:g} files/s "
+        f"for {workload.hours:g} h; {workload.records_per_file:,} records x "
+        f"{workload.record_bytes} B per file; {workload.keys:,} keys, skew {workload.key_skew:g}"
+    )
+    if args.compare:
+        rows = {name: dict(_summary_rows(doc)) for name, doc in results.items()}
+        names = list(rows["planner"])
+        print(f"{'':<24} {'planner':>24} {'STCS':>24}")
+        for n in names:
+            print(f"{n:<24} {rows['planner'][n]:>24} {rows['stcs'][n]:>24}")
+        return 0
+    _series(runs["planner"])
+    for label, value in _summary_rows(results["planner"]):
+        print(f"{label}: {value}")
+    return 0
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay agents writing files through the planner (no I/O)",
+        parents=[common],
+        description="Time-stepped simulation of ingest and compaction through the real "
+        "planner, with a cost model of the worker: files per level, write amplification, "
+        "duplicates live, max-lag compliance, time to the first deduplication.",
+    )
+    w = Workload()
+    m = WorkerModel()
+    p.add_argument("--agents", type=positive_int, default=w.agents)
+    p.add_argument(
+        "--files-per-second", type=_positive_float, default=w.files_per_second, help="per agent"
+    )
+    p.add_argument("--hours", type=_positive_float, default=w.hours)
+    p.add_argument("--records-per-file", type=positive_int, default=w.records_per_file)
+    p.add_argument("--record-bytes", type=positive_int, default=w.record_bytes)
+    p.add_argument("--keys", type=positive_int, default=w.keys, help="size of the key space")
+    p.add_argument(
+        "--key-skew", type=float, default=w.key_skew, help="Zipf exponent of updates (0: uniform)"
+    )
+    p.add_argument(
+        "--max-compaction-lag-ms",
+        type=int,
+        default=None,
+        help="the simulated topic's max.compaction.lag.ms (raised to 2 h when lower)",
+    )
+    p.add_argument("--workers", type=positive_int, default=m.workers)
+    p.add_argument(
+        "--worker-mib-per-s", type=_positive_float, default=m.worker_bytes_per_s / (1 << 20)
+    )
+    p.add_argument("--job-overhead-s", type=float, default=m.job_overhead_s)
+    p.add_argument("--step-seconds", type=_positive_float, default=m.step_s)
+    p.add_argument("--sample-every-s", type=_positive_float, default=m.sample_every_s)
+    p.add_argument(
+        "--compare", action="store_true", help="also run Cassandra's size-tiered strategy"
+    )
+    add_planner_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
