@@ -7,6 +7,7 @@ validates, so every instance is usable.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
@@ -46,8 +47,8 @@ class PlannerConfig:
             raise ConfigError("level.trigger.files must be at least 2")
         if not 2 <= self.top_run_min_files <= self.top_run_max_files:
             raise ConfigError("need 2 <= top.run.min.files <= top.run.max.files")
-        if self.top_run_size_ratio < 1.0:
-            raise ConfigError("top.run.size.ratio must be at least 1.0")
+        if not (math.isfinite(self.top_run_size_ratio) and self.top_run_size_ratio >= 1.0):
+            raise ConfigError("top.run.size.ratio must be a number >= 1.0")
         if self.max_lag_buffer_ms < 0 or self.max_lag_deadline_ms <= self.max_lag_buffer_ms:
             raise ConfigError("need 0 <= max.lag.buffer.ms < max.lag.deadline.ms")
         if self.full_compaction_interval_ms <= 0 or self.max_partition_uncompressed_bytes <= 0:

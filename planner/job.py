@@ -86,6 +86,8 @@ class Job:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
+        if not isinstance(data.get("deduplicate"), bool):
+            raise ValueError("malformed job document: 'deduplicate' must be true or false")
         try:
             job = cls(
                 inputs=tuple(
