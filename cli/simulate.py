@@ -40,8 +40,9 @@ def _series(r: Result, rows: int = 12) -> None:
     )
     for s in picked:
         levels = " ".join(f"{n:>4}" for n in s.files_per_level)
+        when = f"{s.t_s:>7,.0f}s" if r.samples[-1].t_s <= 7200 else f"{s.t_s / 3600:>7.2f}h"
         print(
-            f"{s.t_s / 3600:>7.2f}h  {levels}  {s.live_records:>14,} {s.duplicates_live:>14,} "
+            f"{when}  {levels}  {s.live_records:>14,} {s.duplicates_live:>14,} "
             f"{s.write_amplification:>9.2f} {s.dirty_files:>6}"
         )
 
