@@ -9,12 +9,17 @@ deduplicates, so every file at L2 or above was written by a deduplicating compac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 
-from catalog import Snapshot, Topic
+from catalog import LiveFile, Snapshot, Topic
 from planner.config import PlannerConfig
 from planner.job import MAX_LEVEL, Job
 from planner.sequence import Run, make_job, output_group, runs
+
+
+def _at_level(level: int, f: LiveFile) -> bool:
+    return f.level == level
 
 
 def level_jobs(snap: Snapshot, config: PlannerConfig, unavailable: Collection[str]) -> list[Job]:
@@ -24,7 +29,7 @@ def level_jobs(snap: Snapshot, config: PlannerConfig, unavailable: Collection[st
     jobs: list[Job] = []
     for level in range(MAX_LEVEL):
         count = sum(1 for f in snap.files if f.level == level)
-        for run in runs(snap.files, unavailable, lambda f, lv=level: f.level == lv):  # type: ignore[misc]
+        for run in runs(snap.files, unavailable, functools.partial(_at_level, level)):
             for start in range(0, len(run) - n + 1, n):
                 jobs.append(
                     make_job(
