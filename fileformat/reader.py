@@ -10,12 +10,14 @@ The ranged (random access) readers live in ``fileformat.ranged`` and are re-expo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc
 
-from fileformat.batches import BatchStats, batch_stats
+from fileformat.batches import BatchStats, batch_stats, int64_view
 from fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from fileformat.errors import FormatError
 from fileformat.footer import parse_footer, parse_tail
@@ -34,15 +36,17 @@ from fileformat.framing import (
     describe_tag,
     verify_frame,
 )
-from fileformat.ipc import decode_batch
+from fileformat.ipc import check_message, decode_batch
 from fileformat.meta import FileMeta, SectionMeta, section_key
 from fileformat.ranged import read_footer, read_section, read_section_offsets
+from fileformat.records import RECORD_SCHEMA
 from fileformat.section import parse_section_end, parse_section_header, parse_trailer
 
 __all__ = [
     "SectionReader",
     "Source",
     "StreamReader",
+    "decode_fields",
     "read_footer",
     "read_section",
     "read_section_offsets",
@@ -51,6 +55,81 @@ __all__ = [
 
 READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
+
+
+def _schema_message() -> bytes:
+    """RECORD_SCHEMA's IPC schema message: prefixed to a batch frame's payload it makes an
+    IPC stream (FORMAT.md 6.2), which Arrow can read with only some fields decoded."""
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_stream(sink, RECORD_SCHEMA).close()
+    return bytes(sink.getvalue().to_pybytes()[:-8])  # without the end-of-stream marker
+
+
+_SCHEMA_MESSAGE = _schema_message()
+_FIELD_INDEX = {name: i for i, name in enumerate(RECORD_SCHEMA.names)}
+_SMALL_BATCH = 64
+_read_options: dict[tuple[int, ...], pa.ipc.IpcReadOptions] = {}
+
+
+def _field_indices(fields: Sequence[str]) -> tuple[int, ...]:
+    """The sorted RECORD_SCHEMA indices of ``fields``, always with the offset."""
+    try:
+        return tuple(sorted({0} | {_FIELD_INDEX[f] for f in fields}))
+    except KeyError as exc:
+        raise ValueError(f"RECORD_SCHEMA has no field {exc.args[0]!r}") from None
+
+
+def _partial_problem(batch: pa.RecordBatch) -> str | None:
+    """``batch_problem`` for a batch of some of RECORD_SCHEMA's fields."""
+    names = batch.schema.names
+    for name in ("offset", "timestamp", "headers"):
+        if name in names and batch.column(name).null_count:
+            return f"null {name}"
+    if "headers" in names:
+        items = batch.column("headers").flatten()
+        if items.null_count or items.field(0).null_count:
+            return "null header or header key"
+    offsets = batch.column("offset")
+    n = batch.num_rows
+    if n <= _SMALL_BATCH:  # compute kernels cost more to call than they save here
+        v = int64_view(offsets)
+        if any(v[i] >= v[i + 1] for i in range(n - 1)):
+            return "offsets do not strictly increase"
+    elif pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py():
+        return "offsets do not strictly increase"
+    return None
+
+
+def decode_fields(
+    payload: bytes, position: int, object_name: str, fields: Sequence[str]
+) -> pa.RecordBatch:
+    """Like ``decode_batch``, but decodes only ``fields`` of RECORD_SCHEMA (and always
+    ``offset``): the other columns' buffers are neither decompressed nor validated.
+
+    The message is checked (``check_message``) exactly as for a whole decode, and what is
+    decoded passes Arrow's full validation, the non-null rules of RECORD_SCHEMA and the
+    offset order. The batch has only those columns, in schema order.
+    """
+    indices = _field_indices(fields)
+    if len(indices) == len(RECORD_SCHEMA):
+        return decode_batch(payload, position, object_name)
+    rows, _ = check_message(payload, position, object_name)
+    options = _read_options.get(indices)
+    if options is None:
+        options = _read_options[indices] = pa.ipc.IpcReadOptions(included_fields=list(indices))
+    try:
+        stream = pa.ipc.open_stream(pa.py_buffer(_SCHEMA_MESSAGE + payload), options=options)
+        batch = stream.read_next_batch()
+        batch.validate(full=True)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
+        raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
+    if batch.num_rows != rows:
+        problem: str | None = f"{batch.num_rows} rows decoded, the message says {rows}"
+    else:
+        problem = _partial_problem(batch)
+    if problem is not None:
+        raise FormatError(object_name, position, f"invalid batch: {problem}")
+    return batch
 
 
 class Source(Protocol):
@@ -217,10 +296,12 @@ class SectionReader:
     """One section of a ``StreamReader``; valid until the stream moves to the next section.
 
     ``batches()`` yields the section's batches, each checksummed, decoded, validated and in
-    strictly increasing offset order; it may be left and resumed. ``skip()`` reads the rest
-    without decoding. Once the trailer is read, ``meta`` and ``offsets`` are set; by then
-    the trailer's batch index has been matched against the frames seen and, if every batch
-    was decoded, its stats against the records.
+    strictly increasing offset order; it may be left and resumed. ``batches(fields)``
+    decodes only those columns (``decode_fields``): a reader that needs the keys but not
+    the values skips most of the decoding. ``skip()`` reads the rest without decoding.
+    Once the trailer is read, ``meta`` and ``offsets`` are set; by then the trailer's batch
+    index has been matched against the frames seen and, if every batch was decoded whole,
+    its stats against the records.
     """
 
     meta: SectionMeta | None
@@ -235,14 +316,19 @@ class SectionReader:
         self._stream = stream
         self._positions: list[int] = []  # batch frame positions relative to the section
         self._firsts: list[int] = []  # first offsets of the batches decoded
+        self._last_offset: int | None = None  # of the last batch decoded
         self._stats: BatchStats | None = None
         self._all_decoded = True
         self._builder: OffsetSetBuilder | None = None
         self._done = False
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self, fields: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The rest of the section's batches, whole, or with only ``fields`` (and the
+        offset) decoded."""
+        if fields is not None and len(_field_indices(fields)) == len(RECORD_SCHEMA):
+            fields = None
         while not self._done:
-            batch = self._advance(decode=True)
+            batch = self._advance(decode=True, fields=fields)
             if batch is not None:
                 yield batch
 
@@ -250,7 +336,7 @@ class SectionReader:
         while not self._done:
             self._advance(decode=False)
 
-    def _advance(self, decode: bool) -> pa.RecordBatch | None:
+    def _advance(self, decode: bool, fields: Sequence[str] | None = None) -> pa.RecordBatch | None:
         """Reads the next frame: a batch (returned if decoded) or the trailer (then done)."""
         inp = self._stream._input
         name = self._stream.object_name
@@ -267,20 +353,28 @@ class SectionReader:
         if not decode:
             self._all_decoded = False
             return None
-        batch = decode_batch(payload, at + FRAME_HEADER.size, name)
-        stats = batch_stats(batch)
-        if self._stats is not None and stats.first_offset <= self._stats.last_offset:
+        if fields is None:
+            batch = decode_batch(payload, at + FRAME_HEADER.size, name)
+            stats = batch_stats(batch)
+            first, last = stats.first_offset, stats.last_offset
+        else:
+            batch = decode_fields(payload, at + FRAME_HEADER.size, name, fields)
+            view = int64_view(batch.column(0))
+            first, last = view[0], view[-1]
+        if self._last_offset is not None and first <= self._last_offset:
             raise FormatError(
-                name,
-                at,
-                f"batch starts at offset {stats.first_offset}, not after {self._stats.last_offset}",
+                name, at, f"batch starts at offset {first}, not after {self._last_offset}"
             )
         if self._stream._verify:
             if self._builder is None:
-                self._builder = OffsetSetBuilder(stats.first_offset)
-            self._builder.add(batch.column(0), stats.first_offset, stats.last_offset)
-        self._stats = stats if self._stats is None else self._stats.then(stats)
-        self._firsts.append(stats.first_offset)
+                self._builder = OffsetSetBuilder(first)
+            self._builder.add(batch.column(0), first, last)
+        if fields is None and self._all_decoded:
+            self._stats = stats if self._stats is None else self._stats.then(stats)
+        else:
+            self._all_decoded = False  # the trailer's stats cannot be checked
+        self._last_offset = last
+        self._firsts.append(first)
         return batch
 
     def _end(self, payload: bytes, length: int, at: int) -> None:

@@ -62,6 +62,13 @@ class GetCounter:
             self._counts.clear()
 
 
+def check_buffer_size(buffer_size: int) -> int:
+    """A stream's ``buffer_size`` (see ``ObjectStore.open_stream``), checked: at least 1."""
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+        raise ValueError(f"stream buffer_size must be a positive int, got {buffer_size!r}")
+    return buffer_size
+
+
 class ObjectStream(ABC):
     """A sequential reader over one object, opened by one GET from ``start``.
 
@@ -145,8 +152,16 @@ class ObjectStore(ABC):
         """Bytes [start, end) by one ranged GET; ``start`` < 0 means the last -start bytes."""
 
     @abstractmethod
-    def open_stream(self, key: str, start: int = 0) -> ObjectStream:
-        """One GET from ``start`` to the end, read sequentially."""
+    def open_stream(
+        self, key: str, start: int = 0, *, buffer_size: int | None = None
+    ) -> ObjectStream:
+        """One GET from ``start`` to the end, read sequentially.
+
+        ``buffer_size`` bounds what the stream holds beyond what ``read`` asked for (its
+        read buffer, or the body chunk it fetches at once); None is the store's default.
+        A job that holds many streams open at once passes a smaller one, so its read
+        memory stays bounded. A ``read`` longer than the buffer still returns all of it.
+        """
 
     @abstractmethod
     def put(

@@ -37,6 +37,7 @@ from .base import (
     ObjectStream,
     PreconditionFailed,
     StoreError,
+    check_buffer_size,
 )
 from .keys import RESERVED_PREFIX, check_conditions, check_key, check_prefix
 
@@ -188,13 +189,16 @@ class LocalStore(ObjectStore):
         except OSError as e:
             raise self._error("read", key, e) from e
 
-    def open_stream(self, key: str, start: int = 0) -> ObjectStream:
+    def open_stream(
+        self, key: str, start: int = 0, *, buffer_size: int | None = None
+    ) -> ObjectStream:
         path = self._path(key)
         if start < 0:
             raise ValueError(f"stream start must be >= 0, got {start}")
+        buffering = _READ_BUFFER if buffer_size is None else check_buffer_size(buffer_size)
         self.gets.add(key)
         try:
-            f = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 (owned by the stream)
+            f = open(path, "rb", buffering=buffering)  # noqa: SIM115 (owned by the stream)
         except OSError as e:
             raise self._error("open", key, e) from e
         try:

@@ -33,6 +33,7 @@ from .base import (
     ObjectStream,
     PreconditionFailed,
     StoreError,
+    check_buffer_size,
 )
 from .keys import check_conditions, check_key, check_prefix
 from .s3multipart import S3MultipartWriter
@@ -197,10 +198,13 @@ class S3Store(ObjectStore):
                 r["Body"].close()
         raise AssertionError("unreachable")
 
-    def open_stream(self, key: str, start: int = 0) -> ObjectStream:
+    def open_stream(
+        self, key: str, start: int = 0, *, buffer_size: int | None = None
+    ) -> ObjectStream:
         if start < 0:
             raise ValueError(f"stream start must be >= 0, got {start}")
-        stream = S3ObjectStream(self, key, start)
+        chunk = self.stream_chunk_size if buffer_size is None else check_buffer_size(buffer_size)
+        stream = S3ObjectStream(self, key, start, chunk)
         with self._aio_lock:
             self._streams.add(stream)
         return stream

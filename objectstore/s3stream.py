@@ -2,8 +2,10 @@
 
 Invariants:
 
-- The body is read on the store's event loop in chunks of ``stream_chunk_size`` bytes
-  (or more, for a bigger ``read``), so many small reads do not each cross threads.
+- The body is read on the store's event loop in chunks of ``chunk_size`` bytes (the
+  store's ``stream_chunk_size`` unless the caller chose another; more for a bigger
+  ``read``), so many small reads do not each cross threads. ``_buf`` holds at most one
+  chunk.
 - ``_wire`` is the absolute position of the next byte the current body delivers; bytes
   before it are either returned or held in ``_buf``.
 - A body that fails mid-way (or ends before ``size``) is closed and re-opened with
@@ -30,8 +32,9 @@ if TYPE_CHECKING:
 
 
 class S3ObjectStream(ObjectStream):
-    def __init__(self, store: S3Store, key: str, start: int) -> None:
+    def __init__(self, store: S3Store, key: str, start: int, chunk_size: int) -> None:
         self.key = key
+        self.chunk_size = chunk_size
         self.position = start
         self.resumes = 0
         self._store = store
@@ -181,7 +184,7 @@ class S3ObjectStream(ObjectStream):
         missing = n - len(self._buf)
         if missing > 0 and self._wire < self.size:
             try:
-                data = self._loop.call(self._fill(max(missing, self._store.stream_chunk_size)))
+                data = self._loop.call(self._fill(max(missing, self.chunk_size)))
             except StoreError:
                 raise
             except Exception as e:

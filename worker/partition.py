@@ -57,6 +57,18 @@ class KeyIndex(Protocol):
     def utilization(self) -> float: ...
 
 
+def phase1_fields(policy: PartitionPolicy) -> tuple[str, ...]:
+    """The columns phase 1 reads (the others are not even decompressed): offsets and keys,
+    timestamps when the strategy or min.compaction.lag.ms needs them, headers under the
+    header strategy. Values never: phase 2 decides about tombstones."""
+    fields = ["offset", "key"]
+    if policy.strategy == "timestamp" or policy.lag_cutoff_ms is not None:
+        fields.append("timestamp")
+    if policy.strategy == "header":
+        fields += ["timestamp", "headers"]
+    return tuple(dict.fromkeys(fields))
+
+
 def _eligible(batch: pa.RecordBatch, policy: PartitionPolicy) -> pa.Array:
     mask = pc.is_valid(batch.column("key"))
     if policy.lag_cutoff_ms is not None:
@@ -187,7 +199,8 @@ def compact_partition(
     stats: CompactionStats,
 ) -> Iterator[pa.RecordBatch]:
     """Yields the partition's surviving records, in offset order, unchanged but for the
-    delete horizon stamped on kept tombstones."""
+    delete horizon stamped on kept tombstones. ``phase1`` needs only the columns of
+    ``phase1_fields``; ``phase2`` yields whole records."""
     cursor = _Phase2Cursor(phase2)
     young = _YoungKeys()
     pending = 0  # records phase 1 has inserted that phase 2 has not yet written

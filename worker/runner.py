@@ -22,10 +22,28 @@ from catalog.changes import live_run_start, replace_files
 from fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
 from objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from planner.job import OUTPUT_GROUPS, Job
+from worker.memory import use_lean_memory_pool
 from worker.merge import SectionMerge
-from worker.partition import KeyIndex, compact_partition, copy_partition
+from worker.partition import KeyIndex, compact_partition, copy_partition, phase1_fields
 from worker.policy import PartitionPolicy
 from worker.stats import CompactionStats, FileStats, JobReport
+
+READ_MEMORY_BUDGET = 32 << 20
+"""What a job's open GET streams may buffer in all (read buffers, body chunks): the job
+holds two streams per input file for its whole length, so a fixed per-stream buffer
+would make memory grow with the number of inputs."""
+MIN_STREAM_BUFFER = 32 << 10
+"""No stream buffers less: frame headers and small sections' frames still come several to
+a read (only jobs of more than 512 inputs reach this floor)."""
+MAX_STREAM_BUFFER = 1 << 20
+"""No stream buffers more: a batch frame is read straight into its payload anyway."""
+
+
+def stream_buffer_size(inputs: int, budget: int = READ_MEMORY_BUDGET) -> int:
+    """Each GET stream's buffer for a job of ``inputs`` files (two streams per file): the
+    budget shared out, within [MIN_STREAM_BUFFER, MAX_STREAM_BUFFER], in 4 KiB pages."""
+    share = budget // max(1, 2 * inputs)
+    return max(MIN_STREAM_BUFFER, min(MAX_STREAM_BUFFER, share)) & ~0xFFF
 
 
 class StaleJob(CommitConflict):
@@ -108,6 +126,7 @@ def run_job(
     compression: str | None = "zstd",
 ) -> JobReport:
     started = time.monotonic()
+    use_lean_memory_pool()
     snap = catalog.snapshot()
     check_job(snap, job)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
@@ -117,10 +136,13 @@ def run_job(
         with ExitStack() as stack:
             streams: list[ObjectStream] = []
             pointers = []
+            buffer_size = stream_buffer_size(len(job.inputs))
             for _phase in (1, 2):
                 readers = []
                 for inp in job.inputs:
-                    stream = stack.enter_context(store.open_stream(inp.key))
+                    stream = stack.enter_context(
+                        store.open_stream(inp.key, buffer_size=buffer_size)
+                    )
                     streams.append(stream)
                     readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
                 pointers.append(SectionMerge(readers))
@@ -182,7 +204,11 @@ def _compact(
         sections1, sections2 = phase1.take(*tp), phase2.take(*tp)
         if policy.deduplicate:
             survivors = compact_partition(
-                _batches(sections1), _batches(sections2), policy, buffer, stats
+                _batches(sections1, phase1_fields(policy)),
+                _batches(sections2),
+                policy,
+                buffer,
+                stats,
             )
         else:
             for section in sections1:
@@ -194,9 +220,11 @@ def _compact(
         raise CatalogError(f"job {job.id}: phase-2 pointer has sections phase 1 did not")
 
 
-def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
+def _batches(
+    sections: Iterator[SectionReader], fields: tuple[str, ...] | None = None
+) -> Iterator[pa.RecordBatch]:
     for section in sections:
-        yield from section.batches()
+        yield from section.batches(fields)
 
 
 def _commit(
