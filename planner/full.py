@@ -28,13 +28,14 @@ def full_jobs(
     numbers: Numbers = (),
 ) -> list[Job]:
     """One job per run of available files (files too large to compact split runs)."""
+    prefix = f"{why}: " if why else ""
     return [
         make_job(
             run,
             MAX_LEVEL,
             dedup=True,
             rule=rule,
-            reason=f"{why}: " * bool(why) + f"all {len(run)} files of the run into L{MAX_LEVEL}",
+            reason=f"{prefix}all {len(run)} files of the run into L{MAX_LEVEL}",
             numbers=(("files", len(run)), ("bytes", sum(f.size for f in run)), *numbers),
         )
         for run in runs(snap.files, unavailable)
