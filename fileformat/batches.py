@@ -8,6 +8,7 @@ they save there.
 from __future__ import annotations
 
 import bisect
+import operator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -39,26 +40,85 @@ def _offsets_view(arr: pa.Array) -> memoryview:
     return memoryview(arr.buffers()[1])[start : start + (len(arr) + 1) * 4].cast("i")
 
 
+def _validity_bits(arr: pa.Array) -> int:
+    """The validity bitmap of a non-empty array with nulls, as an int (bit i: slot i)."""
+    n, offset = len(arr), arr.offset
+    raw = memoryview(arr.buffers()[0])[offset >> 3 : (offset + n + 7) >> 3]
+    return (int.from_bytes(raw, "little") >> int(offset & 7)) & ((1 << n) - 1)
+
+
 def _sum_lengths(arr: pa.Array) -> int:
     """Total length of the non-null values of a binary or string array."""
-    if len(arr) == 0:
+    n = len(arr)
+    if n == 0:
         return 0
-    if arr.null_count == 0:
-        offsets = _offsets_view(arr)
-        return offsets[-1] - offsets[0]
-    # A null slot may span bytes; they are not part of any value.
+    nulls = arr.null_count
+    offsets = _offsets_view(arr)
+    total: int = offsets[-1] - offsets[0]
+    if nulls == 0:
+        return total
+    if nulls == n:
+        return 0
+    if n <= _SMALL:
+        # A null slot may span bytes; they are not part of any value.
+        null_bits = ~_validity_bits(arr) & ((1 << n) - 1)
+        while null_bits:
+            i = (null_bits & -null_bits).bit_length() - 1
+            total -= offsets[i + 1] - offsets[i]
+            null_bits &= null_bits - 1
+        return total
     return int(pc.sum(pc.binary_length(arr).cast(pa.int64())).as_py() or 0)
 
 
-def _header_items(batch: pa.RecordBatch) -> pa.StructArray | None:
-    """The batch's headers as one struct array (key, value), or None if there are none."""
-    headers = batch.column(_HEADERS)
+def _header_items(headers: pa.Array) -> pa.StructArray | None:
+    """A headers column's items as one struct array (key, value), or None if there are
+    none."""
     if len(headers) == 0:
         return None
     offsets = _offsets_view(headers)
     if offsets[-1] == offsets[0]:
         return None
     return headers.flatten()
+
+
+def _increasing(offsets: pa.Array) -> bool:
+    """Whether a null-free int64 array strictly increases."""
+    n = len(offsets)
+    if n <= _SMALL:
+        v = int64_view(offsets).tolist()
+        return all(map(operator.lt, v, v[1:]))
+    return not pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
+
+
+_HEADERS_TYPE = RECORD_SCHEMA.field(_HEADERS).type
+_NOT_HEADERS = [i for i in range(len(RECORD_SCHEMA)) if i != _HEADERS]
+_no_headers: list[pa.Array] = []
+
+
+def _empty_headers(n: int) -> pa.Array:
+    """A headers column of ``n`` empty lists (a slice of a cached one)."""
+    if not _no_headers or len(_no_headers[0]) < n:
+        size = max(n, 1024)
+        offsets = pa.Array.from_buffers(
+            pa.int32(), size + 1, [None, pa.py_buffer(bytes(4 * (size + 1)))]
+        )
+        items = pa.array([], _HEADERS_TYPE.value_type)
+        _no_headers[:] = [pa.ListArray.from_arrays(offsets, items, type=_HEADERS_TYPE)]
+    return _no_headers[0].slice(0, n)
+
+
+def filter_batch(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
+    """``batch.filter(mask)`` for a batch of RECORD_SCHEMA and a null-free boolean mask.
+
+    When no record has headers, the headers column is not filtered but replaced by as many
+    empty lists: filtering a list of structs costs as much as all the other columns
+    together.
+    """
+    headers = batch.column(_HEADERS)
+    if headers.null_count or _header_items(headers) is not None:
+        return batch.filter(mask)
+    out = batch.select(_NOT_HEADERS).filter(mask)
+    return out.add_column(_HEADERS, RECORD_SCHEMA.field(_HEADERS), _empty_headers(out.num_rows))
 
 
 def batch_problem(batch: pa.RecordBatch) -> str | None:
@@ -69,30 +129,29 @@ def batch_problem(batch: pa.RecordBatch) -> str | None:
     """
     if not batch.schema.equals(RECORD_SCHEMA):
         return f"schema is not RECORD_SCHEMA: {batch.schema}"
-    if batch.column(_OFFSET).null_count or batch.column(_TIMESTAMP).null_count:
+    offsets = batch.column(_OFFSET)
+    if offsets.null_count or batch.column(_TIMESTAMP).null_count:
         return "null offset or timestamp"
-    if batch.column(_HEADERS).null_count:
+    headers = batch.column(_HEADERS)
+    if headers.null_count:
         return "null headers list"
-    items = _header_items(batch)
+    items = _header_items(headers)
     if items is not None and (items.null_count or items.field(0).null_count):
         return "null header or header key"
-    n = batch.num_rows
-    if n <= _SMALL:
-        v = int64_view(batch.column(_OFFSET))
-        if any(v[i] >= v[i + 1] for i in range(n - 1)):
-            return "offsets do not strictly increase"
-    else:
-        offsets = batch.column(_OFFSET)
-        if pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py():
-            return "offsets do not strictly increase"
+    if not _increasing(offsets):
+        return "offsets do not strictly increase"
     return None
 
 
 def logical_bytes(batch: pa.RecordBatch) -> int:
     """The logical size of the batch's records (FORMAT.md, "Logical size")."""
-    total: int = RECORD_OVERHEAD * int(batch.num_rows)
-    total += _sum_lengths(batch.column(_KEY)) + _sum_lengths(batch.column(_VALUE))
-    items = _header_items(batch)
+    return _logical_bytes(batch, batch.num_rows, batch.column(_VALUE))
+
+
+def _logical_bytes(batch: pa.RecordBatch, n: int, values: pa.Array) -> int:
+    total: int = RECORD_OVERHEAD * n
+    total += _sum_lengths(batch.column(_KEY)) + _sum_lengths(values)
+    items = _header_items(batch.column(_HEADERS))
     if items is not None:
         total += _sum_lengths(items.field(0)) + _sum_lengths(items.field(1))
     return total
@@ -105,7 +164,7 @@ def record_sizes(batch: pa.RecordBatch) -> pa.Array:
         pc.fill_null(pc.binary_length(batch.column(_VALUE)).cast(pa.int64()), 0),
     )
     sizes = pc.add(sizes, RECORD_OVERHEAD)
-    items = _header_items(batch)
+    items = _header_items(batch.column(_HEADERS))
     if items is not None:
         item_sizes = pc.add(
             pc.binary_length(items.field(0)).cast(pa.int64()),
@@ -164,20 +223,23 @@ class BatchStats:
 
 def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) -> BatchStats:
     """Stats of a non-empty batch that ``batch_problem`` accepted."""
+    n = batch.num_rows
     offsets = int64_view(batch.column(_OFFSET))
-    if batch.num_rows <= _SMALL:
-        ts = int64_view(batch.column(_TIMESTAMP))
+    timestamps = batch.column(_TIMESTAMP)
+    values = batch.column(_VALUE)
+    if n <= _SMALL:
+        ts = int64_view(timestamps).tolist()
         min_ts, max_ts = min(ts), max(ts)
     else:
-        mm = pc.min_max(batch.column(_TIMESTAMP))
+        mm = pc.min_max(timestamps)
         min_ts, max_ts = mm["min"].as_py(), mm["max"].as_py()
     return BatchStats(
         first_offset=offsets[0],
         last_offset=offsets[-1],
-        record_count=batch.num_rows,
-        tombstones=batch.column(_VALUE).null_count,
+        record_count=n,
+        tombstones=values.null_count,
         uncompressed_bytes=(
-            logical_bytes(batch) if uncompressed_bytes is None else uncompressed_bytes
+            _logical_bytes(batch, n, values) if uncompressed_bytes is None else uncompressed_bytes
         ),
         min_timestamp=min_ts,
         max_timestamp=max_ts,
@@ -197,7 +259,7 @@ def plan_slices(batch: pa.RecordBatch, max_weight: int) -> list[tuple[int, int, 
     n = batch.num_rows
     if n == 0:
         return []
-    items = _header_items(batch)
+    items = _header_items(batch.column(_HEADERS))
     total_size = logical_bytes(batch)
     total_weight = total_size + 8 * (0 if items is None else len(items))
     if total_weight <= max_weight and total_weight <= MAX_RECORD_WEIGHT:

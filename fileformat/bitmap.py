@@ -20,6 +20,7 @@ from pyroaring import BitMap, BitMap64
 KIND_ROARING32: Final = 1
 KIND_ROARING64: Final = 2
 SPAN_32: Final = 1 << 32
+_SMALL = 64
 
 
 class OffsetSet:
@@ -130,6 +131,11 @@ class OffsetSetBuilder:
             self._bitmap = BitMap64(self._bitmap)
         if hi - lo + 1 == len(offsets):  # strictly increasing and dense: one range
             self._bitmap.add_range(lo, hi + 1)
+            return
+        if len(offsets) <= _SMALL:  # a compute call costs more than this loop
+            base = self.base
+            view = memoryview(offsets.buffers()[1])[offsets.offset * 8 :][: len(offsets) * 8]
+            self._bitmap.update([o - base for o in view.cast("q")])
             return
         rel = pc.subtract(offsets, pa.scalar(self.base, pa.int64()))
         if isinstance(self._bitmap, BitMap64):

@@ -91,18 +91,23 @@ class BatchEncoder:
     def __init__(self, compression: str | None, min_compress_bytes: int = 0) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
-        self._plain = _StreamEncoder(None)
         self._compressing = None if compression is None else _StreamEncoder(compression)
         self._min_compress_bytes = min_compress_bytes
 
     def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
         if self._compressing is None or logical_bytes < self._min_compress_bytes:
-            return self._plain.encode(batch)
+            return _encode_plain(batch)
         payload = self._compressing.encode(batch)
         _, decoded = check_message(payload, 0, "<encoder>", check_expansion=False)
         if decoded > MAX_EXPANSION * len(payload):
-            return self._plain.encode(batch)
+            return _encode_plain(batch)
         return payload
+
+
+def _encode_plain(batch: pa.RecordBatch) -> bytes:
+    """An uncompressed batch's message: what a stream writer without compression writes
+    for it (the same IPC writer with default options), in one call."""
+    return bytes(batch.serialize().to_pybytes())
 
 
 class _Flatbuffer:
@@ -161,6 +166,15 @@ class _Flatbuffer:
         return pos + 4, count
 
 
+_CHECKED_LIMIT = 4096
+_checked: dict[tuple[bytes, int], tuple[int, int]] = {}
+"""Uncompressed messages ``check_message`` accepted, by their prefix and metadata and the
+payload's length (all that the check reads of an uncompressed message): the two pointers of
+a job read every batch twice, and the second check of the same bytes is then a dictionary
+hit. Bounded (cleared when full); only ever holds accepted messages, so every rejection is
+computed afresh."""
+
+
 def check_message(
     payload: bytes, position: int, object_name: str, *, check_expansion: bool = True
 ) -> tuple[int, int]:
@@ -169,8 +183,40 @@ def check_message(
     Verifies the encapsulation, metadata version, message type, body length, the field-node
     and buffer counts of RECORD_SCHEMA, that every buffer lies inside the body, and that the
     decompressed body (each compressed buffer declares its size) is at most
-    MAX_DECODED_BATCH. Returns the row count. ``position`` is the payload's absolute position.
+    MAX_DECODED_BATCH. Returns (row count, decoded body bytes). ``position`` is the
+    payload's absolute position.
     """
+    rows, decoded, _ = check_message_compression(
+        payload, position, object_name, check_expansion=check_expansion
+    )
+    return rows, decoded
+
+
+def check_message_compression(
+    payload: bytes, position: int, object_name: str, *, check_expansion: bool = True
+) -> tuple[int, int, bool]:
+    """``check_message``, also saying whether the body is compressed."""
+    if type(payload) is bytes and len(payload) >= _PREFIX.size:
+        meta_len = _PREFIX.unpack_from(payload, 0)[1]
+        if 0 < meta_len <= len(payload) - _PREFIX.size:
+            key = (payload[: _PREFIX.size + meta_len], len(payload))
+            hit = _checked.get(key)
+            if hit is not None:
+                return hit[0], hit[1], False
+            rows, decoded, compressed = _check_message(
+                payload, position, object_name, check_expansion
+            )
+            if not compressed:
+                if len(_checked) >= _CHECKED_LIMIT:
+                    _checked.clear()
+                _checked[key] = (rows, decoded)
+            return rows, decoded, compressed
+    return _check_message(payload, position, object_name, check_expansion)
+
+
+def _check_message(
+    payload: bytes, position: int, object_name: str, check_expansion: bool
+) -> tuple[int, int, bool]:
 
     def fail(reason: str, at: int = 0) -> FormatError:
         return FormatError(object_name, position + at, f"Arrow message: {reason}")
@@ -240,7 +286,7 @@ def check_message(
             f"decoded body of {decoded} bytes is more than {MAX_EXPANSION} times the "
             f"{len(payload)}-byte payload"
         )
-    return int(rows), decoded
+    return int(rows), decoded, bool(compression_at)
 
 
 def decode_batch(payload: bytes, position: int, object_name: str) -> pa.RecordBatch:

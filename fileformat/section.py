@@ -138,8 +138,7 @@ def parse_trailer(payload: bytes, base: int, object_name: str) -> Trailer:
     if cur.remaining < batches * INDEX_ENTRY.size:
         raise cur.error(f"truncated batch index: {batches} entries do not fit")
     raw = cur.take(batches * INDEX_ENTRY.size, "batch index")
-    flat = struct.unpack(f"<{'qQ' * batches}", raw)
-    index = tuple(zip(flat[0::2], flat[1::2], strict=True))
+    index = tuple(INDEX_ENTRY.iter_unpack(raw))
     if index[0][0] != first:
         raise cur.error(f"batch index starts at offset {index[0][0]}, not {first}", index_at)
     for i in range(1, batches):
@@ -155,14 +154,18 @@ def parse_trailer(payload: bytes, base: int, object_name: str) -> Trailer:
         offsets = OffsetSet.deserialize(kind, cur.take(cur.remaining, "bitmap"), first)
     except ValueError as exc:
         raise cur.error(f"bad offset bitmap: {exc}", bitmap_at) from None
-    if len(offsets) != count or offsets.first() != first or offsets.last() != last:
+    relative = offsets.relative
+    present = len(relative)
+    if present != count or relative.min() != 0 or first + relative.max() != last:
         raise cur.error(
-            f"offset bitmap ({len(offsets)} offsets) disagrees with the trailer stats "
+            f"offset bitmap ({present} offsets) disagrees with the trailer stats "
             f"({count} offsets from {first} to {last})",
             bitmap_at,
         )
+    # Every entry's offset is in first..last (checked above), so its relative offset fits
+    # the bitmap's kind.
     for o, _ in index:
-        if o not in offsets:
+        if o - first not in relative:
             raise cur.error(f"batch index offset {o} is not in the offset bitmap", index_at)
     return Trailer(stats, index, offsets)
 

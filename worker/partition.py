@@ -29,10 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fileformat import RECORD_SCHEMA
+from fileformat.batches import filter_batch, int64_view
 from worker.policy import PartitionPolicy, Rank, record_rank
 from worker.stats import CompactionStats
 
 _HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
+_HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)
+_SMALL = 64
+"""Batches of at most this many records compare values in Python: a compute call costs
+more than it saves there."""
 
 
 class KeyIndex(Protocol):
@@ -69,11 +74,15 @@ def phase1_fields(policy: PartitionPolicy) -> tuple[str, ...]:
     return tuple(dict.fromkeys(fields))
 
 
-def _eligible(batch: pa.RecordBatch, policy: PartitionPolicy) -> pa.Array:
-    mask = pc.is_valid(batch.column("key"))
-    if policy.lag_cutoff_ms is not None:
-        mask = pc.and_(mask, pc.less_equal(batch.column("timestamp"), policy.lag_cutoff_ms))
-    return mask
+def _eligible(batch: pa.RecordBatch, policy: PartitionPolicy) -> pa.Array | None:
+    """The records that take part in deduplication, or None for all with a key (the key
+    buffer never takes a null key)."""
+    if policy.lag_cutoff_ms is None:
+        return None
+    return pc.and_(
+        pc.is_valid(batch.column("key")),
+        pc.less_equal(batch.column("timestamp"), policy.lag_cutoff_ms),
+    )
 
 
 def header_values(batch: pa.RecordBatch, name: str) -> tuple[pa.Array, pa.Array]:
@@ -186,8 +195,8 @@ def copy_partition(
     for batch in phase2:
         stats.records_in += batch.num_rows
         stats.records_out += batch.num_rows
-        stats.null_keys += batch.num_rows - pc.count(batch.column("key")).as_py()
-        stats.tombstones_kept += batch.num_rows - pc.count(batch.column("value")).as_py()
+        stats.null_keys += batch.column("key").null_count
+        stats.tombstones_kept += batch.column("value").null_count
         yield batch
 
 
@@ -214,10 +223,10 @@ def compact_partition(
         start = 0
         while start < n:
             if fresh:
-                buffer.reset(policy.strategy, offsets[start].as_py())
+                buffer.reset(policy.strategy, int64_view(offsets)[start])
                 fresh = False
             consumed = buffer.insert(keys, offsets, values, has_value, eligible, start, n)
-            if window == 0 and policy.lag_cutoff_ms is not None:
+            if window == 0 and eligible is not None:
                 part = batch.slice(start, consumed - start)
                 young.add(part, eligible.slice(start, consumed - start), policy)
             pending += consumed - start
@@ -257,18 +266,17 @@ def _close_window(
 
 
 def _spare_outranking(
-    batch: pa.RecordBatch, gone: pa.Array, policy: PartitionPolicy, young: _YoungKeys
-) -> pa.Array:
-    """``gone`` less the tombstones that outrank a young record of their key."""
-    keys = pc.filter(batch.column("key"), gone).to_pylist()
-    spare = [
-        young.outranked_by(k, r) for k, r in zip(keys, _ranks(batch, policy, gone), strict=True)
-    ]
-    if not any(spare):
-        return gone
-    flags = gone.to_pylist()
-    it = iter(spare)
-    return pa.array([f and not next(it) if f else False for f in flags], pa.bool_())
+    batch: pa.RecordBatch, gone: int, policy: PartitionPolicy, young: _YoungKeys
+) -> int:
+    """``gone`` (a bit mask) less the tombstones that outrank a young record of their key."""
+    n = batch.num_rows
+    mask = _bool_array(gone, n)
+    keys = pc.filter(batch.column("key"), mask).to_pylist()
+    rows = [i for i in range(n) if gone >> i & 1]
+    for row, k, r in zip(rows, keys, _ranks(batch, policy, mask), strict=True):
+        if young.outranked_by(k, r):
+            gone &= ~(1 << row)
+    return gone
 
 
 def _survivors(
@@ -279,38 +287,107 @@ def _survivors(
     may_drop_tombstones: bool,
     young: _YoungKeys,
 ) -> Iterator[pa.RecordBatch]:
+    """The records of ``batch`` that survive the window. The per-record masks are Python
+    ints (bit i is record i, as in Arrow's LSB-first bitmaps): for the small batches of
+    small sections a handful of int operations cost far less than as many compute calls."""
     n = batch.num_rows
     stats.records_in += n
-    eligible = _eligible(batch, policy)
-    won = pc.and_(eligible, buffer.keep_mask(batch.column("offset")))
-    keep = pc.or_(pc.invert(eligible), won)
-    null_keys = n - pc.count(batch.column("key")).as_py()
-    stats.null_keys += null_keys
-    superseded = n - pc.sum(keep).as_py() if n else 0
-    tombstone = pc.is_null(batch.column("value"))
-    stats.tombstones_removed += pc.sum(pc.and_(tombstone, pc.invert(keep))).as_py() or 0
-    stats.dropped_superseded += superseded
+    if not n:
+        return
+    full = (1 << n) - 1
+    keys, values = batch.column("key"), batch.column("value")
+    eligible = _valid_bits(keys, n)
+    if policy.lag_cutoff_ms is not None:
+        eligible &= _at_most(batch.column("timestamp"), policy.lag_cutoff_ms, n)
+    won = eligible & _bool_bits(buffer.keep_mask(batch.column("offset")), n)
+    keep = (full & ~eligible) | won
+    stats.null_keys += keys.null_count
+    stats.dropped_superseded += n - keep.bit_count()
+    tombstone = full & ~_valid_bits(values, n)
+    stats.tombstones_removed += (tombstone & ~keep).bit_count()
     if policy.retention_cutoff_ms is not None:
-        expired = pc.less(batch.column("timestamp"), policy.retention_cutoff_ms)
-        stats.dropped_retention += pc.sum(pc.and_(keep, expired)).as_py() or 0
-        keep = pc.and_(keep, pc.invert(expired))
+        # timestamp < cutoff, i.e. not (cutoff <= timestamp)
+        expired = full & ~_at_least(batch.column("timestamp"), policy.retention_cutoff_ms, n)
+        stats.dropped_retention += (keep & expired).bit_count()
+        keep &= ~expired
     horizons = batch.column(_HORIZON)
-    winning_tombstone = pc.and_(won, tombstone)
-    if may_drop_tombstones:
-        past = pc.fill_null(pc.less_equal(horizons, policy.now_ms), False)
-        gone = pc.and_(pc.and_(winning_tombstone, past), keep)
-        if young.lowest and pc.any(gone).as_py():
+    winning_tombstone = won & tombstone
+    if may_drop_tombstones and winning_tombstone:
+        past = _valid_bits(horizons, n)
+        if past:
+            past &= _at_most(horizons, policy.now_ms, n)
+        gone = winning_tombstone & past & keep
+        if young.lowest and gone:
             gone = _spare_outranking(batch, gone, policy, young)
-        removed = pc.sum(gone).as_py() or 0
+        removed = gone.bit_count()
         stats.dropped_tombstone_expired += removed
         stats.tombstones_removed += removed
-        keep = pc.and_(keep, pc.invert(gone))
-    stamp = pc.and_(winning_tombstone, pc.is_null(horizons))
-    if pc.any(stamp).as_py():
-        stamped = pc.if_else(stamp, pa.scalar(policy.horizon_ms, pa.int64()), horizons)
-        batch = batch.set_column(_HORIZON, RECORD_SCHEMA.field(_HORIZON), stamped)
-    out = batch.filter(keep)
-    stats.records_out += out.num_rows
-    stats.tombstones_kept += out.num_rows - pc.count(out.column("value")).as_py()
-    if out.num_rows:
+        keep &= ~gone
+    stamp = winning_tombstone & ~_valid_bits(horizons, n)
+    if stamp:
+        stamped = pc.if_else(
+            _bool_array(stamp, n), pa.scalar(policy.horizon_ms, pa.int64()), horizons
+        )
+        batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
+    stats.tombstones_kept += (keep & tombstone).bit_count()
+    if keep == full:
+        stats.records_out += n
+        yield batch
+    elif keep:
+        out = filter_batch(batch, _bool_array(keep, n))
+        stats.records_out += out.num_rows
         yield out
+
+
+# --- bit masks: bit i of a Python int is record i ------------------------------------------
+
+
+def _bitmap_bits(buf: pa.Buffer, offset: int, n: int) -> int:
+    """Bits ``offset .. offset + n`` of an Arrow (LSB-first) bitmap buffer, as an int."""
+    start, shift = offset >> 3, offset & 7
+    raw = int.from_bytes(memoryview(buf)[start : (offset + n + 7) >> 3], "little")
+    return (raw >> shift) & ((1 << n) - 1)
+
+
+def _valid_bits(arr: pa.Array, n: int) -> int:
+    """Which of the ``n`` slots of ``arr`` are not null."""
+    if not arr.null_count:
+        return (1 << n) - 1
+    validity = arr.buffers()[0]
+    if validity is None:  # a null-typed array: every slot null
+        return 0
+    return _bitmap_bits(validity, arr.offset, n)
+
+
+def _bool_bits(arr: pa.Array, n: int) -> int:
+    """Which of the ``n`` slots of a boolean array are true (a null counts as false)."""
+    bits = _bitmap_bits(arr.buffers()[1], arr.offset, n)
+    return bits & _valid_bits(arr, n) if arr.null_count else bits
+
+
+def _bool_array(bits: int, n: int) -> pa.Array:
+    return pa.Array.from_buffers(
+        pa.bool_(), n, [None, pa.py_buffer(bits.to_bytes((n + 7) >> 3, "little"))]
+    )
+
+
+def _at_most(arr: pa.Array, limit: int, n: int) -> int:
+    """Which slots of an int64 array hold a value <= ``limit`` (nulls: no)."""
+    if n <= _SMALL:
+        bits = 0
+        for i, v in enumerate(int64_view(arr)):  # a null slot's value is ignored below
+            if v <= limit:
+                bits |= 1 << i
+        return bits & _valid_bits(arr, n) if arr.null_count else bits
+    return _bool_bits(pc.less_equal(arr, limit), n)
+
+
+def _at_least(arr: pa.Array, limit: int, n: int) -> int:
+    """Which slots of an int64 array hold a value >= ``limit`` (nulls: no)."""
+    if n <= _SMALL:
+        bits = 0
+        for i, v in enumerate(int64_view(arr)):  # a null slot's value is ignored below
+            if v >= limit:
+                bits |= 1 << i
+        return bits & _valid_bits(arr, n) if arr.null_count else bits
+    return _bool_bits(pc.greater_equal(arr, limit), n)

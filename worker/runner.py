@@ -20,6 +20,7 @@ import pyarrow as pa
 from catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
 from catalog.changes import live_run_start, replace_files
 from fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
+from fileformat.writer import MIN_COMPRESS_BYTES
 from objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from planner.job import OUTPUT_GROUPS, Job
 from worker.memory import use_lean_memory_pool
@@ -63,9 +64,7 @@ class _GroupOutput:
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
     ) -> None:
         started = False
-        for batch in batches:
-            if not batch.num_rows:
-                continue
+        for batch in _coalesced(batches):
             if self.writer is None:
                 self.upload = self.store.open_multipart(self.key, if_none_match=True)
                 self.writer = FileWriter(
@@ -107,6 +106,40 @@ class _GroupOutput:
     def abort(self) -> None:
         if self.upload is not None:
             self.upload.abort()
+
+
+COALESCE_BYTES = MIN_COMPRESS_BYTES
+"""Survivor batches are gathered while together they hold fewer Arrow bytes than this (their
+buffers' sizes, which a slice overstates: cheap, and at worst gathers less), and
+written as one: a partition of small sections otherwise yields one small batch per input
+section, and each costs the writer a fixed amount (checks, stats, encoding, a frame). The
+bound keeps a gathered batch below the writer's compression threshold (Arrow bytes exceed
+logical bytes), so the output is encoded as it would have been, only in fewer frames."""
+
+
+def _coalesced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The non-empty ``batches``: the same records in the same order, small neighbours
+    concatenated."""
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        nbytes = batch.get_total_buffer_size()  # of whole buffers: a slice counts more
+        if pending and size + nbytes >= COALESCE_BYTES:
+            yield _concat(pending)
+            pending, size = [], 0
+        if nbytes >= COALESCE_BYTES:
+            yield batch
+        else:
+            pending.append(batch)
+            size += nbytes
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def check_job(snap: Snapshot, job: Job) -> None:

@@ -1,0 +1,236 @@
+"""The small-batch fast paths (files of many small sections) agree with the general ones."""
+
+from __future__ import annotations
+
+import io
+import random
+import struct
+
+import pyarrow as pa
+import pytest
+import test_worker_model
+
+import fileformat.batches as batches
+import fileformat.bitmap as bitmap
+import fileformat.ipc as ipc
+import fileformat.reader as reader
+import worker.partition as partition
+import worker.runner as runner
+from fileformat import (
+    FileWriter,
+    FormatError,
+    Record,
+    StreamReader,
+    batch_to_records,
+    records_to_batch,
+)
+from fileformat.bitmap import OffsetSetBuilder
+from fileformat.framing import FRAME_HEADER
+from fileformat.records import RECORD_SCHEMA
+
+
+def _records(rnd: random.Random, n: int, headers: bool) -> list[Record]:
+    out = []
+    offset = rnd.randrange(0, 1000)
+    for _ in range(n):
+        offset += rnd.choice([1, 1, 2, 7])
+        out.append(
+            Record(
+                offset,
+                rnd.randrange(-5, 1 << 41),
+                None if rnd.random() < 0.2 else rnd.randbytes(rnd.randrange(0, 9)),
+                None if rnd.random() < 0.3 else rnd.randbytes(rnd.randrange(0, 30)),
+                (("h", rnd.randbytes(3)), ("e", None)) if headers and rnd.random() < 0.5 else (),
+                None if rnd.random() < 0.7 else rnd.randrange(0, 100),
+            )
+        )
+    return out
+
+
+def _batches(seed: int) -> list[pa.RecordBatch]:
+    """Batches of all kinds, whole and sliced (slices start mid-byte of the bitmaps)."""
+    rnd = random.Random(seed)
+    out = []
+    for n in (1, 2, 9, 40, 64, 65, 200):
+        for headers in (False, True):
+            batch = records_to_batch(_records(rnd, n, headers))
+            out.append(batch)
+            if n > 4:
+                start = rnd.randrange(1, n // 2)
+                out.append(batch.slice(start, rnd.randrange(1, n - start + 1)))
+    return out
+
+
+def _general_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module, name in (
+        (batches, "_SMALL"),
+        (bitmap, "_SMALL"),
+        (reader, "_SMALL_BATCH"),
+        (partition, "_SMALL"),
+    ):
+        monkeypatch.setattr(module, name, 0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batch_helpers_agree_with_the_general_paths(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = _batches(seed)
+    fast = [
+        (batches.batch_problem(b), batches.batch_stats(b), batches.logical_bytes(b)) for b in cases
+    ]
+    _general_paths(monkeypatch)
+    general = [
+        (batches.batch_problem(b), batches.batch_stats(b), batches.logical_bytes(b)) for b in cases
+    ]
+    assert fast == general
+    for b, (problem, stats, size) in zip(cases, fast, strict=True):
+        assert problem is None
+        assert stats.tombstones == b.column("value").null_count
+        assert size == sum(
+            16
+            + len(r.key or b"")
+            + len(r.value or b"")
+            + sum(len(k.encode()) + len(v or b"") for k, v in r.headers)
+            for r in batch_to_records(b)
+        )
+
+
+def test_decreasing_offsets_are_found_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    rnd = random.Random(4)
+    for n in (2, 40, 100):
+        batch = records_to_batch(_records(rnd, n, False))
+        swapped = batch.take(pa.array([*range(n - 2), n - 1, n - 2]))
+        repeated = batch.take(pa.array([*range(n - 1), n - 2]))
+        for bad in (swapped, repeated):
+            assert batches.batch_problem(bad) == "offsets do not strictly increase"
+    _general_paths(monkeypatch)
+    assert batches.batch_problem(swapped) == "offsets do not strictly increase"
+
+
+def test_filter_batch_equals_filter() -> None:
+    rnd = random.Random(1)
+    for batch in _batches(1):
+        for _ in range(3):
+            mask = pa.array([rnd.random() < 0.5 for _ in range(batch.num_rows)])
+            out = batches.filter_batch(batch, mask)
+            assert out.schema.equals(RECORD_SCHEMA)
+            out.validate(full=True)
+            assert out.equals(batch.filter(mask))
+    assert batches.filter_batch(_batches(2)[0], pa.array([False])).num_rows == 0
+
+
+def test_plain_encoding_is_the_stream_writers() -> None:
+    stream = ipc._StreamEncoder(None)
+    for batch in _batches(2):
+        assert ipc._encode_plain(batch) == stream.encode(batch)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_offset_set_builder_paths_agree(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rnd = random.Random(seed)
+
+    def build(runs: list[pa.Array]) -> bitmap.OffsetSet:
+        builder = OffsetSetBuilder(runs[0][0].as_py())
+        for arr in runs:
+            builder.add(arr, arr[0].as_py(), arr[-1].as_py())
+        return builder.build()
+
+    offsets = sorted(rnd.sample(range(1 << 33), 300)) + [(1 << 34) + i for i in range(5)]
+    arr = pa.array(offsets, pa.int64())
+    runs = [arr.slice(0, 40), arr.slice(40, 1), arr.slice(41, 100), arr.slice(141)]
+    fast = build(runs)
+    _general_paths(monkeypatch)
+    assert fast == build(runs)
+    assert list(fast) == offsets
+    assert fast.kind == bitmap.KIND_ROARING64
+
+
+def test_message_check_memo_never_accepts_what_a_fresh_check_rejects() -> None:
+    batch = _batches(3)[4]
+    payload = ipc._encode_plain(batch)
+    assert ipc.check_message(payload, 0, "f") == ipc.check_message(payload, 0, "f")
+    assert ipc.decode_batch(payload, 0, "f").equals(batch)
+    # Same metadata, one byte more or less of body: rejected, memo or not.
+    for bad in (payload + b"\0", payload[:-1]):
+        with pytest.raises(FormatError, match="body length"):
+            ipc.check_message(bad, 0, "f")
+    # A corrupt body the metadata check cannot see still fails Arrow's validation.
+    meta_len = struct.unpack_from("<i", payload, 4)[0]
+    body = 8 + meta_len
+    rejected = 0
+    for at in range(body, len(payload) - 4, 4):
+        bad = payload[:at] + struct.pack("<i", 10**8) + payload[at + 4 :]
+        try:
+            ipc.decode_batch(bad, 0, "f")
+        except FormatError:
+            rejected += 1
+    assert rejected > 0
+    assert ipc.check_message(payload, 0, "f")[0] == batch.num_rows
+
+
+def test_partial_decode_of_a_plain_batch_is_the_whole_one_selected() -> None:
+    for batch in _batches(5):
+        payload = ipc._encode_plain(batch)
+        whole = ipc.decode_batch(payload, 0, "f")
+        for fields in (("key",), ("timestamp", "headers"), ("value", "delete_horizon")):
+            part = reader.decode_fields(payload, 0, "f", fields)
+            names = [n for n in RECORD_SCHEMA.names if n in fields or n == "offset"]
+            assert part.schema.names == names
+            assert part.equals(whole.select(names))
+
+
+def test_coalesced_keeps_every_record_in_order() -> None:
+    rnd = random.Random(6)
+    parts = []
+    for _ in range(60):
+        batch = records_to_batch(_records(rnd, rnd.randrange(0, 50), True))
+        parts.append(batch)
+    big = records_to_batch(
+        [Record(i, 0, b"k", b"x" * 1000, ()) for i in range(runner.COALESCE_BYTES // 1000 + 1)]
+    )
+    parts[30:30] = [big, big.slice(0, 0)]
+    out = list(runner._coalesced(iter(parts)))
+    assert all(b.num_rows for b in out)
+    assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
+    assert len(out) < len([p for p in parts if p.num_rows])
+    for b in out:
+        if b is not big:
+            assert b.get_total_buffer_size() < runner.COALESCE_BYTES
+
+
+def test_many_small_sections_round_trip() -> None:
+    rnd = random.Random(7)
+    sink = io.BytesIO()
+    writer = FileWriter(sink, object_name="f", max_batch_bytes=400)
+    expected = {}
+    for p in range(300):
+        recs = _records(rnd, rnd.randrange(1, 12), p % 3 == 0)
+        expected[p] = recs
+        writer.write_section("t", p, [records_to_batch(recs)])
+    writer.finish()
+    data = sink.getvalue()
+    got = {}
+    stream = StreamReader(io.BytesIO(data), object_name="f", size=len(data), verify=True)
+    for section in stream.sections():
+        got[section.partition] = [r for b in section.batches() for r in batch_to_records(b)]
+    assert got == expected
+    # Every frame header of the file, corrupted, is still caught.
+    pos = 16
+    checked = 0
+    while pos < len(data) - 20 and checked < 50:
+        tag, length, _ = FRAME_HEADER.unpack_from(data, pos)
+        bad = data[:pos] + b"X" + data[pos + 1 :]
+        with pytest.raises(FormatError):
+            s = StreamReader(io.BytesIO(bad), object_name="f", size=len(bad))
+            for section in s.sections():
+                for _ in section.batches():
+                    pass
+        pos += FRAME_HEADER.size + length + (8 if tag == b"STRL" else 0)
+        checked += 1
+
+
+def test_worker_model_on_the_general_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker against the Kafka model with every small-batch path turned off."""
+    _general_paths(monkeypatch)
+    test_worker_model.test_worker_matches_kafka_model()
