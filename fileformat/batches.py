@@ -23,7 +23,9 @@ MAX_RECORD_WEIGHT = 128 << 20
 """The writer rejects a record whose batching weight is larger (see ``plan_slices``)."""
 
 _OFFSET, _TIMESTAMP, _KEY, _VALUE, _HEADERS = range(5)
-_SMALL = 64  # batches with at most this many records take the pure-Python paths
+SMALL_BATCH = 64
+"""Batches with at most this many records take pure-Python paths: a compute call costs
+more than it saves there."""
 
 
 def int64_view(arr: pa.Array) -> memoryview:
@@ -40,11 +42,23 @@ def _offsets_view(arr: pa.Array) -> memoryview:
     return memoryview(arr.buffers()[1])[start : start + (len(arr) + 1) * 4].cast("i")
 
 
-def _validity_bits(arr: pa.Array) -> int:
-    """The validity bitmap of a non-empty array with nulls, as an int (bit i: slot i)."""
-    n, offset = len(arr), arr.offset
-    raw = memoryview(arr.buffers()[0])[offset >> 3 : (offset + n + 7) >> 3]
-    return (int.from_bytes(raw, "little") >> int(offset & 7)) & ((1 << n) - 1)
+def bitmap_bits(buf: pa.Buffer, offset: int, n: int) -> int:
+    """Bits ``offset .. offset + n`` of an Arrow (LSB-first) bitmap buffer, as an int (bit
+    i: slot i)."""
+    start, shift = offset >> 3, offset & 7
+    raw = int.from_bytes(memoryview(buf)[start : (offset + n + 7) >> 3], "little")
+    return (raw >> shift) & ((1 << n) - 1)
+
+
+def validity_bits(arr: pa.Array) -> int:
+    """Which slots of ``arr`` are not null, as an int (bit i: slot i)."""
+    n = len(arr)
+    if not arr.null_count:
+        return (1 << n) - 1
+    validity = arr.buffers()[0]
+    if validity is None:  # a null-typed array: every slot null
+        return 0
+    return bitmap_bits(validity, arr.offset, n)
 
 
 def _sum_lengths(arr: pa.Array) -> int:
@@ -59,9 +73,9 @@ def _sum_lengths(arr: pa.Array) -> int:
         return total
     if nulls == n:
         return 0
-    if n <= _SMALL:
+    if n <= SMALL_BATCH:
         # A null slot may span bytes; they are not part of any value.
-        null_bits = ~_validity_bits(arr) & ((1 << n) - 1)
+        null_bits = ~validity_bits(arr) & ((1 << n) - 1)
         while null_bits:
             i = (null_bits & -null_bits).bit_length() - 1
             total -= offsets[i + 1] - offsets[i]
@@ -81,10 +95,10 @@ def _header_items(headers: pa.Array) -> pa.StructArray | None:
     return headers.flatten()
 
 
-def _increasing(offsets: pa.Array) -> bool:
+def strictly_increasing(offsets: pa.Array) -> bool:
     """Whether a null-free int64 array strictly increases."""
     n = len(offsets)
-    if n <= _SMALL:
+    if n <= SMALL_BATCH:
         v = int64_view(offsets).tolist()
         return all(map(operator.lt, v, v[1:]))
     return not pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
@@ -138,7 +152,7 @@ def batch_problem(batch: pa.RecordBatch) -> str | None:
     items = _header_items(headers)
     if items is not None and (items.null_count or items.field(0).null_count):
         return "null header or header key"
-    if not _increasing(offsets):
+    if not strictly_increasing(offsets):
         return "offsets do not strictly increase"
     return None
 
@@ -227,7 +241,7 @@ def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) ->
     offsets = int64_view(batch.column(_OFFSET))
     timestamps = batch.column(_TIMESTAMP)
     values = batch.column(_VALUE)
-    if n <= _SMALL:
+    if n <= SMALL_BATCH:
         ts = int64_view(timestamps).tolist()
         min_ts, max_ts = min(ts), max(ts)
     else:

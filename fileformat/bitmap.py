@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap, BitMap64
 
+from fileformat.batches import SMALL_BATCH, int64_view
+
 KIND_ROARING32: Final = 1
 KIND_ROARING64: Final = 2
 SPAN_32: Final = 1 << 32
-_SMALL = 64
 
 
 class OffsetSet:
@@ -132,10 +133,9 @@ class OffsetSetBuilder:
         if hi - lo + 1 == len(offsets):  # strictly increasing and dense: one range
             self._bitmap.add_range(lo, hi + 1)
             return
-        if len(offsets) <= _SMALL:  # a compute call costs more than this loop
+        if len(offsets) <= SMALL_BATCH:
             base = self.base
-            view = memoryview(offsets.buffers()[1])[offsets.offset * 8 :][: len(offsets) * 8]
-            self._bitmap.update([o - base for o in view.cast("q")])
+            self._bitmap.update([o - base for o in int64_view(offsets)])
             return
         rel = pc.subtract(offsets, pa.scalar(self.base, pa.int64()))
         if isinstance(self._bitmap, BitMap64):

@@ -14,10 +14,9 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc
 
-from fileformat.batches import BatchStats, batch_stats, int64_view
+from fileformat.batches import BatchStats, batch_stats, int64_view, strictly_increasing
 from fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from fileformat.errors import FormatError
 from fileformat.footer import parse_footer, parse_tail
@@ -67,7 +66,6 @@ def _schema_message() -> bytes:
 
 _SCHEMA_MESSAGE = _schema_message()
 _FIELD_INDEX = {name: i for i, name in enumerate(RECORD_SCHEMA.names)}
-_SMALL_BATCH = 64
 _read_options: dict[tuple[int, ...], pa.ipc.IpcReadOptions] = {}
 
 
@@ -89,13 +87,7 @@ def _partial_problem(batch: pa.RecordBatch) -> str | None:
         items = batch.column("headers").flatten()
         if items.null_count or items.field(0).null_count:
             return "null header or header key"
-    offsets = batch.column("offset")
-    n = batch.num_rows
-    if n <= _SMALL_BATCH:  # compute kernels cost more to call than they save here
-        v = int64_view(offsets)
-        if any(v[i] >= v[i + 1] for i in range(n - 1)):
-            return "offsets do not strictly increase"
-    elif pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py():
+    if not strictly_increasing(batch.column("offset")):
         return "offsets do not strictly increase"
     return None
 

@@ -62,13 +62,8 @@ def _batches(seed: int) -> list[pa.RecordBatch]:
 
 
 def _general_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module, name in (
-        (batches, "_SMALL"),
-        (bitmap, "_SMALL"),
-        (reader, "_SMALL_BATCH"),
-        (partition, "_SMALL"),
-    ):
-        monkeypatch.setattr(module, name, 0)
+    for module in (batches, bitmap, partition):  # each binds fileformat.batches.SMALL_BATCH
+        monkeypatch.setattr(module, "SMALL_BATCH", 0)
 
 
 @pytest.mark.parametrize("seed", range(3))

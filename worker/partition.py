@@ -22,22 +22,20 @@ ranks below it: that record would resurface.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import operator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from fileformat import RECORD_SCHEMA
-from fileformat.batches import filter_batch, int64_view
+from fileformat.batches import SMALL_BATCH, bitmap_bits, filter_batch, int64_view, validity_bits
 from worker.policy import PartitionPolicy, Rank, record_rank
 from worker.stats import CompactionStats
 
 _HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
 _HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)
-_SMALL = 64
-"""Batches of at most this many records compare values in Python: a compute call costs
-more than it saves there."""
 
 
 class KeyIndex(Protocol):
@@ -296,26 +294,26 @@ def _survivors(
         return
     full = (1 << n) - 1
     keys, values = batch.column("key"), batch.column("value")
-    eligible = _valid_bits(keys, n)
+    eligible = validity_bits(keys)
     if policy.lag_cutoff_ms is not None:
-        eligible &= _at_most(batch.column("timestamp"), policy.lag_cutoff_ms, n)
-    won = eligible & _bool_bits(buffer.keep_mask(batch.column("offset")), n)
+        eligible &= _at_most(batch.column("timestamp"), policy.lag_cutoff_ms)
+    won = eligible & _bool_bits(buffer.keep_mask(batch.column("offset")))
     keep = (full & ~eligible) | won
     stats.null_keys += keys.null_count
     stats.dropped_superseded += n - keep.bit_count()
-    tombstone = full & ~_valid_bits(values, n)
+    tombstone = full & ~validity_bits(values)
     stats.tombstones_removed += (tombstone & ~keep).bit_count()
     if policy.retention_cutoff_ms is not None:
         # timestamp < cutoff, i.e. not (cutoff <= timestamp)
-        expired = full & ~_at_least(batch.column("timestamp"), policy.retention_cutoff_ms, n)
+        expired = full & ~_at_least(batch.column("timestamp"), policy.retention_cutoff_ms)
         stats.dropped_retention += (keep & expired).bit_count()
         keep &= ~expired
     horizons = batch.column(_HORIZON)
     winning_tombstone = won & tombstone
     if may_drop_tombstones and winning_tombstone:
-        past = _valid_bits(horizons, n)
+        past = validity_bits(horizons)
         if past:
-            past &= _at_most(horizons, policy.now_ms, n)
+            past &= _at_most(horizons, policy.now_ms)
         gone = winning_tombstone & past & keep
         if young.lowest and gone:
             gone = _spare_outranking(batch, gone, policy, young)
@@ -323,7 +321,7 @@ def _survivors(
         stats.dropped_tombstone_expired += removed
         stats.tombstones_removed += removed
         keep &= ~gone
-    stamp = winning_tombstone & ~_valid_bits(horizons, n)
+    stamp = winning_tombstone & ~validity_bits(horizons)
     if stamp:
         stamped = pc.if_else(
             _bool_array(stamp, n), pa.scalar(policy.horizon_ms, pa.int64()), horizons
@@ -342,27 +340,10 @@ def _survivors(
 # --- bit masks: bit i of a Python int is record i ------------------------------------------
 
 
-def _bitmap_bits(buf: pa.Buffer, offset: int, n: int) -> int:
-    """Bits ``offset .. offset + n`` of an Arrow (LSB-first) bitmap buffer, as an int."""
-    start, shift = offset >> 3, offset & 7
-    raw = int.from_bytes(memoryview(buf)[start : (offset + n + 7) >> 3], "little")
-    return (raw >> shift) & ((1 << n) - 1)
-
-
-def _valid_bits(arr: pa.Array, n: int) -> int:
-    """Which of the ``n`` slots of ``arr`` are not null."""
-    if not arr.null_count:
-        return (1 << n) - 1
-    validity = arr.buffers()[0]
-    if validity is None:  # a null-typed array: every slot null
-        return 0
-    return _bitmap_bits(validity, arr.offset, n)
-
-
-def _bool_bits(arr: pa.Array, n: int) -> int:
-    """Which of the ``n`` slots of a boolean array are true (a null counts as false)."""
-    bits = _bitmap_bits(arr.buffers()[1], arr.offset, n)
-    return bits & _valid_bits(arr, n) if arr.null_count else bits
+def _bool_bits(arr: pa.Array) -> int:
+    """Which slots of a boolean array are true (a null counts as false)."""
+    bits = bitmap_bits(arr.buffers()[1], arr.offset, len(arr))
+    return bits & validity_bits(arr) if arr.null_count else bits
 
 
 def _bool_array(bits: int, n: int) -> pa.Array:
@@ -371,23 +352,26 @@ def _bool_array(bits: int, n: int) -> pa.Array:
     )
 
 
-def _at_most(arr: pa.Array, limit: int, n: int) -> int:
+def _at_most(arr: pa.Array, limit: int) -> int:
     """Which slots of an int64 array hold a value <= ``limit`` (nulls: no)."""
-    if n <= _SMALL:
-        bits = 0
-        for i, v in enumerate(int64_view(arr)):  # a null slot's value is ignored below
-            if v <= limit:
-                bits |= 1 << i
-        return bits & _valid_bits(arr, n) if arr.null_count else bits
-    return _bool_bits(pc.less_equal(arr, limit), n)
+    return _compare(arr, limit, operator.le, pc.less_equal)
 
 
-def _at_least(arr: pa.Array, limit: int, n: int) -> int:
+def _at_least(arr: pa.Array, limit: int) -> int:
     """Which slots of an int64 array hold a value >= ``limit`` (nulls: no)."""
-    if n <= _SMALL:
+    return _compare(arr, limit, operator.ge, pc.greater_equal)
+
+
+def _compare(
+    arr: pa.Array,
+    limit: int,
+    small: Callable[[int, int], bool],
+    compute: Callable[[pa.Array, int], pa.Array],
+) -> int:
+    if len(arr) <= SMALL_BATCH:
         bits = 0
         for i, v in enumerate(int64_view(arr)):  # a null slot's value is ignored below
-            if v >= limit:
+            if small(v, limit):
                 bits |= 1 << i
-        return bits & _valid_bits(arr, n) if arr.null_count else bits
-    return _bool_bits(pc.greater_equal(arr, limit), n)
+        return bits & validity_bits(arr) if arr.null_count else bits
+    return _bool_bits(compute(arr, limit))
