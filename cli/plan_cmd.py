@@ -8,7 +8,7 @@ import json
 from cli.context import Context
 from cli.planner_options import add_planner_options, planner_config
 from planner.job import Job
-from planner.plan import plan
+from planner.plan import plan, plan_notes
 
 
 def _levels(job: Job, levels: dict[str, int]) -> str:
@@ -20,6 +20,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     config = planner_config(args)
     snap = ctx.catalog.snapshot()
     result = plan(snap, ctx.now_ms, config)
+    notes = plan_notes(snap, ctx.now_ms, config)
     levels = {f.id: f.level for f in snap.files}
     if args.json:
         doc = {
@@ -29,7 +30,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 {**job.to_json(), "input_levels": [levels[i.id] for i in job.inputs]}
                 for job in result.jobs
             ],
-            "notes": list(result.notes),
+            "notes": notes,
         }
         print(json.dumps(doc))
         return 0
@@ -46,7 +47,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             )
     else:
         print("no jobs due")
-    for note in result.notes:
+    for note in notes:
         print(f"  {note}")
     return 0
 

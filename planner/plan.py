@@ -13,7 +13,7 @@ compact are never offered to any rule:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from catalog import Snapshot
 from planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
@@ -21,14 +21,12 @@ from planner.full import daily_due_ms, daily_jobs, full_jobs
 from planner.job import MAX_LEVEL, Job
 from planner.levels import level_jobs, top_run_jobs
 from planner.maxlag import dirty_files, max_lag_jobs
-from planner.sequence import too_large
+from planner.sequence import too_large_ids
 
 
 @dataclass(frozen=True)
 class Plan:
     jobs: tuple[Job, ...]
-    notes: tuple[str, ...] = field(default=())
-    """Why the rules did or did not fire: the state each rule looked at."""
 
 
 def plan(
@@ -38,17 +36,16 @@ def plan(
     busy: frozenset[str] = frozenset(),
 ) -> Plan:
     config = config or PlannerConfig()
-    frozen = {f.id for f in snap.files if too_large(f, config)}
-    taken = set(busy) | frozen
+    taken = set(busy) | too_large_ids(snap.files, config)
     daily = daily_jobs(snap, now_ms, config, taken)
     if daily:
-        return Plan(tuple(daily), _notes(snap, now_ms, config, frozen))
+        return Plan(tuple(daily))
     jobs: list[Job] = []
     for rule in (max_lag_jobs, _levels, _top_runs):
         for job in rule(snap, now_ms, config, taken):
             jobs.append(job)
             taken.update(i.id for i in job.inputs)
-    return Plan(tuple(jobs), _notes(snap, now_ms, config, frozen))
+    return Plan(tuple(jobs))
 
 
 def _levels(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
@@ -59,7 +56,12 @@ def _top_runs(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str
     return top_run_jobs(snap, config, taken)
 
 
-def _notes(snap: Snapshot, now_ms: int, config: PlannerConfig, frozen: set[str]) -> tuple[str, ...]:
+def plan_notes(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) -> list[str]:
+    """Why the rules did or did not fire: the state each rule looks at (for
+    ``compactor plan``; kept out of ``plan``, which the compact loop and the simulator
+    call at every step)."""
+    config = config or PlannerConfig()
+    frozen = too_large_ids(snap.files, config)
     notes = []
     for level in range(MAX_LEVEL + 1):
         files = [f for f in snap.files if f.level == level]
@@ -80,11 +82,11 @@ def _notes(snap: Snapshot, now_ms: int, config: PlannerConfig, frozen: set[str])
     if frozen:
         cap = config.max_partition_uncompressed_bytes
         notes.append(f"{len(frozen)} files hold a partition over {cap:,} bytes: never compacted")
-    return tuple(notes)
+    return notes
 
 
 def full_plan(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) -> Plan:
-    """``compact --full``: the daily compaction, now."""
+    """``compact --full``: the daily compaction, now (``now_ms`` only keeps the signature
+    of ``plan``)."""
     config = config or PlannerConfig()
-    frozen = {f.id for f in snap.files if too_large(f, config)}
-    return Plan(tuple(full_jobs(snap, frozen)), _notes(snap, now_ms, config, frozen))
+    return Plan(tuple(full_jobs(snap, too_large_ids(snap.files, config))))

@@ -31,6 +31,10 @@ def too_large(f: LiveFile, config: PlannerConfig) -> bool:
     return any(s.uncompressed_bytes > config.max_partition_uncompressed_bytes for s in f.sections)
 
 
+def too_large_ids(files: Sequence[LiveFile], config: PlannerConfig) -> set[str]:
+    return {f.id for f in files if too_large(f, config)}
+
+
 def runs(
     files: Sequence[LiveFile],
     unavailable: Collection[str],

@@ -17,7 +17,7 @@ from catalog import Snapshot
 from planner.config import PlannerConfig
 from planner.maxlag import CLEAN_LEVEL
 from planner.plan import Plan
-from planner.sequence import Run, make_job, runs, too_large
+from planner.sequence import Run, make_job, runs, too_large_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ def stcs_plan(
 ) -> Plan:
     config = config or StcsConfig()
     limits = limits or PlannerConfig()
-    unavailable = set(busy) | {f.id for f in snap.files if too_large(f, limits)}
+    unavailable = set(busy) | too_large_ids(snap.files, limits)
     jobs = []
     for run in runs(snap.files, unavailable):
         for bucket in _buckets(run, config):

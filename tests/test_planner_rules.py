@@ -22,7 +22,7 @@ from catalog.config import TopicConfig
 from planner.config import HOUR_MS, MINUTE_MS, GiB, PlannerConfig
 from planner.job import MAX_LEVEL, Job
 from planner.maxlag import dirty_files
-from planner.plan import Plan, plan
+from planner.plan import Plan, plan, plan_notes
 
 C = compacted("c")
 P = plain("p")
@@ -421,8 +421,8 @@ def test_each_rule_gives_numbers_rule_and_reason() -> None:
 
 def test_notes_say_why() -> None:
     make = FileMaker()
-    result = _plan(make.many(3) + [make(uncompressed=200 * GiB)])
-    text = "\n".join(result.notes)
+    snap = snapshot([C, P], make.many(3) + [make(uncompressed=200 * GiB)])
+    text = "\n".join(plan_notes(snap, NOW_MS))
     assert "L0: 4 files" in text
     assert "never compacted" in text
     assert "daily compaction due in 24.0 h" in text

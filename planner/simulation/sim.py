@@ -26,7 +26,7 @@ from catalog.changes import append_files, create_topic, replace_files
 from fileformat import SectionMeta
 from planner.config import PlannerConfig
 from planner.job import MAX_LEVEL, Job
-from planner.maxlag import dirty_since_ms
+from planner.maxlag import dirty_files, dirty_since_ms
 from planner.plan import Plan
 from planner.simulation.keys import KeyModel
 
@@ -254,10 +254,8 @@ class Simulation:
 
     def _censor_dirty(self, end_s: float) -> None:
         now_ms = int(end_s * 1000)
-        for f in self.snap.files:
-            since = dirty_since_ms(f, self.snap.topics)
-            if since is not None and since <= now_ms:
-                self.result.dirty_delays_s.append((now_ms - since) / 1000)
+        for since in dirty_files(self.snap, now_ms).values():
+            self.result.dirty_delays_s.append((now_ms - since) / 1000)
 
     def _sample(self, t_s: float) -> Sample:
         now_ms = int(t_s * 1000)
@@ -265,17 +263,13 @@ class Simulation:
         for f in self.snap.files:
             levels[f.level] += 1
         live = sum(f.record_count for f in self.snap.files)
-        dirty = 0
-        for f in self.snap.files:
-            since = dirty_since_ms(f, self.snap.topics)
-            dirty += since is not None and since <= now_ms
         return Sample(
             t_s=round(t_s, 3),
             files_per_level=levels,
             live_records=live,
             duplicates_live=max(0, live - self.keys.distinct(self.total_raw)),
             write_amplification=round(self.result.write_amplification, 3),
-            dirty_files=dirty,
+            dirty_files=len(dirty_files(self.snap, now_ms)),
         )
 
     @staticmethod
