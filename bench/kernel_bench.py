@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench.kernel_table import kernel_rows
 from worker.kernel import HASH_IMPL, HAVE_OPENSSL, KeyBuffer, hash_keys
 
 CHUNK = 65_536
@@ -186,15 +187,8 @@ def table(result: dict[str, Any]) -> str:
         f"default hash: {result['hash_impl']}; best of {result['repeat']}, load average "
         f"{result['loadavg_before']:.2f} before, {result['loadavg_after']:.2f} after",
         "",
-        "| what | threads | ns/key | keys/s | vs raw C hash |",
-        "|---|---:|---:|---:|---:|",
+        *kernel_rows(result["rows"]),
     ]
-    for r in result["rows"]:
-        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else ""
-        lines.append(
-            f"| {r['name']} | {r['threads']} | {r['ns_per_key']:.0f} | "
-            f"{r['keys_per_s'] / 1e6:.2f} M | {ratio} |"
-        )
     return "\n".join(lines)
 
 

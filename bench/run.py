@@ -33,6 +33,7 @@ from typing import Any
 
 from bench import workload
 from bench.contenders import digest_cf, digest_parquet, raw_sha_c
+from bench.kernel_table import kernel_rows
 from bench.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -421,15 +422,8 @@ def external_kernel_table(d: dict[str, Any]) -> str:
         f"{d['capacity_bytes'] >> 20} MiB ({d['windows']} windows), batches of "
         f"{d['batch']:,}, default hash: {d['hash_impl']}",
         "",
-        "| what | threads | ns/key | keys/s | vs raw C hash |",
-        "|---|---:|---:|---:|---:|",
+        *kernel_rows(d["rows"]),
     ]
-    for row in d["rows"]:
-        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else ""
-        lines.append(
-            f"| {row['name']} | {row['threads']} | {row['ns_per_key']:.0f} | "
-            f"{row['keys_per_s'] / 1e6:.2f} M | {ratio} |"
-        )
     raw = d.get("openssl_per_key", {})
     if "lowlevel_ns_per_key" in raw:
         for label, field in (("low-level", "lowlevel_ns_per_key"), ("EVP", "evp_ns_per_key")):
