@@ -94,6 +94,10 @@ class BatchEncoder:
         self._compressing = None if compression is None else _StreamEncoder(compression)
         self._min_compress_bytes = min_compress_bytes
 
+    def compresses(self, logical_bytes: int) -> bool:
+        """Whether a batch of ``logical_bytes`` is compressed (if it gains)."""
+        return self._compressing is not None and logical_bytes >= self._min_compress_bytes
+
     def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
         if self._compressing is None or logical_bytes < self._min_compress_bytes:
             return _encode_plain(batch)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -27,12 +29,26 @@ from fileformat.section import encode_section_end, encode_section_header, encode
 MAX_BATCH_BYTES_LIMIT = 64 << 20
 MIN_COMPRESS_BYTES = 8 << 10
 """Batches smaller than this (logical bytes) are written uncompressed (see BatchEncoder)."""
+ENCODE_AHEAD = 4
+"""Compressed batches a writer may have in encoding on its encoder thread at once."""
 
 
 class Sink(Protocol):
     """Where a writer's bytes go, in order (a file, a BytesIO, a multipart upload)."""
 
     def write(self, data: bytes | memoryview, /) -> Any: ...
+
+
+class _Encoded:
+    """A batch whose payload is being encoded (a future) or is ready (bytes), waiting for its
+    turn to be written: frames go out in the order the batches came in."""
+
+    __slots__ = ("section", "first_offset", "payload")
+
+    def __init__(self, section: _OpenSection, first_offset: int, payload: Future[bytes] | bytes):
+        self.section = section
+        self.first_offset = first_offset
+        self.payload = payload
 
 
 class _OpenSection:
@@ -60,6 +76,13 @@ class FileWriter:
     Data errors raise ValueError and leave the writer as it was (a rejected batch writes
     nothing); calls out of order (a batch outside a section, anything after ``finish``)
     raise RuntimeError.
+
+    With ``encode_ahead``, batches big enough to be compressed are encoded on a thread of
+    the writer's own (Arrow compresses without the GIL), up to ``ENCODE_AHEAD`` at a time,
+    while the caller goes on producing the next ones; frames still reach the sink in batch
+    order, each as soon as it and those before it are encoded, and ``end_section`` and
+    ``finish`` wait for all. The file's bytes are the same either way. ``close`` stops
+    the thread (``finish`` does too); a writer abandoned on an error must be closed.
     """
 
     def __init__(
@@ -70,12 +93,17 @@ class FileWriter:
         compression: str | None = "zstd",
         max_batch_bytes: int = 1 << 20,
         min_compress_bytes: int = MIN_COMPRESS_BYTES,
+        encode_ahead: bool = False,
     ) -> None:
         if not 1 <= max_batch_bytes <= MAX_BATCH_BYTES_LIMIT:
             raise ValueError(f"max_batch_bytes must be in 1..{MAX_BATCH_BYTES_LIMIT}")
         self.object_name = object_name
         self._sink = sink
         self._encoder = BatchEncoder(compression, min_compress_bytes)
+        self._encode_ahead = encode_ahead and compression is not None
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: deque[_Encoded] = deque()
+        self._in_flight = 0
         self._max_batch_bytes = max_batch_bytes
         self._position = 0
         self._sections: list[SectionMeta] = []
@@ -149,12 +177,46 @@ class FileWriter:
         for start, length, logical in runs:
             chunk = batch if length == batch.num_rows else batch.slice(start, length)
             stats = batch_stats(chunk, logical)
-            payload = self._encoder.encode(chunk, logical)
-            section.index.append((stats.first_offset, self._position - section.position))
             section.offsets.add(chunk.column(0), stats.first_offset, stats.last_offset)
             section.stats = stats if section.stats is None else section.stats.then(stats)
+            payload = self._encode(chunk, logical)
+            self._pending.append(_Encoded(section, stats.first_offset, payload))
+            self._flush(ENCODE_AHEAD)
+
+    def _encode(self, chunk: pa.RecordBatch, logical: int) -> Future[bytes] | bytes:
+        if not self._encode_ahead or not self._encoder.compresses(logical):
+            return self._encoder.encode(chunk, logical)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"encode-{self.object_name}")
+        self._in_flight += 1
+        return self._executor.submit(self._encoder.encode, chunk, logical)
+
+    def _flush(self, in_flight: int) -> None:
+        """Writes the frames of the pending batches that are encoded, in order, first
+        waiting until at most ``in_flight`` batches are still being encoded."""
+        pending = self._pending
+        while pending:
+            item = pending[0]
+            payload = item.payload
+            if not isinstance(payload, bytes):
+                if self._in_flight <= in_flight and not payload.done():
+                    return
+                payload = payload.result()
+                self._in_flight -= 1
+            pending.popleft()
+            section = item.section
+            assert section.position is not None
+            section.index.append((item.first_offset, self._position - section.position))
             self._emit(encode_frame_header(TAG_BATCH, payload))
             self._emit(payload)
+
+    def close(self) -> None:
+        """Stops the encoder thread (if one was started); what is pending is dropped."""
+        self._pending.clear()
+        self._in_flight = 0
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
 
     def end_section(self) -> SectionMeta:
         """Closes the open section and returns its metadata.
@@ -164,6 +226,7 @@ class FileWriter:
         """
         section = self._state(want_open=True)
         assert section is not None
+        self._flush(0)
         self._open = None
         if section.stats is None or section.position is None or section.offsets is None:
             raise ValueError(
@@ -194,6 +257,7 @@ class FileWriter:
     def finish(self) -> FileMeta:
         """Writes the footer and tail; returns what the footer says. The sink is not closed."""
         self._state(want_open=False)
+        self.close()
         footer = encode_frame(TAG_FOOTER, encode_footer(self._sections))
         self._emit(footer)
         self._emit(encode_tail(footer, FORMAT_VERSION))

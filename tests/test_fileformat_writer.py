@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import threading
 import tracemalloc
 
 import pyarrow as pa
@@ -283,3 +284,64 @@ def test_ordinary_batches_are_compressed() -> None:
         assert read_back(sink.getvalue())[("t", 0)] == text
     assert sizes["zstd"] < sizes[None] / 3
     assert sizes["lz4"] < sizes[None] / 2
+
+
+class _CountingSink(io.BytesIO):
+    """Records how many bytes each write had, to compare what reached the sink when."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def write(self, data: object) -> int:
+        n = super().write(data)  # type: ignore[call-overload]
+        self.sizes.append(n)
+        return n
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_encoding_ahead_writes_the_same_bytes(seed: int) -> None:
+    """Batches encoded on the writer's thread (big ones) and inline (small ones), mixed in
+    one section and across sections, give the same file, written in the same pieces."""
+    rnd = random.Random(seed)
+    sections = []
+    for p in range(rnd.randrange(1, 5)):
+        batches, offset = [], 0
+        for _ in range(rnd.randrange(1, 12)):
+            n = rnd.choice([1, 5, 40, 300, 2000])
+            value = rnd.randbytes(rnd.randrange(0, 60)).hex().encode()
+            batches.append(batch(*range(offset, offset + n), value=value))
+            offset += n + rnd.randrange(0, 3)
+        sections.append(("t", p, batches))
+    max_batch_bytes = rnd.choice([16 << 10, 1 << 20])
+    outputs = []
+    for ahead in (False, True):
+        sink = _CountingSink()
+        writer = FileWriter(sink, max_batch_bytes=max_batch_bytes, encode_ahead=ahead)
+        for topic, partition, batches in sections:
+            writer.write_section(topic, partition, batches)
+        outputs.append((writer.finish(), sink.getvalue(), sink.sizes))
+    (meta, data, sizes), (meta_ahead, data_ahead, sizes_ahead) = outputs
+    assert data_ahead == data
+    assert meta_ahead == meta
+    assert sizes_ahead == sizes
+    verify_stream(io.BytesIO(data_ahead), object_name="f", size=len(data_ahead))
+
+
+def test_encoding_ahead_uses_a_thread_and_stops_it() -> None:
+    def encoders() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("encode-")]
+
+    big = batch(*range(5000), value=b"0123456789abcdef" * 4)
+    writer = FileWriter(io.BytesIO(), object_name="ahead", encode_ahead=True)
+    writer.begin_section("t", 0)
+    writer.write_batch(big)
+    assert encoders()  # compressible batches go to the encoder thread
+    writer.end_section()
+    writer.finish()
+    assert not encoders()
+    abandoned = FileWriter(io.BytesIO(), object_name="abandoned", encode_ahead=True)
+    abandoned.begin_section("t", 0)
+    abandoned.write_batch(big)
+    abandoned.close()  # what a failed job does
+    assert not encoders()

@@ -92,6 +92,7 @@ class Scenario:
     last: int
     deduplicate: bool
     buffer_entries: int
+    phase1_thread: bool
 
 
 @st.composite
@@ -108,6 +109,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         last=last,
         deduplicate=draw(st.booleans()),
         buffer_entries=draw(st.sampled_from([1, 2, 3, 7, 10_000])),
+        phase1_thread=draw(st.booleans()),
     )
 
 
@@ -143,7 +145,7 @@ def test_worker_matches_kafka_model(sc: Scenario) -> None:
             deduplicate=sc.deduplicate,
         )
         buffer = KeyBuffer(sc.buffer_entries * ENTRY_BYTES)
-        report = run_job(store, catalog, job, buffer, now_ms=NOW)
+        report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1_thread=sc.phase1_thread)
         assert report.committed
         assert all(f.gets == 2 for f in report.inputs)
         snap = catalog.snapshot()

@@ -9,6 +9,11 @@ min.compaction.lag.ms) or its offset is among the window's winners (the keep-set
 key is hashed twice); then the buffer is cleared and both go on. An empty buffer always
 takes at least one record, so every window makes progress.
 
+Phase 1 hands each closed window to phase 2 as a ``Window``: its keep-set taken out of
+the buffer (``KeyIndex.winners``) with what else deciding about its records takes, so
+the buffer is free for the next window while phase 2 still works on this one (the runner
+runs phase 1 on its own thread, a window ahead: worker.pipeline).
+
 A key may survive in two windows (one copy each); the next compaction removes the older.
 A tombstone past its delete horizon is dropped only in the first window of a partition
 whose oldest live data is among the inputs (all of its data, under the timestamp and
@@ -23,7 +28,9 @@ ranks below it: that record would resurface.
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
@@ -54,7 +61,7 @@ class KeyIndex(Protocol):
         end: int | None = None,
     ) -> int: ...
 
-    def keep_mask(self, offsets: pa.Array) -> pa.Array: ...
+    def winners(self) -> pa.Array: ...
 
     @property
     def utilization(self) -> float: ...
@@ -198,21 +205,83 @@ def copy_partition(
         yield batch
 
 
-def compact_partition(
+class KeepSet:
+    """A closed window's winning offsets, ascending (``KeyIndex.winners``): what phase 2
+    needs of the key buffer, taken out of it so that the buffer is free for the next
+    window while phase 2 still filters this one."""
+
+    __slots__ = ("_view", "winners")
+
+    def __init__(self, winners: pa.Array) -> None:
+        self.winners = winners
+        self._view = int64_view(winners)
+
+    def bits(self, offsets: pa.Array) -> int:
+        """Which of the records of ``offsets`` (int64, no nulls, any order) are
+        winners, as a bit mask (bit i: record i). Only the winners between the batch's
+        least and greatest offset are looked at: O(batch), not O(window), per batch."""
+        won = self._view
+        if not len(offsets) or not len(won):
+            return 0
+        if len(offsets) <= SMALL_BATCH:
+            bits = 0
+            for i, offset in enumerate(int64_view(offsets)):
+                j = bisect_left(won, offset)
+                if j < len(won) and won[j] == offset:
+                    bits |= 1 << i
+            return bits
+        bounds = pc.min_max(offsets)
+        lo = bisect_left(won, bounds["min"].as_py())
+        hi = bisect_right(won, bounds["max"].as_py())
+        if lo == hi:
+            return 0
+        return _bool_bits(pc.is_in(offsets, value_set=self.winners.slice(lo, hi - lo)))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One closed window, as phase 1 hands it to phase 2: the next ``pending`` records of
+    the phase-2 pointer, and what deciding about them takes."""
+
+    index: int
+    """0 for the partition's first window."""
+    pending: int
+    keep: KeepSet
+    may_drop_tombstones: bool
+    young: _YoungKeys
+    """The partition's records too young to compact (collected in window 0 only)."""
+    utilization: float
+    """The key buffer's utilization when the window closed."""
+
+
+def phase1_windows(
     phase1: Iterable[pa.RecordBatch],
-    phase2: Iterable[pa.RecordBatch],
     policy: PartitionPolicy,
     buffer: KeyIndex,
-    stats: CompactionStats,
-) -> Iterator[pa.RecordBatch]:
-    """Yields the partition's surviving records, in offset order, unchanged but for the
-    delete horizon stamped on kept tombstones. ``phase1`` needs only the columns of
-    ``phase1_fields``; ``phase2`` yields whole records."""
-    cursor = _Phase2Cursor(phase2)
+    before_close: Callable[[], None] = lambda: None,
+) -> Iterator[Window]:
+    """Phase 1 of a partition: fills the key buffer and yields each window as it closes,
+    its keep-set already taken out, so the buffer is not touched again (reset for the
+    next window) until the generator resumes. ``before_close`` runs before a keep-set is
+    taken out (a pipelined caller waits there until phase 2 has room for one more)."""
     young = _YoungKeys()
-    pending = 0  # records phase 1 has inserted that phase 2 has not yet written
+    pending = 0  # records phase 1 has inserted that phase 2 has not yet seen
     window = 0
     fresh = True  # the buffer holds nothing of the current window yet
+
+    def close(last: bool) -> Window:
+        before_close()
+        return Window(
+            index=window,
+            pending=pending,
+            keep=KeepSet(buffer.winners()) if pending else _NO_WINNERS,
+            may_drop_tombstones=policy.tombstones_droppable
+            and window == 0
+            and (last or policy.strategy == "offset"),
+            young=young,
+            utilization=buffer.utilization,
+        )
+
     for batch in phase1:
         n = batch.num_rows
         keys, offsets = batch.column("key"), batch.column("offset")
@@ -229,38 +298,46 @@ def compact_partition(
                 young.add(part, eligible.slice(start, consumed - start), policy)
             pending += consumed - start
             if consumed < n:
-                yield from _close_window(
-                    cursor, pending, policy, buffer, stats, window, False, young
-                )
+                yield close(False)
                 window += 1
                 pending = 0
                 fresh = True
             start = consumed
     if pending or window == 0:
-        yield from _close_window(cursor, pending, policy, buffer, stats, window, True, young)
-        window += 1
+        yield close(True)
+
+
+def phase2_windows(
+    phase2: Iterable[pa.RecordBatch],
+    windows: Iterable[Window],
+    policy: PartitionPolicy,
+    stats: CompactionStats,
+) -> Iterator[pa.RecordBatch]:
+    """Phase 2 of a partition: for each window phase 1 closed, the survivors among the
+    phase-2 pointer's next ``pending`` records, decided by the window's keep-set."""
+    cursor = _Phase2Cursor(phase2)
+    count = 0
+    for window in windows:
+        count += 1
+        stats.max_buffer_utilization = max(stats.max_buffer_utilization, window.utilization)
+        for part in cursor.take(window.pending):
+            yield from _survivors(part, window, policy, stats)
     cursor.finish()
-    stats.windows += window
+    stats.windows += count
 
 
-def _close_window(
-    cursor: _Phase2Cursor,
-    pending: int,
+def compact_partition(
+    phase1: Iterable[pa.RecordBatch],
+    phase2: Iterable[pa.RecordBatch],
     policy: PartitionPolicy,
     buffer: KeyIndex,
     stats: CompactionStats,
-    window: int,
-    last: bool,
-    young: _YoungKeys,
 ) -> Iterator[pa.RecordBatch]:
-    stats.max_buffer_utilization = max(stats.max_buffer_utilization, buffer.utilization)
-    if pending == 0:
-        return
-    may_drop_tombstones = (
-        policy.tombstones_droppable and window == 0 and (last or policy.strategy == "offset")
-    )
-    for part in cursor.take(pending):
-        yield from _survivors(part, buffer, policy, stats, may_drop_tombstones, young)
+    """Yields the partition's surviving records, in offset order, unchanged but for the
+    delete horizon stamped on kept tombstones. ``phase1`` needs only the columns of
+    ``phase1_fields``; ``phase2`` yields whole records. Both phases on the caller's
+    thread, one window after the other (the runner pipelines them: worker.pipeline)."""
+    return phase2_windows(phase2, phase1_windows(phase1, policy, buffer), policy, stats)
 
 
 def _spare_outranking(
@@ -279,11 +356,9 @@ def _spare_outranking(
 
 def _survivors(
     batch: pa.RecordBatch,
-    buffer: KeyIndex,
+    window: Window,
     policy: PartitionPolicy,
     stats: CompactionStats,
-    may_drop_tombstones: bool,
-    young: _YoungKeys,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``batch`` that survive the window. The per-record masks are Python
     ints (bit i is record i, as in Arrow's LSB-first bitmaps): for the small batches of
@@ -297,7 +372,7 @@ def _survivors(
     eligible = validity_bits(keys)
     if policy.lag_cutoff_ms is not None:
         eligible &= _at_most(batch.column("timestamp"), policy.lag_cutoff_ms)
-    won = eligible & _bool_bits(buffer.keep_mask(batch.column("offset")))
+    won = eligible & window.keep.bits(batch.column("offset"))
     keep = (full & ~eligible) | won
     stats.null_keys += keys.null_count
     stats.dropped_superseded += n - keep.bit_count()
@@ -310,13 +385,13 @@ def _survivors(
         keep &= ~expired
     horizons = batch.column(_HORIZON)
     winning_tombstone = won & tombstone
-    if may_drop_tombstones and winning_tombstone:
+    if window.may_drop_tombstones and winning_tombstone:
         past = validity_bits(horizons)
         if past:
             past &= _at_most(horizons, policy.now_ms)
         gone = winning_tombstone & past & keep
-        if young.lowest and gone:
-            gone = _spare_outranking(batch, gone, policy, young)
+        if window.young.lowest and gone:
+            gone = _spare_outranking(batch, gone, policy, window.young)
         removed = gone.bit_count()
         stats.dropped_tombstone_expired += removed
         stats.tombstones_removed += removed
@@ -335,6 +410,9 @@ def _survivors(
         out = filter_batch(batch, _bool_array(keep, n))
         stats.records_out += out.num_rows
         yield out
+
+
+_NO_WINNERS = KeepSet(pa.array([], pa.int64()))
 
 
 # --- bit masks: bit i of a Python int is record i ------------------------------------------

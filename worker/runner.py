@@ -25,8 +25,8 @@ from objectstore import MultipartWriter, ObjectStore, ObjectStream, Precondition
 from planner.job import OUTPUT_GROUPS, Job
 from worker.memory import use_lean_memory_pool
 from worker.merge import SectionMerge
-from worker.partition import KeyIndex, compact_partition, copy_partition, phase1_fields
-from worker.policy import PartitionPolicy
+from worker.partition import KeyIndex, copy_partition, phase2_windows
+from worker.pipeline import Phase1Inline, Phase1Thread, pipelined
 from worker.stats import CompactionStats, FileStats, JobReport
 
 READ_MEMORY_BUDGET = 32 << 20
@@ -68,7 +68,10 @@ class _GroupOutput:
             if self.writer is None:
                 self.upload = self.store.open_multipart(self.key, if_none_match=True)
                 self.writer = FileWriter(
-                    self.upload, object_name=self.key, compression=self.compression
+                    self.upload,
+                    object_name=self.key,
+                    compression=self.compression,
+                    encode_ahead=True,
                 )
             if not started:
                 self.writer.begin_section(topic, partition)
@@ -104,6 +107,8 @@ class _GroupOutput:
         )
 
     def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
         if self.upload is not None:
             self.upload.abort()
 
@@ -157,7 +162,11 @@ def run_job(
     *,
     now_ms: int,
     compression: str | None = "zstd",
+    phase1_thread: bool | None = None,
 ) -> JobReport:
+    """Runs ``job`` and commits its outputs. ``phase1_thread``: run phase 1 on a thread of
+    its own, a window ahead of phase 2 (None: when the job's sections are big enough to
+    gain from it, ``worker.pipeline.pipelined``)."""
     started = time.monotonic()
     use_lean_memory_pool()
     snap = catalog.snapshot()
@@ -179,7 +188,11 @@ def run_job(
                     streams.append(stream)
                     readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
                 pointers.append(SectionMerge(readers))
-            _compact(snap, job, pointers[0], pointers[1], outputs, buffer, stats, now_ms)
+            if phase1_thread is None:
+                phase1_thread = pipelined(snap, job)
+            ahead = Phase1Thread if phase1_thread else Phase1Inline
+            with ahead(snap, job, pointers[0], buffer, now_ms) as phase1:
+                _compact(job, phase1, pointers[1], outputs, stats)
             resumes = {i.key: 0 for i in job.inputs}
             for stream in streams:
                 resumes[stream.key] += stream.resumes
@@ -209,46 +222,24 @@ def run_job(
 
 
 def _compact(
-    snap: Snapshot,
     job: Job,
-    phase1: SectionMerge,
+    phase1: Phase1Inline | Phase1Thread,
     phase2: SectionMerge,
     outputs: dict[str, _GroupOutput],
-    buffer: KeyIndex,
     stats: CompactionStats,
-    now_ms: int,
 ) -> None:
-    input_ids = {i.id for i in job.inputs}
-    while (tp := phase1.next_partition()) is not None:
+    """Phase 2 and the writes, partition by partition, as phase 1 hands them over."""
+    while (part := phase1.next_partition()) is not None:
+        tp = part.topic, part.partition
         if phase2.next_partition() != tp:
             raise CatalogError(f"job {job.id}: phase pointers disagree at {tp[0]}/{tp[1]}")
-        topic = snap.topics.get(tp[0])
-        if topic is None:
-            raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
-        live = snap.sections_of(*tp)
-        policy = PartitionPolicy.for_partition(
-            topic.config,
-            deduplicate=job.deduplicate,
-            now_ms=now_ms,
-            includes_oldest=bool(live) and live[0][0].id in input_ids,
-            includes_newest=bool(live) and live[-1][0].id in input_ids,
-        )
         stats.partitions += 1
-        sections1, sections2 = phase1.take(*tp), phase2.take(*tp)
-        if policy.deduplicate:
-            survivors = compact_partition(
-                _batches(sections1, phase1_fields(policy)),
-                _batches(sections2),
-                policy,
-                buffer,
-                stats,
-            )
+        sections2 = phase2.take(*tp)
+        if part.policy.deduplicate:
+            survivors = phase2_windows(_batches(sections2), phase1.windows(), part.policy, stats)
         else:
-            for section in sections1:
-                section.skip()  # checksummed, not decoded: a copy needs no keys
             survivors = copy_partition(_batches(sections2), stats)
-        group = "compacted" if topic.config.compacted else "plain"
-        outputs[group].write_partition(tp[0], tp[1], survivors)
+        outputs[part.group].write_partition(tp[0], tp[1], survivors)
     if phase2.next_partition() is not None:
         raise CatalogError(f"job {job.id}: phase-2 pointer has sections phase 1 did not")
 
