@@ -67,11 +67,12 @@ def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
 
 
 class _Output:
-    """A ``FileWriter`` on a local file; a partition's section opens at its first record."""
+    """A ``FileWriter`` on a local file, set up as the worker's (encoding ahead on its own
+    thread); a partition's section opens at its first record."""
 
     def __init__(self, path: Path) -> None:
         self.file: BinaryIO = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
-        self.writer = FileWriter(self.file, object_name=path.name)
+        self.writer = FileWriter(self.file, object_name=path.name, encode_ahead=True)
         self.records = 0
 
     def partition(self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]) -> None:
