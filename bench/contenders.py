@@ -53,7 +53,7 @@ def live_files(store: LocalStore, max_files: int | None) -> list[LiveFile]:
     return files if max_files is None else files[:max_files]
 
 
-def _pointer(store: LocalStore, files: list[LiveFile], stack: ExitStack) -> SectionMerge:
+def merged_pointer(store: LocalStore, files: list[LiveFile], stack: ExitStack) -> SectionMerge:
     readers = []
     for f in files:
         stream = stack.enter_context(store.open_stream(f.key))
@@ -104,8 +104,8 @@ def twopass(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]
     output = _Output(out)
     md5 = hashlib.md5
     with ExitStack() as stack:
-        phase1 = _pointer(store, files, stack)
-        phase2 = _pointer(store, files, stack)
+        phase1 = merged_pointer(store, files, stack)
+        phase2 = merged_pointer(store, files, stack)
         while (tp := phase1.next_partition()) is not None:
             assert phase2.next_partition() == tp
             latest: dict[bytes, int] = {}
@@ -150,7 +150,7 @@ def copy(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]:
     started = time.perf_counter()
     output = _Output(out)
     with ExitStack() as stack:
-        pointer = _pointer(store, files, stack)
+        pointer = merged_pointer(store, files, stack)
         while (tp := pointer.next_partition()) is not None:
             output.partition(tp[0], tp[1], _batches(pointer.take(*tp)))
     bytes_out = output.finish()
