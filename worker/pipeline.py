@@ -95,25 +95,6 @@ def pipelined(snap: Snapshot, job: Job) -> bool:
     return bool(sections) and records >= PIPELINE_MIN_SECTION_RECORDS * len(sections)
 
 
-def partition_of(
-    snap: Snapshot, job: Job, input_ids: set[str], now_ms: int, tp: tuple[str, int]
-) -> Partition:
-    """What compacting partition ``tp`` in ``job`` may do, and where its output goes."""
-    topic = snap.topics.get(tp[0])
-    if topic is None:
-        raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
-    live = snap.sections_of(*tp)
-    policy = PartitionPolicy.for_partition(
-        topic.config,
-        deduplicate=job.deduplicate,
-        now_ms=now_ms,
-        includes_oldest=bool(live) and live[0][0].id in input_ids,
-        includes_newest=bool(live) and live[-1][0].id in input_ids,
-    )
-    group = "compacted" if topic.config.compacted else "plain"
-    return Partition(tp[0], tp[1], policy, group)
-
-
 def _batches(
     sections: Iterator[SectionReader], fields: tuple[str, ...]
 ) -> Iterator[pa.RecordBatch]:
@@ -121,10 +102,9 @@ def _batches(
         yield from section.batches(fields)
 
 
-class Phase1Inline:
-    """Phase 1 on the caller's thread, interleaved with phase 2 window by window (each
-    window's phase 1 runs when phase 2 asks for it): the same interface as
-    :class:`Phase1Thread`, for jobs that gain nothing from a second thread."""
+class _Phase1:
+    """What both ways of running phase 1 hold: the job, its phase-1 pointer, the key buffer.
+    Used as a context manager; leaving it ends phase 1 (``close``)."""
 
     def __init__(
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
@@ -132,10 +112,26 @@ class Phase1Inline:
         self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
         self._now_ms = now_ms
         self._input_ids = {i.id for i in job.inputs}
-        self._current: tuple[Partition, Iterator[SectionReader]] | None = None
 
-    def __enter__(self) -> Phase1Inline:
-        return self
+    def _partition(self, tp: tuple[str, int]) -> Partition:
+        """What compacting partition ``tp`` in this job may do, and where its output goes."""
+        snap, job = self._snap, self._job
+        topic = snap.topics.get(tp[0])
+        if topic is None:
+            raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
+        live = snap.sections_of(*tp)
+        policy = PartitionPolicy.for_partition(
+            topic.config,
+            deduplicate=job.deduplicate,
+            now_ms=self._now_ms,
+            includes_oldest=bool(live) and live[0][0].id in self._input_ids,
+            includes_newest=bool(live) and live[-1][0].id in self._input_ids,
+        )
+        group = "compacted" if topic.config.compacted else "plain"
+        return Partition(tp[0], tp[1], policy, group)
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     def __exit__(
         self,
@@ -143,13 +139,31 @@ class Phase1Inline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self.close()
+
+
+class Phase1Inline(_Phase1):
+    """Phase 1 on the caller's thread, interleaved with phase 2 window by window (each
+    window's phase 1 runs when phase 2 asks for it): the same interface as
+    :class:`Phase1Thread`, for jobs that gain nothing from a second thread."""
+
+    def __init__(
+        self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
+    ) -> None:
+        super().__init__(snap, job, pointer, buffer, now_ms)
+        self._current: tuple[Partition, Iterator[SectionReader]] | None = None
+
+    def __enter__(self) -> Phase1Inline:
+        return self
+
+    def close(self) -> None:
         self._current = None
 
     def next_partition(self) -> Partition | None:
         tp = self._pointer.next_partition()
         if tp is None:
             return None
-        part = partition_of(self._snap, self._job, self._input_ids, self._now_ms, tp)
+        part = self._partition(tp)
         sections = self._pointer.take(*tp)
         if part.policy.deduplicate:
             self._current = part, sections
@@ -167,16 +181,14 @@ class Phase1Inline:
         return phase1_windows(batches, part.policy, self._buffer)
 
 
-class Phase1Thread:
+class Phase1Thread(_Phase1):
     """Phase 1 of a whole job, on its own thread; use as a context manager (leaving it
     stops and joins the thread)."""
 
     def __init__(
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
     ) -> None:
-        self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
-        self._now_ms = now_ms
-        self._input_ids = {i.id for i in job.inputs}
+        super().__init__(snap, job, pointer, buffer, now_ms)
         self._items: queue.Queue[_Item] = queue.Queue(MAX_ITEMS)
         self._slots = threading.Semaphore(MAX_KEEP_SETS)
         self._stop = threading.Event()
@@ -186,15 +198,8 @@ class Phase1Thread:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def stop(self) -> None:
+    def close(self) -> None:
+        """Stops phase 1 at its next batch or wait, and joins its thread."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -250,7 +255,7 @@ class Phase1Thread:
     def _walk(self) -> None:
         pointer = self._pointer
         while (tp := pointer.next_partition()) is not None:
-            part = partition_of(self._snap, self._job, self._input_ids, self._now_ms, tp)
+            part = self._partition(tp)
             self._put(part)
             sections = pointer.take(*tp)
             if part.policy.deduplicate:
