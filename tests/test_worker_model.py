@@ -147,6 +147,7 @@ def test_worker_matches_kafka_model(sc: Scenario) -> None:
         buffer = KeyBuffer(sc.buffer_entries * ENTRY_BYTES)
         report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1_thread=sc.phase1_thread)
         assert report.committed
+        assert report.phase1_thread == sc.phase1_thread
         assert all(f.gets == 2 for f in report.inputs)
         snap = catalog.snapshot()
         assert [f.id for f in snap.files[: sc.first]] == [f.id for f in files[: sc.first]]

@@ -218,6 +218,7 @@ def run_job(
         inputs=files,
         committed=committed,
         note=note,
+        phase1_thread=bool(phase1_thread),
     )
 
 

@@ -57,6 +57,8 @@ class JobReport:
     inputs: list[FileStats] = field(default_factory=list)
     committed: bool = True
     note: str = ""
+    phase1_thread: bool = False
+    """Whether phase 1 ran a window ahead on its own thread (worker.pipeline)."""
 
     @property
     def records_per_s(self) -> float:
@@ -74,6 +76,7 @@ class JobReport:
             "bytes_out": self.bytes_out,
             "duration_s": round(self.duration_s, 3),
             "records_per_s": round(self.records_per_s),
+            "phase1_thread": self.phase1_thread,
             **self.stats.to_json(),
             "inputs": [asdict(f) for f in self.inputs],
         }
