@@ -8,9 +8,10 @@ import json
 from catalog.garbage import DEFAULT_GRACE_MS
 from cli.context import Context, UsageError
 from cli.planner_options import add_planner_options, planner_config
+from cli.progress import Progress
 from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
 from worker.kernel import ENTRY_BYTES
-from worker.stats import JobReport
+from worker.stats import JobProgress, JobReport
 
 
 def _summary(r: JobReport) -> str:
@@ -25,6 +26,14 @@ def _summary(r: JobReport) -> str:
     )
 
 
+def progress_line(p: JobProgress) -> str:
+    return (
+        f"{p.rule} {p.job_id}: {p.fraction:.0%} of {p.records_total:,} records, "
+        f"{p.records_out:,} kept, {p.partitions:,} partitions, "
+        f"{p.records_per_s:,.0f} records/s"
+    )
+
+
 def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.key_buffer_bytes < ENTRY_BYTES:
         raise UsageError(
@@ -33,13 +42,27 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         )
     config = planner_config(args)
     compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes, grace_ms=args.grace_ms)
-    reports = compactor.run_planned(
-        ctx.now_ms,
-        config,
-        full=args.full,
-        until_idle=args.until_idle,
-        on_report=(lambda r: None) if args.json else (lambda r: print(_summary(r))),
-    )
+    progress = Progress()  # on stderr, and only when it is a terminal
+
+    def on_report(r: JobReport) -> None:
+        progress.done()
+        if not args.json:
+            print(_summary(r))
+
+    try:
+        reports = compactor.run_planned(
+            ctx.now_ms,
+            config,
+            full=args.full,
+            until_idle=args.until_idle,
+            on_job=lambda job: progress.update(
+                f"{job.rule} {job.id}: {len(job.inputs)} files", force=True
+            ),
+            on_progress=lambda p: progress.update(progress_line(p), force=True),
+            on_report=on_report,
+        )
+    finally:
+        progress.done()
     deleted = compactor.collect_garbage(ctx.now_ms)
     if args.json:
         print(json.dumps({"jobs": [r.to_json() for r in reports], "deleted": deleted}))

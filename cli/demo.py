@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from catalog import TopicConfig
 from catalog.changes import create_topic
 from catalog.verify import verify_store
+from cli.compact import progress_line
 from cli.context import Context, positive_int
 from cli.embedded_s3 import embedded_s3
 from cli.progress import Progress
@@ -114,6 +115,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 on_job=lambda job: progress.update(
                     f"compacting: {job.rule}, {len(job.inputs)} files", force=True
                 ),
+                on_progress=lambda p: progress.update(f"compacting: {progress_line(p)}"),
             )
         compact_s = time.monotonic() - compact_started
         after_snap = demo.catalog.snapshot()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,3 +215,40 @@ def test_verify_passes_then_names_corruption(store_dir: str, tmp_path: Path) -> 
     report = json.loads(bad.out)
     assert not report["ok"]
     assert any(result["files"][1] in p and "byte" in p for p in report["problems"])  # type: ignore[index]
+
+
+def _compact_with_stderr_on(store: str, stderr: int) -> subprocess.CompletedProcess[bytes]:
+    cmd = [sys.executable, "-m", "cli.main", "--store", store, "compact", "--full"]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, timeout=300, check=True)
+
+
+def test_compact_shows_progress_on_a_terminal_only(store_dir: str, tmp_path: Path) -> None:
+    _create(store_dir, "t", 2, "cleanup.policy=compact")
+    lines = [
+        json.dumps({"topic": "t", "partition": i % 2, "key": "k", "value": "v"}) for i in range(4)
+    ]
+    for _ in range(2):
+        _ingest(store_dir, tmp_path, lines)
+    primary, secondary = pty.openpty()
+    try:
+        done = _compact_with_stderr_on(store_dir, secondary)
+        os.close(secondary)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+    assert b"\r\x1b[Kfull " in shown and b" 2 files" in shown  # the job, as it starts
+    assert shown.endswith(b"\r\x1b[K")  # and the line cleared before the summary
+    assert b"full: 2 files -> L4" in done.stdout
+    _ingest(store_dir, tmp_path, lines)
+    _ingest(store_dir, tmp_path, lines)
+    piped = _compact_with_stderr_on(store_dir, subprocess.PIPE)
+    assert piped.stderr == b""
+    assert b"full: " in piped.stdout

@@ -19,6 +19,7 @@ from objectstore.s3 import S3Store
 from planner.job import Job, JobInput
 from worker.kernel import KeyBuffer
 from worker.runner import run_job
+from worker.stats import JobProgress
 
 NOW = 1_700_000_000_000
 
@@ -160,3 +161,35 @@ def test_cut_stream_resumes_and_is_counted(s3_endpoint: S3Endpoint, s3_store: S3
     survivors = read_live(s3_store, catalog)[("t", 0)]
     latest = {r.key: r for r in expected[("t", 0)]}
     assert survivors == sorted(latest.values(), key=lambda r: r.offset)
+
+
+def test_progress_is_reported_as_phase_2_reads(local_store: LocalStore) -> None:
+    catalog = Catalog(local_store)
+    make_topics(catalog, {"t": (20, {"cleanup.policy": "compact"})})
+    for i in range(3):
+        sections = {
+            ("t", p): [Record(i * 300 + j, NOW, b"k%d" % (j % 50), b"v") for j in range(300)]
+            for p in range(20)
+        }
+        add_file(local_store, catalog, f"f{i}", sections, level=1)
+    heard: list[JobProgress] = []
+    report = run_job(
+        local_store,
+        catalog,
+        _job(catalog),
+        KeyBuffer(1 << 20),
+        now_ms=NOW,
+        on_progress=heard.append,
+        progress_interval_s=0,
+    )
+    assert report.committed
+    # with no interval, a call after every batch written and at every partition's end
+    assert len(heard) >= 2 * 20
+    assert {p.records_total for p in heard} == {18_000}
+    assert {p.job_id for p in heard} == {report.job_id}
+    seen = [(p.records_in, p.records_out, p.partitions) for p in heard]
+    assert seen == sorted(seen)  # never goes back
+    assert all(0 < p.fraction <= 1 for p in heard)
+    last = heard[-1]
+    assert (last.records_in, last.records_out, last.partitions) == (18_000, 1_000, 20)
+    assert last.fraction == 1.0

@@ -13,7 +13,7 @@ from planner.job import Job
 from planner.plan import full_plan, plan
 from worker.kernel import KeyBuffer
 from worker.runner import StaleJob, run_job
-from worker.stats import JobReport
+from worker.stats import JobProgress, JobReport
 
 DEFAULT_KEY_BUFFER_BYTES = 128 << 20
 
@@ -33,9 +33,20 @@ class Compactor:
         self.compression = compression
         self.grace_ms = grace_ms
 
-    def run(self, job: Job, now_ms: int) -> JobReport:
+    def run(
+        self,
+        job: Job,
+        now_ms: int,
+        on_progress: Callable[[JobProgress], None] | None = None,
+    ) -> JobReport:
         return run_job(
-            self.store, self.catalog, job, self.buffer, now_ms=now_ms, compression=self.compression
+            self.store,
+            self.catalog,
+            job,
+            self.buffer,
+            now_ms=now_ms,
+            compression=self.compression,
+            on_progress=on_progress,
         )
 
     def collect_garbage(self, now_ms: int) -> list[str]:
@@ -50,11 +61,13 @@ class Compactor:
         until_idle: bool = False,
         on_job: Callable[[Job], None] = lambda job: None,
         on_report: Callable[[JobReport], None] = lambda report: None,
+        on_progress: Callable[[JobProgress], None] | None = None,
     ) -> list[JobReport]:
         """Run the planner's jobs: the first one, or (``until_idle``) every job of each
         plan and plan again until none is due. ``full`` runs the full compaction once.
         A job whose inputs another compactor took first is dropped, and the store
-        planned again."""
+        planned again. ``on_job``, ``on_progress`` and ``on_report`` hear of each job as
+        it starts, while it runs, and when it is done."""
         reports: list[JobReport] = []
         seen: set[str] = set()
         while True:
@@ -70,7 +83,7 @@ class Compactor:
                 seen.add(job.id)
                 on_job(job)
                 try:
-                    report = self.run(job, now_ms)
+                    report = self.run(job, now_ms, on_progress)
                 except StaleJob:
                     break  # another compactor took these inputs first: plan again
                 reports.append(report)

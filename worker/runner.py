@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import pyarrow as pa
@@ -27,7 +27,7 @@ from worker.memory import use_lean_memory_pool
 from worker.merge import SectionMerge
 from worker.partition import KeyIndex, copy_partition, phase2_windows
 from worker.pipeline import Phase1Inline, Phase1Thread, pipelined
-from worker.stats import CompactionStats, FileStats, JobReport
+from worker.stats import CompactionStats, FileStats, JobProgress, JobReport, ProgressReporter
 
 READ_MEMORY_BUDGET = 32 << 20
 """What a job's open GET streams may buffer in all (read buffers, body chunks): the job
@@ -163,16 +163,22 @@ def run_job(
     now_ms: int,
     compression: str | None = "zstd",
     phase1_thread: bool | None = None,
+    on_progress: Callable[[JobProgress], None] | None = None,
+    progress_interval_s: float = 0.5,
 ) -> JobReport:
     """Runs ``job`` and commits its outputs. ``phase1_thread``: run phase 1 on a thread of
     its own, a window ahead of phase 2 (None: when the job's sections are big enough to
-    gain from it, ``worker.pipeline.pipelined``)."""
+    gain from it, ``worker.pipeline.pipelined``). ``on_progress`` hears how far phase 2
+    has got, at most every ``progress_interval_s``."""
     started = time.monotonic()
     use_lean_memory_pool()
     snap = catalog.snapshot()
     check_job(snap, job)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
     stats = CompactionStats()
+    input_ids = {i.id for i in job.inputs}
+    total = sum(f.record_count for f in snap.files if f.id in input_ids)
+    progress = ProgressReporter(job.id, job.rule, total, stats, on_progress, progress_interval_s)
     outputs = {g: _GroupOutput(store, job, g, compression) for g in OUTPUT_GROUPS}
     try:
         with ExitStack() as stack:
@@ -192,7 +198,7 @@ def run_job(
                 phase1_thread = pipelined(snap, job)
             ahead = Phase1Thread if phase1_thread else Phase1Inline
             with ahead(snap, job, pointers[0], buffer, now_ms) as phase1:
-                _compact(job, phase1, pointers[1], outputs, stats)
+                _compact(job, phase1, pointers[1], outputs, stats, progress)
             resumes = {i.key: 0 for i in job.inputs}
             for stream in streams:
                 resumes[stream.key] += stream.resumes
@@ -228,6 +234,7 @@ def _compact(
     phase2: SectionMerge,
     outputs: dict[str, _GroupOutput],
     stats: CompactionStats,
+    progress: ProgressReporter,
 ) -> None:
     """Phase 2 and the writes, partition by partition, as phase 1 hands them over."""
     while (part := phase1.next_partition()) is not None:
@@ -240,9 +247,18 @@ def _compact(
             survivors = phase2_windows(_batches(sections2), phase1.windows(), part.policy, stats)
         else:
             survivors = copy_partition(_batches(sections2), stats)
-        outputs[part.group].write_partition(tp[0], tp[1], survivors)
+        outputs[part.group].write_partition(tp[0], tp[1], _polled(survivors, progress))
+        progress.poll()
     if phase2.next_partition() is not None:
         raise CatalogError(f"job {job.id}: phase-2 pointer has sections phase 1 did not")
+
+
+def _polled(
+    batches: Iterator[pa.RecordBatch], progress: ProgressReporter
+) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield batch
+        progress.poll()
 
 
 def _batches(

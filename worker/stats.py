@@ -1,7 +1,9 @@
-"""Counters a job reports (DESIGN 6), summed over its partitions."""
+"""Counters a job reports (DESIGN 6), summed over its partitions, and its progress."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -80,3 +82,65 @@ class JobReport:
             **self.stats.to_json(),
             "inputs": [asdict(f) for f in self.inputs],
         }
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """How far a running job is: phase 2 has read ``records_in`` of the inputs'
+    ``records_total`` records and kept ``records_out``."""
+
+    job_id: str
+    rule: str
+    records_total: int
+    records_in: int
+    records_out: int
+    partitions: int
+    elapsed_s: float
+
+    @property
+    def fraction(self) -> float:
+        return self.records_in / self.records_total if self.records_total else 1.0
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records_in / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class ProgressReporter:
+    """Calls ``callback`` with the job's progress when polled, at most every
+    ``interval_s``: cheap enough to poll for every batch."""
+
+    def __init__(
+        self,
+        job_id: str,
+        rule: str,
+        records_total: int,
+        stats: CompactionStats,
+        callback: Callable[[JobProgress], None] | None,
+        interval_s: float = 0.5,
+    ) -> None:
+        self._job_id, self._rule, self._total = job_id, rule, records_total
+        self._stats = stats
+        self._callback = callback
+        self._interval_s = interval_s
+        self._started = self._last = time.monotonic()
+
+    def poll(self) -> None:
+        if self._callback is None:
+            return
+        now = time.monotonic()
+        if now - self._last < self._interval_s:
+            return
+        self._last = now
+        s = self._stats
+        self._callback(
+            JobProgress(
+                self._job_id,
+                self._rule,
+                self._total,
+                s.records_in,
+                s.records_out,
+                s.partitions,
+                now - self._started,
+            )
+        )
