@@ -4,8 +4,12 @@ line on stderr and a non-zero exit (2 for usage, 1 for everything else)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 from catalog import CatalogError
 from cli import (
@@ -67,14 +71,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (an orchestrator stopping the worker). A BaseException, like
+    KeyboardInterrupt, so that it unwinds everything: a running job aborts its multipart
+    uploads and stops its threads, and the catalog is left as it was."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the command runs, SIGTERM raises Terminated in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        ctx = Context.from_args(args)
-        try:
-            return int(args.run(ctx, args))
-        finally:
-            ctx.close()
+        with _sigterm_unwinds():
+            args = build_parser().parse_args(argv)
+            ctx = Context.from_args(args)
+            try:
+                return int(args.run(ctx, args))
+            finally:
+                ctx.close()
     except UsageError as exc:
         print(f"compactor: {exc}", file=sys.stderr)
         return 2
@@ -84,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("compactor: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("compactor: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:
         return 1
 

@@ -1,5 +1,6 @@
-"""kill -9 of a compaction at random points, then verify and re-run; and three
-compactors on one store at once. Every partition's materialized view stays unchanged."""
+"""kill -9 of a compaction at random points, then verify and re-run; SIGTERM mid-job; and
+three compactors on one store at once. Every partition's materialized view stays
+unchanged."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import time
 from pathlib import Path
 
 from clirunner import run_cli
+from conftest import S3Endpoint, S3Url
+from worker_scenarios import make_topics
 
 from catalog import Catalog
 from ingest.agent import L0Ingest
 from ingest.workload import Workload
 from objectstore import LocalStore
+from objectstore.s3 import S3Store
 
 NOW = 1_700_000_100_000
 
@@ -137,3 +141,41 @@ def test_three_compactors_on_one_store(tmp_path: Path) -> None:
     assert _views(root) == before
     snap = Catalog(LocalStore(root)).snapshot()
     assert sum(1 for f in snap.files if f.level == 0) < 32
+
+
+def test_sigterm_aborts_the_job_and_its_upload(
+    s3_endpoint: S3Endpoint, s3_store: S3Store, s3_url: S3Url
+) -> None:
+    """An orchestrator's SIGTERM mid-job: the multipart upload is aborted, the catalog and
+    the inputs are as they were, one line on stderr, exit 143; the next run completes."""
+    catalog = Catalog(s3_store)
+    make_topics(catalog, {"c": (8, {"cleanup.policy": "compact"})})
+    ingest = L0Ingest(s3_store, catalog, now_ms=NOW, max_file_bytes=256 << 10)
+    workload = Workload(topics=(("c", 8),), records=150_000, keys_per_partition=100_000, seed=1)
+    for r in workload.generate():
+        ingest.add(r)
+    ingest.commit()
+    client = s3_endpoint.client()
+    snap_before = catalog.snapshot()
+    objects_before = {o.key: o.etag for o in s3_store.list("")}
+    env = {**os.environ, **s3_url.env}
+    cmd = [sys.executable, "-m", "cli.main", *s3_url.cli_args, "--now-ms", str(NOW)]
+    proc = subprocess.Popen(
+        [*cmd, "compact", "--full"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    deadline = time.monotonic() + 120
+    while not client.list_multipart_uploads(Bucket=s3_url.bucket).get("Uploads"):
+        assert proc.poll() is None, "the job ended before its upload was seen"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err.decode()
+    assert err == b"compactor: terminated\n"
+    assert out == b""
+    assert not client.list_multipart_uploads(Bucket=s3_url.bucket).get("Uploads")
+    assert catalog.snapshot() == snap_before
+    assert {o.key: o.etag for o in s3_store.list("")} == objects_before
+    done = subprocess.run([*cmd, "compact", "--full"], capture_output=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    assert run_cli(*s3_url.cli_args, "verify").code == 0
