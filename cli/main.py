@@ -78,20 +78,28 @@ class Terminated(BaseException):
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
+    # One-shot: a second SIGTERM (a supervisor repeating itself) must not interrupt the
+    # unwinding the first one started, such as aborting a multipart upload.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated
 
 
 @contextmanager
 def _sigterm_unwinds() -> Iterator[None]:
-    """While the command runs, SIGTERM raises Terminated in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
+    """While the command runs, the first SIGTERM raises Terminated in the main thread
+    (unless something else, such as an embedding program, already handles SIGTERM)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is _terminate:  # not fired: put back the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -82,7 +82,9 @@ class FileWriter:
     while the caller goes on producing the next ones; frames still reach the sink in batch
     order, each as soon as it and those before it are encoded, and ``end_section`` and
     ``finish`` wait for all. The file's bytes are the same either way. ``close`` stops
-    the thread (``finish`` does too); a writer abandoned on an error must be closed.
+    the thread (``finish`` does too); a writer abandoned on an error must be closed. An
+    encoding error surfaces from a later call, when the batch's turn to be written
+    comes, and leaves the writer unusable (the section already counts the batch).
     """
 
     def __init__(

@@ -322,22 +322,9 @@ def phase2_windows(
         stats.max_buffer_utilization = max(stats.max_buffer_utilization, window.utilization)
         for part in cursor.take(window.pending):
             yield from _survivors(part, window, policy, stats)
+        del window  # its keep-set may go before phase 1 takes out the next-but-one
     cursor.finish()
     stats.windows += count
-
-
-def compact_partition(
-    phase1: Iterable[pa.RecordBatch],
-    phase2: Iterable[pa.RecordBatch],
-    policy: PartitionPolicy,
-    buffer: KeyIndex,
-    stats: CompactionStats,
-) -> Iterator[pa.RecordBatch]:
-    """Yields the partition's surviving records, in offset order, unchanged but for the
-    delete horizon stamped on kept tombstones. ``phase1`` needs only the columns of
-    ``phase1_fields``; ``phase2`` yields whole records. Both phases on the caller's
-    thread, one window after the other (the runner pipelines them: worker.pipeline)."""
-    return phase2_windows(phase2, phase1_windows(phase1, policy, buffer), policy, stats)
 
 
 def _spare_outranking(

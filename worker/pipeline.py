@@ -225,6 +225,7 @@ class Phase1Thread(_Phase1):
             if not isinstance(item, Window):
                 raise RuntimeError(f"phase 1 handed over {item!r} where a window goes")
             yield item
+            del item  # the keep-set goes before its slot does (MAX_KEEP_SETS)
             self._slots.release()
 
     def _get(self) -> _Item:

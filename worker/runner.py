@@ -10,6 +10,7 @@ exactly one winner.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -205,7 +206,8 @@ def run_job(
         produced = [f for f in (o.finish(now_ms) for o in outputs.values()) if f is not None]
     except BaseException:
         for o in outputs.values():
-            o.abort()
+            with contextlib.suppress(Exception):  # the job's own error is the one to raise
+                o.abort()
         raise
     files = [
         FileStats(i.key, i.size, store.gets.get(i.key) - gets_before[i.key], resumes[i.key])
