@@ -286,16 +286,19 @@ def test_model(
 
 
 def trace_windows(
-    recs: list[Rec], strategy: str, entries: int, threads: int
+    recs: list[Rec], strategy: str, entries: int, threads: int | list[int]
 ) -> list[tuple[int, bytes]]:
     """(closing index, raw winners) of every window, with no model: to compare builds of
-    the same run with different thread counts."""
+    the same run with different thread counts (a list: the buffer's ``threads`` set to
+    each in turn, window by window)."""
     arr = arrays(recs, 0)
-    kb = KeyBuffer(entries * ENTRY_BYTES, threads=threads)
+    cycle = threads if isinstance(threads, list) else [threads]
+    kb = KeyBuffer(entries * ENTRY_BYTES, threads=cycle[0])
     values = None if strategy == "offset" else arr["values"]
     out = []
     pos, n = 0, len(recs)
     while True:
+        kb.threads = cycle[len(out) % len(cycle)]
         kb.reset(strategy)
         pos = kb.insert(arr["keys"], arr["offsets"], values, None, arr["eligible"], pos)
         out.append((pos, kb._kb.winners()))
@@ -325,6 +328,7 @@ def test_model_many_records_many_threads(seed: int, strategy: str) -> None:
     trace = trace_windows(recs, strategy, entries, threads=2)
     assert trace_windows(recs, strategy, entries, threads=1) == trace
     assert trace_windows(recs, strategy, entries, threads=3) == trace
+    assert trace_windows(recs, strategy, entries, threads=[1, 3, 2]) == trace
 
 
 def test_strategies_by_hand() -> None:
@@ -368,6 +372,10 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         KeyBuffer(ENTRY_BYTES, threads=0)
     kb = KeyBuffer(1 << 12)
+    for threads in (0, 9):
+        with pytest.raises(ValueError):
+            kb.threads = threads
+    assert kb.threads == 2
     with pytest.raises(ValueError):
         kb.reset("latest")
     keys = pa.array([b"a", b"b"])

@@ -93,6 +93,7 @@ def test_two_million_keys_through_a_one_mib_buffer(local_store: LocalStore) -> N
     assert report.stats.windows >= n // buffer.capacity
     assert report.stats.windows > 50
     assert report.phase1_thread  # one big section: phase 1 runs a window ahead
+    assert buffer.threads == 2  # hashed on one thread meanwhile, then set back
     assert [f.gets for f in report.inputs] == [2]
     snap = catalog.snapshot()
     assert verify_store(local_store, snap).ok

@@ -66,6 +66,12 @@ class KeyIndex(Protocol):
     @property
     def utilization(self) -> float: ...
 
+    @property
+    def threads(self) -> int: ...
+
+    @threads.setter
+    def threads(self, value: int) -> None: ...
+
 
 def phase1_fields(policy: PartitionPolicy) -> tuple[str, ...]:
     """The columns phase 1 reads (the others are not even decompressed): offsets and keys,

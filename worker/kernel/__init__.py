@@ -152,7 +152,12 @@ class KeyBuffer:
 
     @property
     def threads(self) -> int:
+        """Threads hashing each inserted batch; settable between calls (1..8)."""
         return self._kb.threads
+
+    @threads.setter
+    def threads(self, value: int) -> None:
+        self._kb.threads = value
 
     def reset(self, strategy: str = "offset", base_offset: int | None = None) -> None:
         """Start a window: forget every key, at a cost proportional to the keys held.

@@ -1289,6 +1289,25 @@ static PyObject *get_capacity(KeyBuffer *kb, void *c) { (void)c; return U64(capa
 static PyObject *get_full_clears(KeyBuffer *kb, void *c) { (void)c; return U64(full_clears); }
 static PyObject *get_strategy(KeyBuffer *kb, void *c) { (void)c; return PyLong_FromLong(kb->strategy); }
 static PyObject *get_threads(KeyBuffer *kb, void *c) { (void)c; return PyLong_FromLong(kb->threads); }
+/* Threads for the next inserts: a caller that already hashes on a thread of its own beside
+   other busy threads (worker.pipeline) does better with one. Helpers already started stay
+   parked in the pool. */
+static int set_threads(KeyBuffer *kb, PyObject *value, void *c) {
+    (void)c;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "threads cannot be deleted");
+        return -1;
+    }
+    long threads = PyLong_AsLong(value);
+    if (threads == -1 && PyErr_Occurred()) return -1;
+    if (threads < 1 || threads > MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "threads must be 1..%d, got %ld", MAX_THREADS, threads);
+        return -1;
+    }
+    if (kb_check_idle(kb) < 0) return -1;
+    kb->threads = (int)threads;
+    return 0;
+}
 static PyObject *get_hash_impl(KeyBuffer *kb, void *c) { (void)c; return PyUnicode_FromString(impl_name(kb->impl)); }
 static PyObject *get_base_offset(KeyBuffer *kb, void *c) {
     (void)c;
@@ -1304,7 +1323,7 @@ static PyGetSetDef kb_getset[] = {
     {"full_clears", (getter)get_full_clears, NULL, "resets that memset the flag array", NULL},
     {"strategy", (getter)get_strategy, NULL, "strategy code of the current window", NULL},
     {"base_offset", (getter)get_base_offset, NULL, "the window's base offset, or None", NULL},
-    {"threads", (getter)get_threads, NULL, "threads hashing a batch", NULL},
+    {"threads", (getter)get_threads, (setter)set_threads, "threads hashing a batch", NULL},
     {"hash_impl", (getter)get_hash_impl, NULL, "'openssl' or 'portable'", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
