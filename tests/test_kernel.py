@@ -21,6 +21,7 @@ from worker.kernel import (
     HAVE_OPENSSL,
     KeyBuffer,
     hash_keys,
+    member_bits,
     sha512_256,
 )
 
@@ -522,3 +523,34 @@ def test_forked_child_starts_its_own_helper_threads() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     kb.reset("offset")
     assert kb.insert(keys, offsets) == 20_000  # and the parent's pool still works
+
+
+# --- member_bits: a keep-set against a batch's offsets ----------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=300, unique=True),
+    st.lists(st.one_of(st.none(), st.integers(-50, 50), st.integers(INT64_MIN, INT64_MAX))),
+    st.booleans(),
+    st.integers(0, 5),
+    st.integers(0, 5),
+)
+def test_member_bits_matches_a_set(
+    members: list[int], offsets: list[int | None], ascending: bool, cut_m: int, cut_o: int
+) -> None:
+    members = sorted(members + [o for o in offsets[::3] if o is not None and o not in members])
+    if ascending:
+        offsets = sorted({o for o in offsets if o is not None})
+    m = pa.array([0] * cut_m + members, pa.int64()).slice(cut_m)  # sliced: offset arrays
+    o = pa.array([0] * cut_o + offsets, pa.int64()).slice(cut_o)
+    expected = sum(1 << i for i, x in enumerate(offsets) if x is not None and x in set(members))
+    assert member_bits(m, o) == expected
+
+
+def test_member_bits_rejects_what_it_cannot_read() -> None:
+    with pytest.raises(TypeError):
+        member_bits(pa.array([1, 2], pa.int32()), pa.array([1], pa.int64()))
+    with pytest.raises(ValueError):
+        member_bits(pa.array([1, None], pa.int64()), pa.array([1], pa.int64()))
+    assert member_bits(pa.array([], pa.int64()), pa.array([1, 2], pa.int64())) == 0

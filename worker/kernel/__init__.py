@@ -86,6 +86,13 @@ def hash_keys(keys: pa.Array, *, threads: int = 2, impl: str | None = None) -> b
     return _keybuffer.hash_keys(keys, threads, impl)
 
 
+def member_bits(members: pa.Array, offsets: pa.Array) -> int:
+    """Which ``offsets`` (int64) are among ``members`` (int64, strictly ascending, no
+    nulls), as a Python int: bit i for offsets[i]. In C, without the GIL; O(n + log k)
+    for ascending offsets."""
+    return int.from_bytes(_keybuffer.member_mask(members, offsets), "little")
+
+
 def _bitmap_array(bits: bytes, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(bits)])
 

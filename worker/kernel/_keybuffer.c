@@ -1402,6 +1402,73 @@ static PyObject *mod_hash_keys(PyObject *Py_UNUSED(m), PyObject *args, PyObject 
 }
 
 /* _sha512_256(data, impl=None) -> 32 bytes: one message, for tests. */
+/* The first index >= j of ascending s[0..n) whose value is >= x (galloping from j). */
+static inline int64_t gallop_i64(const Col *s, int64_t n, int64_t j, int64_t x) {
+    if (j >= n || col_i64(s, j) >= x) return j;
+    int64_t lo = j, step = 1, hi; /* invariant: s[lo] < x */
+    for (;;) {
+        hi = lo + step;
+        if (hi >= n) {
+            hi = n;
+            break;
+        }
+        if (col_i64(s, hi) >= x) break;
+        lo = hi;
+        step <<= 1;
+    }
+    while (hi - lo > 1) { /* s[lo] < x, and hi == n or s[hi] >= x */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (col_i64(s, mid) < x) lo = mid; else hi = mid;
+    }
+    return hi;
+}
+
+/* member_mask(members, offsets) -> bytes: an Arrow boolean bitmap (LSB first), bit i set
+   iff offsets[i] is among `members` (int64, no nulls, strictly ascending: a window's
+   keep-set; the caller checks the order once per window, this runs once per batch: out
+   of order, bits may be missing, never read out of bounds). A walk alongside the
+   offsets, galloping: O(n + log k) for ascending offsets; a null offset is not a member.
+   Runs without the GIL. */
+static PyObject *mod_member_mask(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *members_obj, *offsets_obj;
+    if (!PyArg_ParseTuple(args, "OO:member_mask", &members_obj, &offsets_obj)) return NULL;
+    Col mem, off;
+    memset(&mem, 0, sizeof mem);
+    memset(&off, 0, sizeof off);
+    PyObject *out = NULL;
+    if (col_import(members_obj, WANT_INT64, &mem, "members") < 0 ||
+        col_import(offsets_obj, WANT_INT64, &off, "offsets") < 0)
+        goto done;
+    if (mem.kind == COL_NONE || off.kind == COL_NONE) {
+        PyErr_SetString(PyExc_TypeError, "member_mask: members and offsets must be int64 arrays");
+        goto done;
+    }
+    int64_t m = mem.length, n = off.length;
+    if (mem.validity != NULL) {
+        PyErr_SetString(PyExc_ValueError, "member_mask: members must have no nulls");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 7) / 8));
+    if (out == NULL) goto done;
+    uint8_t *bits = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    memset(bits, 0, (size_t)(n + 7) / 8);
+    int64_t j = 0, prev = INT64_MIN;
+    for (int64_t i = 0; i < n; i++) {
+        if (!col_valid(&off, i)) continue;
+        int64_t o = col_i64(&off, i);
+        if (o < prev) j = 0; /* offsets went backwards: search from the start */
+        prev = o;
+        j = gallop_i64(&mem, m, j, o);
+        if (j < m && col_i64(&mem, j) == o) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    }
+    Py_END_ALLOW_THREADS
+done:
+    col_release(&mem);
+    col_release(&off);
+    return out;
+}
+
 static PyObject *mod_sha512_256(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
     static char *names[] = {"data", "impl", NULL};
     Py_buffer b;
@@ -1423,6 +1490,8 @@ static PyMethodDef module_methods[] = {
      "_sha512_256(data, impl=None) -> bytes"},
     {"hash_keys", (PyCFunction)(void (*)(void))mod_hash_keys, METH_VARARGS | METH_KEYWORDS,
      "hash_keys(keys, threads=2, hash_impl=None) -> bytes"},
+    {"member_mask", (PyCFunction)mod_member_mask, METH_VARARGS,
+     "member_mask(members, offsets) -> bytes (an Arrow bitmap)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_keybuffer",
