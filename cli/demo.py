@@ -157,7 +157,11 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     )
     verdict = "OK" if report.ok else "FAILED: " + "; ".join(report.problems[:5])
     print(f"verify: {verdict}")
-    print(f"peak memory: {peak_mib:,.0f} MiB; total {time.monotonic() - started:.1f} s")
+    whose = "" if args.store else ", the embedded S3 endpoint's included"
+    print(
+        f"peak memory: {peak_mib:,.0f} MiB (this process{whose}); "
+        f"total {time.monotonic() - started:.1f} s"
+    )
     return 0 if report.ok and same else 1
 
 
