@@ -244,8 +244,6 @@ class Window:
     """One closed window, as phase 1 hands it to phase 2: the next ``pending`` records of
     the phase-2 pointer, and what deciding about them takes."""
 
-    index: int
-    """0 for the partition's first window."""
     pending: int
     keep: KeepSet
     may_drop_tombstones: bool
@@ -273,7 +271,6 @@ def phase1_windows(
     def close(last: bool) -> Window:
         before_close()
         return Window(
-            index=window,
             pending=pending,
             keep=KeepSet(buffer.winners()) if pending else _NO_WINNERS,
             may_drop_tombstones=policy.tombstones_droppable

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 import pyarrow as pa
 
-from catalog import CatalogError, Snapshot
+from catalog import CatalogError, LiveFile, Snapshot
 from fileformat import SectionReader
 from planner.job import Job
 from worker.merge import SectionMerge
@@ -92,20 +92,11 @@ either way): in 10,000 partitions, 40 records a section, 16.1 s inline and 23.0 
 the thread; in 100 partitions, 4,000 records a section, 1.71 s and 1.48 s (medians of 5)."""
 
 
-def pipelined(snap: Snapshot, job: Job) -> bool:
-    """Whether phase 1 should run on its own thread for ``job`` (whose inputs are live in
-    ``snap``: the runner checked)."""
-    input_ids = {i.id for i in job.inputs}
-    sections = [s for f in snap.files if f.id in input_ids for s in f.sections]
-    records = sum(s.record_count for s in sections)
-    return bool(sections) and records >= PIPELINE_MIN_SECTION_RECORDS * len(sections)
-
-
-def _batches(
-    sections: Iterator[SectionReader], fields: tuple[str, ...]
-) -> Iterator[pa.RecordBatch]:
-    for section in sections:
-        yield from section.batches(fields)
+def pipelined(inputs: Sequence[LiveFile]) -> bool:
+    """Whether phase 1 should run on its own thread for a job of these input files."""
+    sections = sum(len(f.sections) for f in inputs)
+    records = sum(f.record_count for f in inputs)
+    return sections > 0 and records >= PIPELINE_MIN_SECTION_RECORDS * sections
 
 
 class _Phase1:
@@ -136,6 +127,30 @@ class _Phase1:
         group = "compacted" if topic.config.compacted else "plain"
         return Partition(tp[0], tp[1], policy, group)
 
+    def _phase1_batches(self, part: Partition) -> Iterator[pa.RecordBatch] | None:
+        """Takes ``part``'s sections off the phase-1 pointer. Under deduplication: their
+        batches, with the columns phase 1 reads, to be consumed before the pointer moves
+        on. For a copy: None, the sections skipped (checksummed, not decoded: a copy needs
+        no keys)."""
+        sections = self._pointer.take(part.topic, part.partition)
+        if not part.policy.deduplicate:
+            for section in sections:
+                self._check()
+                section.skip()
+            return None
+        return self._batches(sections, phase1_fields(part.policy))
+
+    def _batches(
+        self, sections: Iterator[SectionReader], fields: tuple[str, ...]
+    ) -> Iterator[pa.RecordBatch]:
+        for section in sections:
+            for batch in section.batches(fields):
+                self._check()
+                yield batch
+
+    def _check(self) -> None:
+        """Raises if phase 1 is to stop (only a phase 1 on its own thread is ever told)."""
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -157,7 +172,7 @@ class Phase1Inline(_Phase1):
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
     ) -> None:
         super().__init__(snap, job, pointer, buffer, now_ms)
-        self._current: tuple[Partition, Iterator[SectionReader]] | None = None
+        self._current: tuple[Partition, Iterator[pa.RecordBatch]] | None = None
 
     def __enter__(self) -> Phase1Inline:
         return self
@@ -170,20 +185,14 @@ class Phase1Inline(_Phase1):
         if tp is None:
             return None
         part = self._partition(tp)
-        sections = self._pointer.take(*tp)
-        if part.policy.deduplicate:
-            self._current = part, sections
-        else:
-            self._current = None
-            for section in sections:
-                section.skip()  # checksummed, not decoded: a copy needs no keys
+        batches = self._phase1_batches(part)
+        self._current = None if batches is None else (part, batches)
         return part
 
     def windows(self) -> Iterator[Window]:
         assert self._current is not None, "windows() before a deduplicated partition"
-        part, sections = self._current
+        part, batches = self._current
         self._current = None
-        batches = _batches(sections, phase1_fields(part.policy))
         return phase1_windows(batches, part.policy, self._buffer)
 
 
@@ -271,25 +280,12 @@ class Phase1Thread(_Phase1):
         while (tp := pointer.next_partition()) is not None:
             part = self._partition(tp)
             self._put(part)
-            sections = pointer.take(*tp)
-            if part.policy.deduplicate:
-                batches = self._batches(sections, phase1_fields(part.policy))
+            batches = self._phase1_batches(part)
+            if batches is not None:
                 for window in phase1_windows(batches, part.policy, self._buffer, self._acquire):
                     self._put(window)
                 self._put(_END)
-            else:
-                for section in sections:
-                    self._check()
-                    section.skip()  # checksummed, not decoded: a copy needs no keys
         self._put(_DONE)
-
-    def _batches(
-        self, sections: Iterator[SectionReader], fields: tuple[str, ...]
-    ) -> Iterator[pa.RecordBatch]:
-        for section in sections:
-            for batch in section.batches(fields):
-                self._check()
-                yield batch
 
     def _check(self) -> None:
         if self._stop.is_set():

@@ -148,11 +148,14 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def check_job(snap: Snapshot, job: Job) -> None:
+def check_job(snap: Snapshot, job: Job) -> tuple[LiveFile, ...]:
+    """The job's input files as ``snap`` holds them; StaleJob unless they are still a
+    live, contiguous run."""
     try:
-        live_run_start(snap, [i.id for i in job.inputs])
+        start = live_run_start(snap, [i.id for i in job.inputs])
     except CommitConflict as conflict:
         raise StaleJob(f"job {job.id}: {conflict}") from None
+    return snap.files[start : start + len(job.inputs)]
 
 
 def run_job(
@@ -174,11 +177,10 @@ def run_job(
     started = time.monotonic()
     use_lean_memory_pool()
     snap = catalog.snapshot()
-    check_job(snap, job)
+    inputs = check_job(snap, job)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
     stats = CompactionStats()
-    input_ids = {i.id for i in job.inputs}
-    total = sum(f.record_count for f in snap.files if f.id in input_ids)
+    total = sum(f.record_count for f in inputs)
     progress = ProgressReporter(job.id, job.rule, total, stats, on_progress, progress_interval_s)
     outputs = {g: _GroupOutput(store, job, g, compression) for g in OUTPUT_GROUPS}
     try:
@@ -196,7 +198,7 @@ def run_job(
                     readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
                 pointers.append(SectionMerge(readers))
             if phase1_thread is None:
-                phase1_thread = pipelined(snap, job)
+                phase1_thread = pipelined(inputs)
             ahead = Phase1Thread if phase1_thread else Phase1Inline
             with ahead(snap, job, pointers[0], buffer, now_ms) as phase1:
                 _compact(job, phase1, pointers[1], outputs, stats, progress)
@@ -263,11 +265,9 @@ def _polled(
         progress.poll()
 
 
-def _batches(
-    sections: Iterator[SectionReader], fields: tuple[str, ...] | None = None
-) -> Iterator[pa.RecordBatch]:
+def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
     for section in sections:
-        yield from section.batches(fields)
+        yield from section.batches()
 
 
 def _commit(
