@@ -99,8 +99,9 @@ class BatchEncoder:
         return self._compressing is not None and logical_bytes >= self._min_compress_bytes
 
     def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
-        if self._compressing is None or logical_bytes < self._min_compress_bytes:
+        if not self.compresses(logical_bytes):
             return _encode_plain(batch)
+        assert self._compressing is not None
         payload = self._compressing.encode(batch)
         _, decoded = check_message(payload, 0, "<encoder>", check_expansion=False)
         if decoded > MAX_EXPANSION * len(payload):

@@ -39,18 +39,6 @@ class Sink(Protocol):
     def write(self, data: bytes | memoryview, /) -> Any: ...
 
 
-class _Encoded:
-    """A batch whose payload is being encoded (a future) or is ready (bytes), waiting for its
-    turn to be written: frames go out in the order the batches came in."""
-
-    __slots__ = ("section", "first_offset", "payload")
-
-    def __init__(self, section: _OpenSection, first_offset: int, payload: Future[bytes] | bytes):
-        self.section = section
-        self.first_offset = first_offset
-        self.payload = payload
-
-
 class _OpenSection:
     __slots__ = ("topic", "partition", "header_frame", "position", "stats", "index", "offsets")
 
@@ -104,7 +92,9 @@ class FileWriter:
         self._encoder = BatchEncoder(compression, min_compress_bytes)
         self._encode_ahead = encode_ahead and compression is not None
         self._executor: ThreadPoolExecutor | None = None
-        self._pending: deque[_Encoded] = deque()
+        # Batches of the open section waiting for their frames to be written, in order:
+        # (first offset, payload being encoded or ready). end_section drains it.
+        self._pending: deque[tuple[int, Future[bytes] | bytes]] = deque()
         self._in_flight = 0
         self._max_batch_bytes = max_batch_bytes
         self._position = 0
@@ -181,8 +171,7 @@ class FileWriter:
             stats = batch_stats(chunk, logical)
             section.offsets.add(chunk.column(0), stats.first_offset, stats.last_offset)
             section.stats = stats if section.stats is None else section.stats.then(stats)
-            payload = self._encode(chunk, logical)
-            self._pending.append(_Encoded(section, stats.first_offset, payload))
+            self._pending.append((stats.first_offset, self._encode(chunk, logical)))
             self._flush(ENCODE_AHEAD)
 
     def _encode(self, chunk: pa.RecordBatch, logical: int) -> Future[bytes] | bytes:
@@ -197,18 +186,17 @@ class FileWriter:
         """Writes the frames of the pending batches that are encoded, in order, first
         waiting until at most ``in_flight`` batches are still being encoded."""
         pending = self._pending
+        section = self._open
         while pending:
-            item = pending[0]
-            payload = item.payload
+            first_offset, payload = pending[0]
             if not isinstance(payload, bytes):
                 if self._in_flight <= in_flight and not payload.done():
                     return
                 payload = payload.result()
                 self._in_flight -= 1
             pending.popleft()
-            section = item.section
-            assert section.position is not None
-            section.index.append((item.first_offset, self._position - section.position))
+            assert section is not None and section.position is not None
+            section.index.append((first_offset, self._position - section.position))
             self._emit(encode_frame_header(TAG_BATCH, payload))
             self._emit(payload)
 
