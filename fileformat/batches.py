@@ -143,15 +143,23 @@ def batch_problem(batch: pa.RecordBatch) -> str | None:
     """
     if not batch.schema.equals(RECORD_SCHEMA):
         return f"schema is not RECORD_SCHEMA: {batch.schema}"
-    offsets = batch.column(_OFFSET)
-    if offsets.null_count or batch.column(_TIMESTAMP).null_count:
+    return columns_problem(batch.column(_OFFSET), batch.column(_TIMESTAMP), batch.column(_HEADERS))
+
+
+def columns_problem(
+    offsets: pa.Array, timestamps: pa.Array | None, headers: pa.Array | None
+) -> str | None:
+    """``batch_problem`` for a batch's columns, of which only the offsets are certain to
+    be there (a partial decode): nulls where RECORD_SCHEMA forbids them, and offsets that
+    do not strictly increase."""
+    if offsets.null_count or (timestamps is not None and timestamps.null_count):
         return "null offset or timestamp"
-    headers = batch.column(_HEADERS)
-    if headers.null_count:
-        return "null headers list"
-    items = _header_items(headers)
-    if items is not None and (items.null_count or items.field(0).null_count):
-        return "null header or header key"
+    if headers is not None:
+        if headers.null_count:
+            return "null headers list"
+        items = _header_items(headers)
+        if items is not None and (items.null_count or items.field(0).null_count):
+            return "null header or header key"
     if not strictly_increasing(offsets):
         return "offsets do not strictly increase"
     return None

@@ -16,7 +16,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.ipc
 
-from fileformat.batches import BatchStats, batch_stats, int64_view, strictly_increasing
+from fileformat.batches import BatchStats, batch_stats, columns_problem, int64_view
 from fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from fileformat.errors import FormatError
 from fileformat.footer import parse_footer, parse_tail
@@ -77,21 +77,6 @@ def _field_indices(fields: Sequence[str]) -> tuple[int, ...]:
         raise ValueError(f"RECORD_SCHEMA has no field {exc.args[0]!r}") from None
 
 
-def _partial_problem(batch: pa.RecordBatch) -> str | None:
-    """``batch_problem`` for a batch of some of RECORD_SCHEMA's fields."""
-    names = batch.schema.names
-    for name in ("offset", "timestamp", "headers"):
-        if name in names and batch.column(name).null_count:
-            return f"null {name}"
-    if "headers" in names:
-        items = batch.column("headers").flatten()
-        if items.null_count or items.field(0).null_count:
-            return "null header or header key"
-    if not strictly_increasing(batch.column("offset")):
-        return "offsets do not strictly increase"
-    return None
-
-
 def decode_fields(
     payload: bytes, position: int, object_name: str, fields: Sequence[str]
 ) -> pa.RecordBatch:
@@ -123,7 +108,12 @@ def decode_fields(
     if batch.num_rows != rows:
         problem: str | None = f"{batch.num_rows} rows decoded, the message says {rows}"
     else:
-        problem = _partial_problem(batch)
+        names = batch.schema.names
+        problem = columns_problem(
+            batch.column("offset"),
+            batch.column("timestamp") if "timestamp" in names else None,
+            batch.column("headers") if "headers" in names else None,
+        )
     if problem is not None:
         raise FormatError(object_name, position, f"invalid batch: {problem}")
     return batch
