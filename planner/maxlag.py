@@ -18,10 +18,16 @@ from collections.abc import Collection, Mapping
 from catalog import LiveFile, Snapshot, Topic
 from planner.config import MINUTE_MS, PlannerConfig
 from planner.job import Job
-from planner.sequence import make_job, runs
+from planner.sequence import Run, make_job, runs
 
 CLEAN_LEVEL = 2
 """The lowest level every file of which was written by a deduplicating compaction."""
+
+
+def clean_level(files: Run) -> int:
+    """Where a deduplicating job of ``files`` writes: at CLEAN_LEVEL or above, so that its
+    output is clean, and never below an input's level."""
+    return max(CLEAN_LEVEL, *(f.level for f in files))
 
 
 def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
@@ -68,7 +74,7 @@ def max_lag_jobs(
         jobs.append(
             make_job(
                 span,
-                max(CLEAN_LEVEL, *(f.level for f in span)),
+                clean_level(span),
                 dedup=True,
                 rule="max-lag",
                 reason=(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from catalog import Snapshot
 from planner.config import PlannerConfig
-from planner.maxlag import CLEAN_LEVEL
+from planner.maxlag import clean_level
 from planner.plan import Plan
 from planner.sequence import Run, make_job, runs, too_large_ids
 
@@ -69,7 +69,7 @@ def stcs_plan(
                 jobs.append(
                     make_job(
                         chunk,
-                        max(CLEAN_LEVEL, *(f.level for f in chunk)),
+                        clean_level(chunk),
                         dedup=True,
                         rule="stcs",
                         reason=f"a bucket of {len(bucket)} similar-sized files",
