@@ -3,11 +3,11 @@
     python -m bench.contenders twopass --store DIR --out FILE [--max-files N]
     python -m bench.contenders copy    --store DIR --out FILE [--max-files N]
     python -m bench.contenders duckdb  --parquet FILE --out FILE [--threads 2]
-    python -m bench.contenders kernel  [--keys N] [--key-buffer-bytes B]
 
 Each prints one JSON object on stdout (what it did, and ``work_s``: the time of the work
 itself, without interpreter start-up). The compactor is not here: ``bench.run`` runs the
-real command line (``compactor compact --full --json``).
+real command line (``compactor compact --full --json``), and the key kernel has its own
+benchmark (``bench.kernel_bench``); ``raw_sha_c`` here gives it a per-key C reference.
 
 - ``twopass``: the seed blog's algorithm in pure Python. Per partition, pass 1 reads every
   record (same ``StreamReader``, same two GET streams per file and section merge as the
@@ -18,8 +18,6 @@ real command line (``compactor compact --full --json``).
   no deduplication: the floor any reader + writer pipeline pays.
 - ``duckdb``: ``COPY (SELECT * FROM read_parquet(..) QUALIFY row_number() OVER (PARTITION BY
   topic, partition, key ORDER BY offset DESC) = 1) TO out.parquet`` at ``SET threads``.
-- ``kernel``: keys/s of ``KeyBuffer.insert`` on a batch of 36-byte keys against the raw
-  cost of SHA-512/256 in C (used when ``bench/kernel_bench.py`` does not exist).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -229,80 +227,6 @@ def raw_sha_c(keys: int, key_bytes: int = 36) -> dict[str, Any]:
     return result
 
 
-def kernel(keys: int, key_buffer_bytes: int, repeat: int) -> dict[str, Any]:
-    """ns/key of KeyBuffer.insert against raw SHA-512/256, wall and CPU (best of ``repeat``).
-
-    The raw hash cost is SHA-512/256 of each key in C with OpenSSL's low-level API, one call
-    sequence per key on one core (``raw_sha512_256.c``): what "hash every key once" costs
-    at the least. Also shown: the same through EVP, and OpenSSL hashing all keys' blocks as
-    one long message (a 36-byte key pads to one 128-byte block, so this is the compression
-    function alone, with no per-key init/final: a floor no per-key hash reaches).
-    ``hash_keys`` is the kernel's own batch hash (no table), ``insert`` its hash + table
-    insert; the kernel may hash on two threads, so CPU ns/key is what compares with the
-    single-core raw cost.
-    """
-    from bench.workload import _key_dictionary
-
-    batch = _key_dictionary(1, keys, seed=1)
-    offsets = pa.array(range(keys), pa.int64())
-    out: dict[str, Any] = {"keys": keys, "key_bytes": 36, "repeat": repeat}
-    raw = raw_sha_c(keys)
-    if "error" in raw:
-        out["raw_c_error"] = raw["error"]
-    else:
-        for name, field in (("raw_c", "lowlevel_ns_per_key"), ("raw_evp", "evp_ns_per_key")):
-            ns = float(raw[field])
-            out[f"{name}_wall_ns_per_key"] = out[f"{name}_cpu_ns_per_key"] = ns
-            out[f"{name}_keys_per_s"] = 1e9 / ns
-    blob = bytes(128 * keys)
-    runs = [_timed(lambda: hashlib.new("sha512_256", blob)) for _ in range(repeat)]
-    _record(out, "compression_floor", keys, runs)
-    sample = batch.slice(0, min(keys, 200_000)).to_pylist()
-    _record(
-        out,
-        "python_hashlib",
-        len(sample),
-        [_timed(lambda: [hashlib.new("sha512_256", k).digest() for k in sample])],
-    )
-    try:
-        from worker.kernel import KeyBuffer, hash_keys
-    except ImportError as exc:
-        out["skipped"] = f"worker.kernel does not import: {exc}"
-        return out
-    _record(out, "hash_keys", keys, [_timed(lambda: hash_keys(batch)) for _ in range(repeat)])
-    buf = KeyBuffer(key_buffer_bytes)
-    runs = []
-    taken = 0
-    for _ in range(repeat):
-        buf.reset("offset", 0)
-        runs.append(_timed(lambda: buf.insert(batch, offsets, None, None, None, 0, keys)))
-        taken = buf.size
-    out["inserted"] = taken
-    _record(out, "insert", max(taken, 1), runs)
-    reference = "raw_c" if "raw_c_cpu_ns_per_key" in out else "compression_floor"
-    out["reference"] = reference
-    out["insert_vs_raw_cpu"] = out["insert_cpu_ns_per_key"] / out[f"{reference}_cpu_ns_per_key"]
-    out["insert_vs_raw_wall"] = out["insert_wall_ns_per_key"] / out[f"{reference}_wall_ns_per_key"]
-    out["insert_vs_hash_keys_cpu"] = out["insert_cpu_ns_per_key"] / out["hash_keys_cpu_ns_per_key"]
-    out["key_buffer_bytes"] = key_buffer_bytes
-    return out
-
-
-def _record(out: dict[str, Any], name: str, n: int, runs: list[tuple[float, float]]) -> None:
-    wall = min(w for w, _ in runs)
-    cpu = min(c for _, c in runs)
-    out[f"{name}_wall_ns_per_key"] = wall / n * 1e9
-    out[f"{name}_cpu_ns_per_key"] = cpu / n * 1e9
-    out[f"{name}_keys_per_s"] = n / wall
-
-
-def _timed(fn: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds: every thread) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 # --- output digests (run by bench.run after the timed process, not timed) ---------------
 
 
@@ -354,19 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--temp", type=Path, default=Path("/tmp"))
-    p = sub.add_parser("kernel")
-    p.add_argument("--keys", type=int, default=1_000_000)
-    p.add_argument("--key-buffer-bytes", type=int, default=128 << 20)
-    p.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     if args.contender == "twopass":
         result = twopass(args.store, args.out, args.max_files)
     elif args.contender == "copy":
         result = copy(args.store, args.out, args.max_files)
-    elif args.contender == "duckdb":
-        result = duckdb_dedup(args.parquet, args.out, args.threads, args.temp)
     else:
-        result = kernel(args.keys, args.key_buffer_bytes, args.repeat)
+        result = duckdb_dedup(args.parquet, args.out, args.threads, args.temp)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0

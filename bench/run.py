@@ -313,15 +313,10 @@ def run_copy(ctx: Context) -> Result:
 
 def run_kernel(ctx: Context) -> Result:
     r = Result("kernel")
-    external = ROOT / "bench" / "kernel_bench.py"
     keys = [] if ctx.args.kernel_keys is None else ["--keys", str(ctx.args.kernel_keys)]
     size = ["--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
-    if external.exists():
-        cmd = [ctx.python(), "-m", "bench.kernel_bench", "--json", *keys, *size]
-        r.note = "bench/kernel_bench.py"
-    else:
-        cmd = [ctx.python(), "-m", "bench.contenders", "kernel", *keys, *size]
-        r.note = "bench/kernel_bench.py absent: bench.contenders kernel"
+    cmd = [ctx.python(), "-m", "bench.kernel_bench", "--json", *keys, *size]
+    r.note = "bench/kernel_bench.py"
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
     if r.ok:
@@ -377,42 +372,9 @@ def kernel_table(r: Result) -> str:
     d = r.detail
     if not r.ok:
         return f"kernel: FAILED: {r.note}"
-    if "rows" in d:
-        return external_kernel_table(d)
-    if "python_hashlib_wall_ns_per_key" not in d:
+    if "rows" not in d:
         return "kernel (" + r.note + "):\n\n```\n" + json.dumps(d, indent=2) + "\n```"
-    rows = [
-        ("raw_c", "raw SHA-512/256 in C, per key (OpenSSL low-level, 1 core)"),
-        ("raw_evp", "SHA-512/256 in C, per key (OpenSSL EVP, 1 core)"),
-        ("compression_floor", "SHA-512 compression only (OpenSSL, 1 block per key, 1 core)"),
-        ("python_hashlib", "Python hashlib.new('sha512_256', key), per key"),
-        ("hash_keys", "kernel hash_keys (SHA-512/256 only, batch)"),
-        ("insert", "kernel KeyBuffer.insert (hash + insert, batch)"),
-    ]
-    lines = [
-        f"Kernel, {d['keys']:,} keys of {d['key_bytes']} bytes (best of {d['repeat']}):",
-        "",
-        "| measure | wall ns/key | CPU ns/key | keys/s |",
-        "|---|---|---|---|",
-    ]
-    for key, label in rows:
-        if f"{key}_wall_ns_per_key" in d:
-            lines.append(
-                f"| {label} | {d[f'{key}_wall_ns_per_key']:.0f} | "
-                f"{d[f'{key}_cpu_ns_per_key']:.0f} | {d[f'{key}_keys_per_s']:,.0f} |"
-            )
-    if "insert_vs_raw_cpu" in d:
-        lines += [
-            "",
-            f"insert / raw hash ({d['reference']}): {d['insert_vs_raw_cpu']:.2f}x CPU, "
-            f"{d['insert_vs_raw_wall']:.2f}x wall; insert / kernel hash: "
-            f"{d['insert_vs_hash_keys_cpu']:.2f}x CPU (target <= 1.3x)",
-        ]
-    if "raw_c_error" in d:
-        lines.append(f"\nno per-key C reference: {d['raw_c_error']}")
-    if r.skipped:
-        lines.append(f"\nKeyBuffer.insert skipped: {r.skipped}")
-    return "\n".join(lines)
+    return external_kernel_table(d)
 
 
 def external_kernel_table(d: dict[str, Any]) -> str:
