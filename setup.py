@@ -1,6 +1,6 @@
 """Declares the compiled key-buffer kernel; everything else is in pyproject.toml.
 
-``worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
+``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
 headers and library are found at build time (a test compile and link), else the bundled
 portable C implementation. ``COMPACTOR_KERNEL_PORTABLE_SHA=1`` forces the portable one.
@@ -54,7 +54,8 @@ class BuildExt(build_ext):  # type: ignore[misc]
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))
                 ext.libraries.append("crypto")
         self.announce(
-            f"worker.kernel: SHA-512/256 via {'OpenSSL' if use_openssl else 'portable C'}",
+            "compactor.worker.kernel: SHA-512/256 via "
+            + ("OpenSSL" if use_openssl else "portable C"),
             level=2,
         )
         super().build_extensions()
@@ -63,7 +64,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
 setup(
     ext_modules=[
         Extension(
-            "worker.kernel._keybuffer",
+            "compactor.worker.kernel._keybuffer",
             sources=["worker/kernel/_keybuffer.c"],
             depends=["worker/kernel/sha512_256.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],

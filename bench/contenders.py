@@ -38,10 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from catalog import Catalog, LiveFile
-from fileformat import FileWriter, SectionReader, StreamReader
-from objectstore import LocalStore
-from worker.merge import SectionMerge
+from compactor.catalog import Catalog, LiveFile
+from compactor.fileformat import FileWriter, SectionReader, StreamReader
+from compactor.objectstore import LocalStore
+from compactor.worker.merge import SectionMerge
 
 _OFFSET, _KEY = 0, 2
 

@@ -33,17 +33,17 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from catalog import Catalog
-from fileformat import SectionReader
-from fileformat.batches import batch_stats
-from fileformat.ipc import BatchEncoder
-from fileformat.writer import MIN_COMPRESS_BYTES
-from objectstore import LocalStore
-from worker.kernel import KeyBuffer
-from worker.memory import use_lean_memory_pool
-from worker.partition import Window, phase1_fields, phase1_windows, phase2_windows
-from worker.policy import PartitionPolicy
-from worker.stats import CompactionStats
+from compactor.catalog import Catalog
+from compactor.fileformat import SectionReader
+from compactor.fileformat.batches import batch_stats
+from compactor.fileformat.ipc import BatchEncoder
+from compactor.fileformat.writer import MIN_COMPRESS_BYTES
+from compactor.objectstore import LocalStore
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.memory import use_lean_memory_pool
+from compactor.worker.partition import Window, phase1_fields, phase1_windows, phase2_windows
+from compactor.worker.policy import PartitionPolicy
+from compactor.worker.stats import CompactionStats
 
 from .contenders import live_files, merged_pointer
 

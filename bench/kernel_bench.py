@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from bench.kernel_table import kernel_rows
-from worker.kernel import HASH_IMPL, HAVE_OPENSSL, KeyBuffer, hash_keys
+from compactor.worker.kernel import HASH_IMPL, HAVE_OPENSSL, KeyBuffer, hash_keys
 
 CHUNK = 65_536
 

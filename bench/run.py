@@ -212,7 +212,10 @@ def run_duckdb(ctx: Context) -> Result:
 
 def _kernel_missing() -> str | None:
     proc = subprocess.run(
-        [sys.executable, "-c", "import worker.kernel"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-c", "import compactor.worker.kernel"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode == 0:
         return None
@@ -221,14 +224,14 @@ def _kernel_missing() -> str | None:
 
 def _compactor_cmd() -> list[str]:
     script = Path(sys.executable).parent / "compactor"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cli.main"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "compactor.cli.main"]
 
 
 def run_compactor(ctx: Context) -> Result:
     r = Result("compactor")
     missing = _kernel_missing()
     if missing is not None:
-        r.skipped = f"worker.kernel does not import ({missing})"
+        r.skipped = f"compactor.worker.kernel does not import ({missing})"
         return r
     # compact --full replaces the live files: run it on a hard-linked clone of the store
     # (objects are immutable and every store write makes a new inode, so the original

@@ -41,10 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from catalog import Catalog, LiveFile, TopicConfig
-from catalog.changes import append_files, create_topic
-from fileformat import RECORD_SCHEMA, FileWriter
-from objectstore import LocalStore
+from compactor.catalog import Catalog, LiveFile, TopicConfig
+from compactor.catalog.changes import append_files, create_topic
+from compactor.fileformat import RECORD_SCHEMA, FileWriter
+from compactor.objectstore import LocalStore
 
 TOPIC = "bench"
 KEY_BYTES = 36

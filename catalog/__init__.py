@@ -1,9 +1,9 @@
 """The catalog: which files are live, topic configs and offsets, kept in the store."""
 
-from catalog.catalog import CATALOG_KEY, Catalog, Change
-from catalog.config import TopicConfig
-from catalog.errors import CatalogError, CommitConflict, ConfigError, CorruptCatalog
-from catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
+from compactor.catalog.catalog import CATALOG_KEY, Catalog, Change
+from compactor.catalog.config import TopicConfig
+from compactor.catalog.errors import CatalogError, CommitConflict, ConfigError, CorruptCatalog
+from compactor.catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
 
 __all__ = [
     "CATALOG_KEY",

@@ -14,9 +14,9 @@ import random
 import time
 from collections.abc import Callable
 
-from catalog.errors import CatalogError, CorruptCatalog
-from catalog.snapshot import Snapshot, snapshot_from_json, snapshot_to_json
-from objectstore import ObjectNotFound, ObjectStore, PreconditionFailed
+from compactor.catalog.errors import CatalogError, CorruptCatalog
+from compactor.catalog.snapshot import Snapshot, snapshot_from_json, snapshot_to_json
+from compactor.objectstore import ObjectNotFound, ObjectStore, PreconditionFailed
 
 CATALOG_KEY = "_catalog/catalog.json"
 

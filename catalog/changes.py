@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from catalog.config import TopicConfig
-from catalog.errors import CatalogError, CommitConflict
-from catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
+from compactor.catalog.config import TopicConfig
+from compactor.catalog.errors import CatalogError, CommitConflict
+from compactor.catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
 
 MAX_PARTITIONS = 100_000
 

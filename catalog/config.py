@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from catalog.errors import ConfigError
+from compactor.catalog.errors import ConfigError
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 STRATEGIES = ("offset", "timestamp", "header")

@@ -8,8 +8,8 @@ simply repeated (deleting a missing key is not an error), never an object nobody
 
 from __future__ import annotations
 
-from catalog.catalog import Catalog
-from catalog.changes import expired_garbage, forget_garbage
+from compactor.catalog.catalog import Catalog
+from compactor.catalog.changes import expired_garbage, forget_garbage
 
 DEFAULT_GRACE_MS = 10 * 60 * 1000
 

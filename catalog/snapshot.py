@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from catalog.config import TopicConfig
-from catalog.errors import CorruptCatalog
-from fileformat import SectionMeta
+from compactor.catalog.config import TopicConfig
+from compactor.catalog.errors import CorruptCatalog
+from compactor.fileformat import SectionMeta
 
 CATALOG_FORMAT = 1
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from catalog.snapshot import LiveFile, Snapshot
-from fileformat import FormatError, verify_stream
-from objectstore import ObjectStore, StoreError
+from compactor.catalog.snapshot import LiveFile, Snapshot
+from compactor.fileformat import FormatError, verify_stream
+from compactor.objectstore import ObjectStore, StoreError
 
 MAX_LEVEL = 4
 

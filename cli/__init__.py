@@ -1,5 +1,5 @@
 """The ``compactor`` command line."""
 
-from worker.memory import prefer_lean_pool
+from compactor.worker.memory import prefer_lean_pool
 
 prefer_lean_pool()  # must run before anything imports pyarrow: see worker.memory

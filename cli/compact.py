@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from catalog.garbage import DEFAULT_GRACE_MS
-from cli.context import Context, UsageError
-from cli.planner_options import add_planner_options, planner_config
-from cli.progress import Progress
-from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
-from worker.kernel import ENTRY_BYTES
-from worker.stats import JobProgress, JobReport
+from compactor.catalog.garbage import DEFAULT_GRACE_MS
+from compactor.cli.context import Context, UsageError
+from compactor.cli.planner_options import add_planner_options, planner_config
+from compactor.cli.progress import Progress
+from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from compactor.worker.kernel import ENTRY_BYTES
+from compactor.worker.stats import JobProgress, JobReport
 
 
 def _summary(r: JobReport) -> str:

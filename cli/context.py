@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 
-from catalog import Catalog
-from objectstore import ObjectStore, open_store
+from compactor.catalog import Catalog
+from compactor.objectstore import ObjectStore, open_store
 
 DEFAULT_STORE = "./compactor-data"
 

@@ -16,18 +16,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from catalog import TopicConfig
-from catalog.changes import create_topic
-from catalog.verify import verify_store
-from cli.compact import progress_line
-from cli.context import Context, positive_int
-from cli.embedded_s3 import embedded_s3
-from cli.progress import Progress
-from cli.stats import stats_json
-from ingest.agent import L0Ingest
-from ingest.workload import Workload
-from worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
-from worker.view import store_views
+from compactor.catalog import TopicConfig
+from compactor.catalog.changes import create_topic
+from compactor.catalog.verify import verify_store
+from compactor.cli.compact import progress_line
+from compactor.cli.context import Context, positive_int
+from compactor.cli.embedded_s3 import embedded_s3
+from compactor.cli.progress import Progress
+from compactor.cli.stats import stats_json
+from compactor.ingest.agent import L0Ingest
+from compactor.ingest.workload import Workload
+from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from compactor.worker.view import store_views
 
 DEMO_BUCKET = "compactor-demo"
 TOPICS: tuple[tuple[str, int, dict[str, str]], ...] = (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.context import Context, UsageError
-from fileformat import batch_to_records, read_section
-from ingest.jsonl import format_record
+from compactor.cli.context import Context, UsageError
+from compactor.fileformat import batch_to_records, read_section
+from compactor.ingest.jsonl import format_record
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:

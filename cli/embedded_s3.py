@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cli.context import UsageError
+from compactor.cli.context import UsageError
 
 DEMO_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "compactor-demo",

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from cli.context import Context, UsageError, positive_int
-from cli.progress import Progress
-from ingest.agent import DEFAULT_MAX_FILE_BYTES, L0Ingest, UnknownPartition
-from ingest.jsonl import InputError, parse_line
+from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.progress import Progress
+from compactor.ingest.agent import DEFAULT_MAX_FILE_BYTES, L0Ingest, UnknownPartition
+from compactor.ingest.jsonl import InputError, parse_line
 
 
 @contextmanager

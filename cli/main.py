@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-from catalog import CatalogError
-from cli import (
+from compactor.catalog import CatalogError
+from compactor.cli import (
     compact,
     demo,
     dump,
@@ -23,9 +23,9 @@ from cli import (
     topic,
     verify_cmd,
 )
-from cli.context import Context, UsageError
-from fileformat import FormatError
-from objectstore import StoreError
+from compactor.cli.context import Context, UsageError
+from compactor.fileformat import FormatError
+from compactor.objectstore import StoreError
 
 
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.context import Context
-from cli.planner_options import add_planner_options, planner_config
-from planner.job import Job
-from planner.plan import plan, plan_notes
+from compactor.cli.context import Context
+from compactor.cli.planner_options import add_planner_options, planner_config
+from compactor.planner.job import Job
+from compactor.planner.plan import plan, plan_notes
 
 
 def _levels(job: Job, levels: dict[str, int]) -> str:

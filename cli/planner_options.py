@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from catalog.errors import ConfigError
-from cli.context import UsageError
-from planner.config import PlannerConfig
+from compactor.catalog.errors import ConfigError
+from compactor.cli.context import UsageError
+from compactor.planner.config import PlannerConfig
 
 
 def add_planner_options(p: argparse.ArgumentParser) -> None:

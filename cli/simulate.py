@@ -10,13 +10,13 @@ import argparse
 import json
 from typing import Any
 
-from cli.context import Context, UsageError, positive_int
-from cli.planner_options import add_planner_options, planner_config
-from cli.progress import Progress
-from planner.plan import plan
-from planner.simulation.keys import KeyModel
-from planner.simulation.sim import Result, Simulation, WorkerModel, Workload
-from planner.stcs import stcs_plan
+from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.planner_options import add_planner_options, planner_config
+from compactor.cli.progress import Progress
+from compactor.planner.plan import plan
+from compactor.planner.simulation.keys import KeyModel
+from compactor.planner.simulation.sim import Result, Simulation, WorkerModel, Workload
+from compactor.planner.stcs import stcs_plan
 
 
 def _positive_float(text: str) -> float:

@@ -6,9 +6,9 @@ import argparse
 import json
 from typing import Any
 
-from catalog import Snapshot
-from catalog.verify import MAX_LEVEL
-from cli.context import Context
+from compactor.catalog import Snapshot
+from compactor.catalog.verify import MAX_LEVEL
+from compactor.cli.context import Context
 
 
 def stats_json(snap: Snapshot) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from catalog import TopicConfig
-from catalog.changes import create_topic
-from cli.context import Context, UsageError, positive_int
+from compactor.catalog import TopicConfig
+from compactor.catalog.changes import create_topic
+from compactor.cli.context import Context, UsageError, positive_int
 
 
 def parse_settings(pairs: list[str]) -> dict[str, str]:

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from catalog.verify import verify_store
-from cli.context import Context
-from cli.progress import Progress
+from compactor.catalog.verify import verify_store
+from compactor.cli.context import Context
+from compactor.cli.progress import Progress
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:

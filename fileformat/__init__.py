@@ -3,13 +3,13 @@
 FORMAT.md (next to this file) is the specification, byte by byte.
 """
 
-from fileformat.bitmap import OffsetSet
-from fileformat.errors import FormatError
-from fileformat.framing import FORMAT_VERSION, MAGIC
-from fileformat.meta import FileMeta, SectionMeta, section_key
-from fileformat.ranged import read_footer, read_section, read_section_offsets
-from fileformat.reader import SectionReader, Source, StreamReader, verify_stream
-from fileformat.records import (
+from compactor.fileformat.bitmap import OffsetSet
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.framing import FORMAT_VERSION, MAGIC
+from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
+from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
+from compactor.fileformat.reader import SectionReader, Source, StreamReader, verify_stream
+from compactor.fileformat.records import (
     HEADER_TYPE,
     RECORD_SCHEMA,
     Record,
@@ -17,7 +17,7 @@ from fileformat.records import (
     iter_records,
     records_to_batch,
 )
-from fileformat.writer import FileWriter, Sink, write_file
+from compactor.fileformat.writer import FileWriter, Sink, write_file
 
 __all__ = [
     "FORMAT_VERSION",

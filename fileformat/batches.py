@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fileformat.meta import SectionMeta
-from fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.meta import SectionMeta
+from compactor.fileformat.records import RECORD_SCHEMA
 
 RECORD_OVERHEAD = 16
 """Offset and timestamp, counted in every record's logical size."""

@@ -17,9 +17,9 @@ import time
 
 import pyarrow as pa
 
-from fileformat.reader import StreamReader, verify_stream
-from fileformat.records import RECORD_SCHEMA
-from fileformat.writer import write_file
+from compactor.fileformat.reader import StreamReader, verify_stream
+from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.writer import write_file
 
 
 def make_batch(n: int, step: int) -> pa.RecordBatch:

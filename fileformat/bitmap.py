@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap, BitMap64
 
-from fileformat.batches import SMALL_BATCH, int64_view
+from compactor.fileformat.batches import SMALL_BATCH, int64_view
 
 KIND_ROARING32: Final = 1
 KIND_ROARING64: Final = 2

@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from fileformat.batches import BatchStats
-from fileformat.framing import (
+from compactor.fileformat.batches import BatchStats
+from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
     FRAME_HEADER,
@@ -17,8 +17,8 @@ from fileformat.framing import (
     U32,
     Cursor,
 )
-from fileformat.meta import SectionMeta, section_key
-from fileformat.section import encode_topic, read_topic_partition, stats_problem
+from compactor.fileformat.meta import SectionMeta, section_key
+from compactor.fileformat.section import encode_topic, read_topic_partition, stats_problem
 
 FOOTER_ENTRY: Final = struct.Struct("<QQqqQQQqq")
 """After topic and partition: position, length, first offset, last offset, record count,

@@ -11,7 +11,7 @@ import struct
 import zlib
 from typing import Any, Final
 
-from fileformat.errors import FormatError
+from compactor.fileformat.errors import FormatError
 
 MAGIC: Final = b"\x89KCF\r\n\x1a\n"
 FORMAT_VERSION: Final = 1

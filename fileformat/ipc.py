@@ -15,10 +15,10 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.ipc
 
-from fileformat.batches import batch_problem
-from fileformat.errors import FormatError
-from fileformat.framing import MAX_DECODED_BATCH, MAX_EXPANSION
-from fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.batches import batch_problem
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.framing import MAX_DECODED_BATCH, MAX_EXPANSION
+from compactor.fileformat.records import RECORD_SCHEMA
 
 COMPRESSIONS: Final = (None, "zstd", "lz4")
 

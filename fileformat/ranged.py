@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from fileformat.batches import BatchStats, batch_stats, int64_view
-from fileformat.bitmap import OffsetSet
-from fileformat.errors import FormatError
-from fileformat.footer import parse_footer, parse_tail
-from fileformat.framing import (
+from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
+from compactor.fileformat.bitmap import OffsetSet
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.footer import parse_footer, parse_tail
+from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
     FRAME_HEADER,
@@ -30,9 +30,9 @@ from fileformat.framing import (
     check_file_header,
     parse_frame,
 )
-from fileformat.ipc import decode_batch
-from fileformat.meta import FileMeta, SectionMeta
-from fileformat.section import (
+from compactor.fileformat.ipc import decode_batch
+from compactor.fileformat.meta import FileMeta, SectionMeta
+from compactor.fileformat.section import (
     TRAILER_FIXED,
     Trailer,
     parse_section_end,

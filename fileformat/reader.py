@@ -16,11 +16,11 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.ipc
 
-from fileformat.batches import BatchStats, batch_stats, columns_problem, int64_view
-from fileformat.bitmap import OffsetSet, OffsetSetBuilder
-from fileformat.errors import FormatError
-from fileformat.footer import parse_footer, parse_tail
-from fileformat.framing import (
+from compactor.fileformat.batches import BatchStats, batch_stats, columns_problem, int64_view
+from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.footer import parse_footer, parse_tail
+from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
     FRAME_HEADER,
@@ -35,11 +35,11 @@ from fileformat.framing import (
     describe_tag,
     verify_frame,
 )
-from fileformat.ipc import check_message_compression, decode_batch
-from fileformat.meta import FileMeta, SectionMeta, section_key
-from fileformat.ranged import read_footer, read_section, read_section_offsets
-from fileformat.records import RECORD_SCHEMA
-from fileformat.section import parse_section_end, parse_section_header, parse_trailer
+from compactor.fileformat.ipc import check_message_compression, decode_batch
+from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
+from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
+from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.section import parse_section_end, parse_section_header, parse_trailer
 
 __all__ = [
     "SectionReader",

@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from fileformat.batches import RECORD_OVERHEAD, BatchStats
-from fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32, OffsetSet
-from fileformat.framing import (
+from compactor.fileformat.batches import RECORD_OVERHEAD, BatchStats
+from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32, OffsetSet
+from compactor.fileformat.framing import (
     FRAME_HEADER,
     I32,
     MAX_TOPIC_BYTES,

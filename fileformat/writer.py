@@ -9,10 +9,16 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from fileformat.batches import BatchStats, batch_problem, batch_stats, int64_view, plan_slices
-from fileformat.bitmap import OffsetSetBuilder
-from fileformat.footer import encode_footer, encode_tail
-from fileformat.framing import (
+from compactor.fileformat.batches import (
+    BatchStats,
+    batch_problem,
+    batch_stats,
+    int64_view,
+    plan_slices,
+)
+from compactor.fileformat.bitmap import OffsetSetBuilder
+from compactor.fileformat.footer import encode_footer, encode_tail
+from compactor.fileformat.framing import (
     FORMAT_VERSION,
     TAG_BATCH,
     TAG_FOOTER,
@@ -22,9 +28,9 @@ from fileformat.framing import (
     encode_frame,
     encode_frame_header,
 )
-from fileformat.ipc import BatchEncoder
-from fileformat.meta import FileMeta, SectionMeta, section_key
-from fileformat.section import encode_section_end, encode_section_header, encode_trailer
+from compactor.fileformat.ipc import BatchEncoder
+from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
+from compactor.fileformat.section import encode_section_end, encode_section_header, encode_trailer
 
 MAX_BATCH_BYTES_LIMIT = 64 << 20
 MIN_COMPRESS_BYTES = 8 << 10

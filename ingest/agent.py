@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog import Catalog, CatalogError, LiveFile, Snapshot, TopicPartition
-from catalog.changes import OffsetsMoved, append_files
-from fileformat import RECORD_SCHEMA, FileWriter, StreamReader
-from ingest.jsonl import InputRecord
-from objectstore import ObjectStore
+from compactor.catalog import Catalog, CatalogError, LiveFile, Snapshot, TopicPartition
+from compactor.catalog.changes import OffsetsMoved, append_files
+from compactor.fileformat import RECORD_SCHEMA, FileWriter, StreamReader
+from compactor.ingest.jsonl import InputRecord
+from compactor.objectstore import ObjectStore
 
 DEFAULT_MAX_FILE_BYTES = 8 << 20
 RECORD_OVERHEAD_BYTES = 16

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fileformat import Record
+from compactor.fileformat import Record
 
 _INPUT_FIELDS = frozenset(
     {"topic", "partition", "key", "key_b64", "value", "value_b64", "timestamp", "headers"}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-from ingest.jsonl import InputRecord
+from compactor.ingest.jsonl import InputRecord
 
 _KEY_NAMESPACE = uuid.UUID("6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab")
 

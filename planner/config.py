@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from catalog.errors import ConfigError
+from compactor.catalog.errors import ConfigError
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from catalog import Snapshot
-from planner.config import HOUR_MS, PlannerConfig
-from planner.job import MAX_LEVEL, Job, Numbers
-from planner.sequence import Run, make_job, output_group, runs
+from compactor.catalog import Snapshot
+from compactor.planner.config import HOUR_MS, PlannerConfig
+from compactor.planner.job import MAX_LEVEL, Job, Numbers
+from compactor.planner.sequence import Run, make_job, output_group, runs
 
 
 def _already_full(run: Run, snap: Snapshot) -> bool:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Mapping
 
-from catalog import LiveFile, Snapshot, Topic
-from planner.config import PlannerConfig
-from planner.job import MAX_LEVEL, Job
-from planner.sequence import Run, make_job, output_group, runs
+from compactor.catalog import LiveFile, Snapshot, Topic
+from compactor.planner.config import PlannerConfig
+from compactor.planner.job import MAX_LEVEL, Job
+from compactor.planner.sequence import Run, make_job, output_group, runs
 
 
 def _at_level(level: int, f: LiveFile) -> bool:

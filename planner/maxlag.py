@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from catalog import LiveFile, Snapshot, Topic
-from planner.config import MINUTE_MS, PlannerConfig
-from planner.job import Job
-from planner.sequence import Run, make_job, runs
+from compactor.catalog import LiveFile, Snapshot, Topic
+from compactor.planner.config import MINUTE_MS, PlannerConfig
+from compactor.planner.job import Job
+from compactor.planner.sequence import Run, make_job, runs
 
 CLEAN_LEVEL = 2
 """The lowest level every file of which was written by a deduplicating compaction."""

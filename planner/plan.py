@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog import Snapshot
-from planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
-from planner.full import daily_due_ms, daily_jobs, full_jobs
-from planner.job import MAX_LEVEL, Job
-from planner.levels import level_jobs, top_run_jobs
-from planner.maxlag import dirty_files, max_lag_jobs
-from planner.sequence import too_large_ids
+from compactor.catalog import Snapshot
+from compactor.planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
+from compactor.planner.full import daily_due_ms, daily_jobs, full_jobs
+from compactor.planner.job import MAX_LEVEL, Job
+from compactor.planner.levels import level_jobs, top_run_jobs
+from compactor.planner.maxlag import dirty_files, max_lag_jobs
+from compactor.planner.sequence import too_large_ids
 
 
 @dataclass(frozen=True)

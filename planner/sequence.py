@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-from catalog import LiveFile, Topic
-from planner.config import PlannerConfig
-from planner.job import Job, JobInput, Numbers
+from compactor.catalog import LiveFile, Topic
+from compactor.planner.config import PlannerConfig
+from compactor.planner.job import Job, JobInput, Numbers
 
 Run = Sequence[LiveFile]
 

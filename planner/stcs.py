@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog import Snapshot
-from planner.config import PlannerConfig
-from planner.maxlag import clean_level
-from planner.plan import Plan
-from planner.sequence import Run, make_job, runs, too_large_ids
+from compactor.catalog import Snapshot
+from compactor.planner.config import PlannerConfig
+from compactor.planner.maxlag import clean_level
+from compactor.planner.plan import Plan
+from compactor.planner.sequence import Run, make_job, runs, too_large_ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import io
 import sys
 from dataclasses import dataclass
 
-from cli.main import main
+from compactor.cli.main import main
 
 
 @dataclass

@@ -31,8 +31,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from objectstore import LocalStore, ObjectStore
-from objectstore.s3 import S3Store
+from compactor.objectstore import LocalStore, ObjectStore
+from compactor.objectstore.s3 import S3Store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

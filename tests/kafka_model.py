@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fileformat import Record
+from compactor.fileformat import Record
 
 
 @dataclass(frozen=True)

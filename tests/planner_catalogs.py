@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from catalog import LiveFile, Snapshot, Topic, TopicConfig
-from catalog.changes import replace_files
-from fileformat import SectionMeta
-from planner.config import HOUR_MS, MINUTE_MS, GiB, PlannerConfig
-from planner.job import OUTPUT_GROUPS, Job
+from compactor.catalog import LiveFile, Snapshot, Topic, TopicConfig
+from compactor.catalog.changes import replace_files
+from compactor.fileformat import SectionMeta
+from compactor.planner.config import HOUR_MS, MINUTE_MS, GiB, PlannerConfig
+from compactor.planner.job import OUTPUT_GROUPS, Job
 
 KB = 1 << 10
 GB = 1 << 30

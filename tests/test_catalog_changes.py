@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot, TopicConfig
-from catalog.changes import (
+from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot, TopicConfig
+from compactor.catalog.changes import (
     OffsetsMoved,
     append_files,
     create_topic,
@@ -13,8 +13,8 @@ from catalog.changes import (
     forget_garbage,
     replace_files,
 )
-from fileformat import SectionMeta
-from objectstore import ObjectStore
+from compactor.fileformat import SectionMeta
+from compactor.objectstore import ObjectStore
 
 
 def _section(topic: str, partition: int, first: int, last: int) -> SectionMeta:
@@ -126,7 +126,7 @@ def test_racing_commits_are_all_applied_once(store: ObjectStore) -> None:
 
 
 def test_collect_garbage_deletes_objects_after_grace(store: ObjectStore) -> None:
-    from catalog.garbage import collect_garbage
+    from compactor.catalog.garbage import collect_garbage
 
     catalog = Catalog(store)
     catalog.commit(lambda s: create_topic(s, "t", 1, TopicConfig()))

@@ -1,7 +1,7 @@
 import pytest
 
-from catalog import ConfigError, TopicConfig
-from catalog.config import MIN_MAX_COMPACTION_LAG_MS
+from compactor.catalog import ConfigError, TopicConfig
+from compactor.catalog.config import MIN_MAX_COMPACTION_LAG_MS
 
 
 def test_defaults_are_kafkas() -> None:

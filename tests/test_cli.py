@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from clirunner import assert_one_line_error, run_cli
 
-from catalog import CATALOG_KEY
+from compactor.catalog import CATALOG_KEY
 
 
 @pytest.fixture
@@ -218,7 +218,7 @@ def test_verify_passes_then_names_corruption(store_dir: str, tmp_path: Path) -> 
 
 
 def _compact_with_stderr_on(store: str, stderr: int) -> subprocess.CompletedProcess[bytes]:
-    cmd = [sys.executable, "-m", "cli.main", "--store", store, "compact", "--full"]
+    cmd = [sys.executable, "-m", "compactor.cli.main", "--store", store, "compact", "--full"]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, timeout=300, check=True)
 
 

@@ -39,7 +39,7 @@ def test_concurrent_ingesters(tmp_path: Path, any_store_url: list[str]) -> None:
             [
                 sys.executable,
                 "-m",
-                "cli.main",
+                "compactor.cli.main",
                 *store,
                 "ingest",
                 str(src),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fileformat import (
+from compactor.fileformat import (
     FileMeta,
     FileWriter,
     FormatError,
@@ -28,10 +28,10 @@ from fileformat import (
     records_to_batch,
     verify_stream,
 )
-from fileformat.batches import BatchStats
-from fileformat.bitmap import OffsetSet
-from fileformat.framing import FRAME_HEADER, MAX_FRAME_PAYLOAD, frame_crc
-from fileformat.section import encode_trailer, parse_trailer
+from compactor.fileformat.batches import BatchStats
+from compactor.fileformat.bitmap import OffsetSet
+from compactor.fileformat.framing import FRAME_HEADER, MAX_FRAME_PAYLOAD, frame_crc
+from compactor.fileformat.section import encode_trailer, parse_trailer
 
 NAME = "bucket/data/f.cf"
 # lz4: Arrow opens a codec context per compressed buffer, and zstd's is expensive (~100 us),

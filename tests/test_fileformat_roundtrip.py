@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fileformat import (
+from compactor.fileformat import (
     FileMeta,
     FileWriter,
     Record,

@@ -10,7 +10,7 @@ import tracemalloc
 import pyarrow as pa
 import pytest
 
-from fileformat import (
+from compactor.fileformat import (
     RECORD_SCHEMA,
     FileMeta,
     FileWriter,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from worker.kernel import (
+from compactor.worker.kernel import (
     ENTRY_BYTES,
     HASH_IMPL,
     HAVE_OPENSSL,

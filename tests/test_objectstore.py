@@ -7,13 +7,13 @@ import threading
 
 import pytest
 
-from objectstore import (
+from compactor.objectstore import (
     ObjectNotFound,
     ObjectStore,
     PreconditionFailed,
     StoreError,
 )
-from objectstore.s3 import S3Store
+from compactor.objectstore.s3 import S3Store
 
 MiB = 1 << 20
 

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from objectstore import LocalStore, ObjectNotFound, PreconditionFailed, StoreError, open_store
-from objectstore.local import LOCK_FILE, TMP_DIR
-from objectstore.s3 import S3Store
+from compactor.objectstore import (
+    LocalStore,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+    open_store,
+)
+from compactor.objectstore.local import LOCK_FILE, TMP_DIR
+from compactor.objectstore.s3 import S3Store
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +89,7 @@ def test_os_errors_name_the_path(local_store: LocalStore) -> None:
 _WORKER = textwrap.dedent(
     """
     import sys
-    from objectstore import LocalStore, PreconditionFailed
+    from compactor.objectstore import LocalStore, PreconditionFailed
     store = LocalStore(sys.argv[1])
     for _ in range(int(sys.argv[2])):
         while True:

@@ -13,14 +13,14 @@ import pytest
 from conftest import RequestLog, S3Endpoint, S3Url
 from cutting_proxy import CuttingProxy
 
-from objectstore import (
+from compactor.objectstore import (
     ObjectNotFound,
     PreconditionFailed,
     StoreError,
     StoreUnreachable,
     open_store,
 )
-from objectstore.s3 import S3Store
+from compactor.objectstore.s3 import S3Store
 
 MiB = 1 << 20
 

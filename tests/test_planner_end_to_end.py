@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from clirunner import run_cli
 
-from catalog import Catalog
-from catalog.verify import verify_store
-from ingest.workload import Workload, write_jsonl
-from objectstore import ObjectStore
-from worker.view import store_views
+from compactor.catalog import Catalog
+from compactor.catalog.verify import verify_store
+from compactor.ingest.workload import Workload, write_jsonl
+from compactor.objectstore import ObjectStore
+from compactor.worker.view import store_views
 
 NOW_MS = 1_700_000_000_000 + 3_600_000
 TOPICS = {

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_catalogs import Case, apply_job, cases
 
-from catalog import Snapshot
-from planner.config import MINUTE_MS, PlannerConfig
-from planner.job import MAX_LEVEL, Job
-from planner.maxlag import dirty_files, dirty_since_ms
-from planner.plan import Plan, plan
-from planner.sequence import output_group, runs, too_large
+from compactor.catalog import Snapshot
+from compactor.planner.config import MINUTE_MS, PlannerConfig
+from compactor.planner.job import MAX_LEVEL, Job
+from compactor.planner.maxlag import dirty_files, dirty_since_ms
+from compactor.planner.plan import Plan, plan
+from compactor.planner.sequence import output_group, runs, too_large
 
 PROPERTY_SETTINGS = settings(
     max_examples=600,

@@ -16,13 +16,13 @@ from planner_catalogs import (
     topic,
 )
 
-from catalog import ConfigError, LiveFile, Snapshot
-from catalog.changes import append_files, create_topic, replace_files
-from catalog.config import TopicConfig
-from planner.config import HOUR_MS, MINUTE_MS, GiB, PlannerConfig
-from planner.job import MAX_LEVEL, Job
-from planner.maxlag import dirty_files
-from planner.plan import Plan, plan, plan_notes
+from compactor.catalog import ConfigError, LiveFile, Snapshot
+from compactor.catalog.changes import append_files, create_topic, replace_files
+from compactor.catalog.config import TopicConfig
+from compactor.planner.config import HOUR_MS, MINUTE_MS, GiB, PlannerConfig
+from compactor.planner.job import MAX_LEVEL, Job
+from compactor.planner.maxlag import dirty_files
+from compactor.planner.plan import Plan, plan, plan_notes
 
 C = compacted("c")
 P = plain("p")

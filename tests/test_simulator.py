@@ -10,10 +10,10 @@ from clirunner import assert_one_line_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.config import PlannerConfig
-from planner.plan import plan
-from planner.simulation.keys import KeyModel
-from planner.simulation.sim import Simulation, WorkerModel, Workload
+from compactor.planner.config import PlannerConfig
+from compactor.planner.plan import plan
+from compactor.planner.simulation.keys import KeyModel
+from compactor.planner.simulation.sim import Simulation, WorkerModel, Workload
 
 
 def _simulate(*args: str) -> dict[str, object]:

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pytest
 import test_worker_model
 
-import fileformat.batches as batches
-import fileformat.bitmap as bitmap
-import fileformat.ipc as ipc
-import fileformat.reader as reader
-import worker.partition as partition
-import worker.runner as runner
-from fileformat import (
+import compactor.fileformat.batches as batches
+import compactor.fileformat.bitmap as bitmap
+import compactor.fileformat.ipc as ipc
+import compactor.fileformat.reader as reader
+import compactor.worker.partition as partition
+import compactor.worker.runner as runner
+from compactor.fileformat import (
     FileWriter,
     FormatError,
     Record,
@@ -24,9 +24,9 @@ from fileformat import (
     batch_to_records,
     records_to_batch,
 )
-from fileformat.bitmap import OffsetSetBuilder
-from fileformat.framing import FRAME_HEADER
-from fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.bitmap import OffsetSetBuilder
+from compactor.fileformat.framing import FRAME_HEADER
+from compactor.fileformat.records import RECORD_SCHEMA
 
 
 def _records(rnd: random.Random, n: int, headers: bool) -> list[Record]:

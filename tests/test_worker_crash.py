@@ -18,11 +18,11 @@ from clirunner import run_cli
 from conftest import S3Endpoint, S3Url
 from worker_scenarios import make_topics
 
-from catalog import Catalog
-from ingest.agent import L0Ingest
-from ingest.workload import Workload
-from objectstore import LocalStore
-from objectstore.s3 import S3Store
+from compactor.catalog import Catalog
+from compactor.ingest.agent import L0Ingest
+from compactor.ingest.workload import Workload
+from compactor.objectstore import LocalStore
+from compactor.objectstore.s3 import S3Store
 
 NOW = 1_700_000_100_000
 
@@ -71,7 +71,7 @@ def _compact_cmd(root: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "cli.main",
+        "compactor.cli.main",
         "--store",
         str(root),
         "--now-ms",
@@ -159,7 +159,7 @@ def test_sigterm_aborts_the_job_and_its_upload(
     snap_before = catalog.snapshot()
     objects_before = {o.key: o.etag for o in s3_store.list("")}
     env = {**os.environ, **s3_url.env}
-    cmd = [sys.executable, "-m", "cli.main", *s3_url.cli_args, "--now-ms", str(NOW)]
+    cmd = [sys.executable, "-m", "compactor.cli.main", *s3_url.cli_args, "--now-ms", str(NOW)]
     proc = subprocess.Popen(
         [*cmd, "compact", "--full"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )

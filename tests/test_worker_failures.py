@@ -12,14 +12,14 @@ import pyarrow as pa
 import pytest
 from worker_scenarios import make_topics
 
-from catalog import Catalog, LiveFile
-from catalog.changes import append_files
-from fileformat import RECORD_SCHEMA, FileWriter, FormatError, reader
-from fileformat.framing import FRAME_HEADER, TAG_BATCH, encode_frame_header
-from objectstore import ObjectStore
-from planner.job import Job, JobInput
-from worker.kernel import KeyBuffer
-from worker.runner import run_job
+from compactor.catalog import Catalog, LiveFile
+from compactor.catalog.changes import append_files
+from compactor.fileformat import RECORD_SCHEMA, FileWriter, FormatError, reader
+from compactor.fileformat.framing import FRAME_HEADER, TAG_BATCH, encode_frame_header
+from compactor.objectstore import ObjectStore
+from compactor.planner.job import Job, JobInput
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import run_job
 
 NOW = 1_700_000_000_000
 PARTITIONS = 3

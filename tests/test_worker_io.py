@@ -10,16 +10,16 @@ from conftest import RequestLog, S3Endpoint
 from cutting_proxy import CuttingProxy
 from worker_scenarios import add_file, make_topics, read_live
 
-from catalog import Catalog, LiveFile
-from catalog.changes import append_files
-from catalog.verify import verify_store
-from fileformat import RECORD_SCHEMA, FileWriter, Record
-from objectstore import LocalStore, ObjectStore
-from objectstore.s3 import S3Store
-from planner.job import Job, JobInput
-from worker.kernel import KeyBuffer
-from worker.runner import run_job
-from worker.stats import JobProgress
+from compactor.catalog import Catalog, LiveFile
+from compactor.catalog.changes import append_files
+from compactor.catalog.verify import verify_store
+from compactor.fileformat import RECORD_SCHEMA, FileWriter, Record
+from compactor.objectstore import LocalStore, ObjectStore
+from compactor.objectstore.s3 import S3Store
+from compactor.planner.job import Job, JobInput
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import run_job
+from compactor.worker.stats import JobProgress
 
 NOW = 1_700_000_000_000
 

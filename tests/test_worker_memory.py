@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fileformat import (
+from compactor.fileformat import (
     RECORD_SCHEMA,
     FormatError,
     Record,
@@ -16,11 +16,11 @@ from fileformat import (
     records_to_batch,
     write_file,
 )
-from fileformat.reader import decode_fields
-from objectstore.local import LocalStore
-from worker.partition import phase1_fields
-from worker.policy import PartitionPolicy
-from worker.runner import (
+from compactor.fileformat.reader import decode_fields
+from compactor.objectstore.local import LocalStore
+from compactor.worker.partition import phase1_fields
+from compactor.worker.policy import PartitionPolicy
+from compactor.worker.runner import (
     MAX_STREAM_BUFFER,
     MIN_STREAM_BUFFER,
     READ_MEMORY_BUDGET,

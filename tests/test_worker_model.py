@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from kafka_model import TopicRules, compact, view
 from worker_scenarios import add_file, make_topics, read_file, read_live
 
-from catalog import Catalog
-from catalog.verify import verify_store
-from fileformat import Record
-from objectstore import LocalStore
-from planner.job import Job, JobInput
-from worker.kernel import ENTRY_BYTES, KeyBuffer
-from worker.runner import run_job
+from compactor.catalog import Catalog
+from compactor.catalog.verify import verify_store
+from compactor.fileformat import Record
+from compactor.objectstore import LocalStore
+from compactor.planner.job import Job, JobInput
+from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
+from compactor.worker.runner import run_job
 
 NOW = 1_700_000_000_000
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"\x00\xff"]

@@ -5,10 +5,16 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 
-from catalog import Catalog, LiveFile, TopicConfig
-from catalog.changes import append_files, create_topic
-from fileformat import FileWriter, Record, StreamReader, batch_to_records, records_to_batch
-from objectstore import ObjectStore
+from compactor.catalog import Catalog, LiveFile, TopicConfig
+from compactor.catalog.changes import append_files, create_topic
+from compactor.fileformat import (
+    FileWriter,
+    Record,
+    StreamReader,
+    batch_to_records,
+    records_to_batch,
+)
+from compactor.objectstore import ObjectStore
 
 TP = tuple[str, int]
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from catalog import Catalog
-from catalog.errors import CatalogError
-from catalog.garbage import DEFAULT_GRACE_MS, collect_garbage
-from objectstore import ObjectStore
-from planner.config import PlannerConfig
-from planner.job import Job
-from planner.plan import full_plan, plan
-from worker.kernel import KeyBuffer
-from worker.runner import StaleJob, run_job
-from worker.stats import JobProgress, JobReport
+from compactor.catalog import Catalog
+from compactor.catalog.errors import CatalogError
+from compactor.catalog.garbage import DEFAULT_GRACE_MS, collect_garbage
+from compactor.objectstore import ObjectStore
+from compactor.planner.config import PlannerConfig
+from compactor.planner.job import Job
+from compactor.planner.plan import full_plan, plan
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import StaleJob, run_job
+from compactor.worker.stats import JobProgress, JobReport
 
 DEFAULT_KEY_BUFFER_BYTES = 128 << 20
 

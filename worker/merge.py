@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from fileformat import SectionReader, StreamReader, section_key
+from compactor.fileformat import SectionReader, StreamReader, section_key
 
 
 class SectionMerge:

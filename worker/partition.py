@@ -35,8 +35,8 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fileformat import RECORD_SCHEMA
-from fileformat.batches import (
+from compactor.fileformat import RECORD_SCHEMA
+from compactor.fileformat.batches import (
     SMALL_BATCH,
     bitmap_bits,
     filter_batch,
@@ -44,9 +44,9 @@ from fileformat.batches import (
     strictly_increasing,
     validity_bits,
 )
-from worker.kernel import member_bits
-from worker.policy import PartitionPolicy, Rank, record_rank
-from worker.stats import CompactionStats
+from compactor.worker.kernel import member_bits
+from compactor.worker.policy import PartitionPolicy, Rank, record_rank
+from compactor.worker.stats import CompactionStats
 
 _HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
 _HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)

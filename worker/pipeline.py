@@ -32,12 +32,12 @@ from types import TracebackType
 
 import pyarrow as pa
 
-from catalog import CatalogError, LiveFile, Snapshot
-from fileformat import SectionReader
-from planner.job import Job
-from worker.merge import SectionMerge
-from worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
-from worker.policy import PartitionPolicy
+from compactor.catalog import CatalogError, LiveFile, Snapshot
+from compactor.fileformat import SectionReader
+from compactor.planner.job import Job
+from compactor.worker.merge import SectionMerge
+from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
+from compactor.worker.policy import PartitionPolicy
 
 MAX_KEEP_SETS = 2
 MAX_ITEMS = 16

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog import TopicConfig
+from compactor.catalog import TopicConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,17 +18,23 @@ from contextlib import ExitStack
 
 import pyarrow as pa
 
-from catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
-from catalog.changes import live_run_start, replace_files
-from fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
-from fileformat.writer import MIN_COMPRESS_BYTES
-from objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
-from planner.job import OUTPUT_GROUPS, Job
-from worker.memory import use_lean_memory_pool
-from worker.merge import SectionMerge
-from worker.partition import KeyIndex, copy_partition, phase2_windows
-from worker.pipeline import Phase1Inline, Phase1Thread, pipelined
-from worker.stats import CompactionStats, FileStats, JobProgress, JobReport, ProgressReporter
+from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
+from compactor.catalog.changes import live_run_start, replace_files
+from compactor.fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
+from compactor.fileformat.writer import MIN_COMPRESS_BYTES
+from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
+from compactor.planner.job import OUTPUT_GROUPS, Job
+from compactor.worker.memory import use_lean_memory_pool
+from compactor.worker.merge import SectionMerge
+from compactor.worker.partition import KeyIndex, copy_partition, phase2_windows
+from compactor.worker.pipeline import Phase1Inline, Phase1Thread, pipelined
+from compactor.worker.stats import (
+    CompactionStats,
+    FileStats,
+    JobProgress,
+    JobReport,
+    ProgressReporter,
+)
 
 READ_MEMORY_BUDGET = 32 << 20
 """What a job's open GET streams may buffer in all (read buffers, body chunks): the job

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import functools
 
-from catalog import Snapshot
-from fileformat import batch_to_records, read_section
-from objectstore import ObjectStore
-from worker.policy import header_value, record_rank
+from compactor.catalog import Snapshot
+from compactor.fileformat import batch_to_records, read_section
+from compactor.objectstore import ObjectStore
+from compactor.worker.policy import header_value, record_rank
 
 View = dict[bytes, bytes]
 

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from catalog import LiveFile, Snapshot, TopicConfig
-from catalog.changes import append_files, create_topic, replace_files
-from fileformat import SectionMeta
-from planner.config import PlannerConfig
-from planner.job import MAX_LEVEL, Job
-from planner.maxlag import dirty_files, dirty_since_ms
-from planner.plan import Plan
-from planner.simulation.keys import KeyModel
+from compactor.catalog import LiveFile, Snapshot, TopicConfig
+from compactor.catalog.changes import append_files, create_topic, replace_files
+from compactor.fileformat import SectionMeta
+from compactor.planner.config import PlannerConfig
+from compactor.planner.job import MAX_LEVEL, Job
+from compactor.planner.maxlag import dirty_files, dirty_since_ms
+from compactor.planner.plan import Plan
+from compactor.planner.simulation.keys import KeyModel
 
 TOPIC = "sim"
 Policy = Callable[[Snapshot, int, frozenset[str]], Plan]

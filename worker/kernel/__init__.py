@@ -46,7 +46,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from worker.kernel import _keybuffer
+from compactor.worker.kernel import _keybuffer
 
 __all__ = [
     "DEFAULT_CAPACITY_BYTES",
