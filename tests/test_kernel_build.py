@@ -73,7 +73,7 @@ def test_portable_build_without_openssl(tmp_path: Path) -> None:
     )
     assert build.returncode == 0, build.stdout + build.stderr
     assert "warning" not in build.stderr.lower(), build.stderr
-    (so,) = (tmp_path / "lib" / "worker" / "kernel").glob("_keybuffer*")
+    (so,) = (tmp_path / "lib" / "compactor" / "worker" / "kernel").glob("_keybuffer*")
     check = subprocess.run(
         [sys.executable, "-c", CHECK, str(so)], capture_output=True, text=True, check=False
     )
