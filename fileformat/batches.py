@@ -22,7 +22,10 @@ RECORD_OVERHEAD = 16
 MAX_RECORD_WEIGHT = 128 << 20
 """The writer rejects a record whose batching weight is larger (see ``plan_slices``)."""
 
-_OFFSET, _TIMESTAMP, _KEY, _VALUE, _HEADERS = range(5)
+_OFFSET, _TIMESTAMP, _KEY, _VALUE, _HEADERS, _HORIZON = range(6)
+NO_HORIZON = (1 << 63) - 1
+"""How the trailer and the footer write "no tombstone has a delete horizon" (a horizon this
+late, never reached, reads the same)."""
 SMALL_BATCH = 64
 """Batches with at most this many records take pure-Python paths: a compute call costs
 more than it saves there."""
@@ -213,6 +216,9 @@ class BatchStats:
     uncompressed_bytes: int
     min_timestamp: int
     max_timestamp: int
+    min_delete_horizon: int | None = None
+    """The earliest ``delete_horizon`` of a tombstone among the records, None if none has
+    one."""
 
     def section_meta(self, topic: str, partition: int, position: int, length: int) -> SectionMeta:
         """The metadata of a section holding exactly these records at ``position``."""
@@ -228,6 +234,7 @@ class BatchStats:
             tombstones=self.tombstones,
             position=position,
             length=length,
+            min_delete_horizon=self.min_delete_horizon,
         )
 
     def then(self, later: BatchStats) -> BatchStats:
@@ -240,7 +247,31 @@ class BatchStats:
             self.uncompressed_bytes + later.uncompressed_bytes,
             min(self.min_timestamp, later.min_timestamp),
             max(self.max_timestamp, later.max_timestamp),
+            _earliest(self.min_delete_horizon, later.min_delete_horizon),
         )
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def tombstone_horizon(batch: pa.RecordBatch) -> int | None:
+    """The earliest ``delete_horizon`` among the batch's tombstones (a horizon on a record
+    with a value does not count), None if no tombstone has one."""
+    values, horizons = batch.column(_VALUE), batch.column(_HORIZON)
+    n = batch.num_rows
+    if not values.null_count or horizons.null_count == n:
+        return None
+    if n <= SMALL_BATCH:
+        rows = ~validity_bits(values) & validity_bits(horizons)
+        view = int64_view(horizons)
+        earliest = min((view[i] for i in range(n) if rows >> i & 1), default=None)
+    else:
+        on_tombstones = pc.if_else(pc.is_null(values), horizons, pa.scalar(None, pa.int64()))
+        earliest = pc.min(on_tombstones).as_py()
+    return None if earliest is None or earliest == NO_HORIZON else int(earliest)
 
 
 def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) -> BatchStats:
@@ -265,6 +296,7 @@ def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) ->
         ),
         min_timestamp=min_ts,
         max_timestamp=max_ts,
+        min_delete_horizon=tombstone_horizon(batch),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from compactor.fileformat.batches import BatchStats
+from compactor.fileformat.batches import NO_HORIZON, BatchStats
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -20,12 +20,15 @@ from compactor.fileformat.framing import (
 from compactor.fileformat.meta import SectionMeta, section_key
 from compactor.fileformat.section import encode_topic, read_topic_partition, stats_problem
 
-FOOTER_ENTRY: Final = struct.Struct("<QQqqQQQqq")
+FOOTER_ENTRY: Final = struct.Struct("<QQqqQQQqqq")
 """After topic and partition: position, length, first offset, last offset, record count,
-tombstones, uncompressed bytes, min timestamp, max timestamp."""
+tombstones, uncompressed bytes, min timestamp, max timestamp, min delete horizon."""
+FOOTER_ENTRY_V1: Final = struct.Struct("<QQqqQQQqq")
+"""FOOTER_ENTRY of version 1, without the min delete horizon."""
 
 
 def encode_footer(sections: list[SectionMeta]) -> bytes:
+    """A version-2 footer payload."""
     parts = [U32.pack(len(sections))]
     for s in sections:
         raw = encode_topic(s.topic)
@@ -41,15 +44,17 @@ def encode_footer(sections: list[SectionMeta]) -> bytes:
                 s.uncompressed_bytes,
                 s.min_timestamp,
                 s.max_timestamp,
+                NO_HORIZON if s.min_delete_horizon is None else s.min_delete_horizon,
             )
         )
     return b"".join(parts)
 
 
 def parse_footer(
-    payload: bytes, base: int, object_name: str, footer_frame_at: int
+    payload: bytes, base: int, object_name: str, footer_frame_at: int, version: int
 ) -> tuple[SectionMeta, ...]:
-    """Decodes the footer payload (at absolute ``base``) and checks the index it describes.
+    """Decodes the footer payload (at absolute ``base``) of a file of format ``version``
+    and checks the index it describes.
 
     Invariants: sections are strictly sorted by (topic UTF-8 bytes, partition); they tile
     the file from the end of the file header to ``footer_frame_at`` without gaps; each
@@ -57,7 +62,8 @@ def parse_footer(
     """
     cur = Cursor(payload, base, object_name)
     (count,) = cur.unpack(U32, "footer section count")
-    min_entry = U16.size + 1 + 4 + FOOTER_ENTRY.size
+    entry = FOOTER_ENTRY if version >= 2 else FOOTER_ENTRY_V1
+    min_entry = U16.size + 1 + 4 + entry.size
     if count * min_entry > cur.remaining:
         raise cur.error(f"footer claims {count} sections, which cannot fit", base)
     sections: list[SectionMeta] = []
@@ -66,9 +72,10 @@ def parse_footer(
     for _ in range(count):
         at = cur.position
         topic, partition = read_topic_partition(cur, "footer entry")
-        (position, length, first, last, records, tombstones, nbytes, min_ts, max_ts) = cur.unpack(
-            FOOTER_ENTRY, "footer entry"
+        (position, length, first, last, records, tombstones, nbytes, min_ts, max_ts, *rest) = (
+            cur.unpack(entry, "footer entry")
         )
+        horizon = None if not rest or rest[0] == NO_HORIZON else rest[0]
         key = section_key(topic, partition)
         if previous is not None and key <= previous:
             raise cur.error(f"section {topic}/{partition} is out of order in the footer", at)
@@ -80,7 +87,7 @@ def parse_footer(
                 at,
             )
         problem = stats_problem(
-            BatchStats(first, last, records, tombstones, nbytes, min_ts, max_ts)
+            BatchStats(first, last, records, tombstones, nbytes, min_ts, max_ts, horizon)
         )
         if problem is not None:
             raise cur.error(f"section {topic}/{partition}: impossible stats: {problem}", at)
@@ -98,6 +105,7 @@ def parse_footer(
                 tombstones,
                 position,
                 length,
+                horizon,
             )
         )
     cur.expect_end("the footer's sections")

@@ -14,8 +14,9 @@ from typing import Any, Final
 from compactor.fileformat.errors import FormatError
 
 MAGIC: Final = b"\x89KCF\r\n\x1a\n"
-FORMAT_VERSION: Final = 1
-SUPPORTED_VERSIONS: Final = frozenset({FORMAT_VERSION})
+FORMAT_VERSION: Final = 2
+"""The version the writer writes (FORMAT.md, "Evolution": what changed from version 1)."""
+SUPPORTED_VERSIONS: Final = frozenset({1, FORMAT_VERSION})
 
 FILE_HEADER: Final = struct.Struct("<8sII")  # magic, format version, flags (zero)
 FRAME_HEADER: Final = struct.Struct("<4sII")  # tag, payload length, crc

@@ -10,15 +10,15 @@ decodes, then fully validates the batch.
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.ipc
 
 from compactor.fileformat.batches import batch_problem
 from compactor.fileformat.errors import FormatError
-from compactor.fileformat.framing import MAX_DECODED_BATCH, MAX_EXPANSION
-from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.framing import FORMAT_VERSION, MAX_DECODED_BATCH, MAX_EXPANSION
+from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
 
 COMPRESSIONS: Final = (None, "zstd", "lz4")
 
@@ -33,6 +33,13 @@ delete_horizon."""
 BUFFERS: Final = 21
 """Validity + data for the three int64 columns, validity + offsets + data for each of the four
 binary/string columns, validity + offsets for the list, validity for the struct."""
+FIELD_NODES_V1: Final = 8
+BUFFERS_V1: Final = 19
+"""Field nodes and buffers of RECORD_SCHEMA_V1 (no delete_horizon), found in version 1."""
+_SCHEMAS: Final = {
+    (FIELD_NODES, BUFFERS): RECORD_SCHEMA,
+    (FIELD_NODES_V1, BUFFERS_V1): RECORD_SCHEMA_V1,
+}
 
 _PREFIX = struct.Struct("<Ii")
 _U8 = struct.Struct("<B")
@@ -103,7 +110,7 @@ class BatchEncoder:
             return _encode_plain(batch)
         assert self._compressing is not None
         payload = self._compressing.encode(batch)
-        _, decoded = check_message(payload, 0, "<encoder>", check_expansion=False)
+        decoded = inspect_message(payload, 0, "<encoder>", check_expansion=False).decoded
         if decoded > MAX_EXPANSION * len(payload):
             return _encode_plain(batch)
         return payload
@@ -171,9 +178,20 @@ class _Flatbuffer:
         return pos + 4, count
 
 
+class Message(NamedTuple):
+    """What ``inspect_message`` learnt of a message it accepted."""
+
+    rows: int
+    decoded: int
+    """The body's bytes once decompressed."""
+    compressed: bool
+    schema: pa.Schema
+    """RECORD_SCHEMA, or RECORD_SCHEMA_V1 for a version-1 batch without delete_horizon."""
+
+
 _CHECKED_LIMIT = 4096
-_checked: dict[tuple[bytes, int], tuple[int, int]] = {}
-"""Uncompressed messages ``check_message`` accepted, by their prefix and metadata and the
+_checked: dict[tuple[bytes, int], Message] = {}
+"""Uncompressed messages ``inspect_message`` accepted, by their prefix and metadata and the
 payload's length (all that the check reads of an uncompressed message): the two pointers of
 a job read every batch twice, and the second check of the same bytes is then a dictionary
 hit. Bounded (cleared when full); only ever holds accepted messages, so every rejection is
@@ -181,47 +199,67 @@ computed afresh."""
 
 
 def check_message(
-    payload: bytes, position: int, object_name: str, *, check_expansion: bool = True
+    payload: bytes,
+    position: int,
+    object_name: str,
+    *,
+    check_expansion: bool = True,
+    version: int = FORMAT_VERSION,
 ) -> tuple[int, int]:
     """Checks that ``payload`` is one RecordBatch message Arrow can decode within bounds.
 
     Verifies the encapsulation, metadata version, message type, body length, the field-node
-    and buffer counts of RECORD_SCHEMA, that every buffer lies inside the body, and that the
-    decompressed body (each compressed buffer declares its size) is at most
-    MAX_DECODED_BATCH. Returns (row count, decoded body bytes). ``position`` is the
-    payload's absolute position.
+    and buffer counts of RECORD_SCHEMA (or, in a ``version``-1 file, of RECORD_SCHEMA_V1),
+    that every buffer lies inside the body, and that the decompressed body (each
+    compressed buffer declares its size) is at most MAX_DECODED_BATCH. Returns (row count,
+    decoded body bytes). ``position`` is the payload's absolute position.
     """
-    rows, decoded, _ = check_message_compression(
-        payload, position, object_name, check_expansion=check_expansion
+    m = inspect_message(
+        payload, position, object_name, check_expansion=check_expansion, version=version
     )
-    return rows, decoded
+    return m.rows, m.decoded
 
 
-def check_message_compression(
-    payload: bytes, position: int, object_name: str, *, check_expansion: bool = True
-) -> tuple[int, int, bool]:
-    """``check_message``, also saying whether the body is compressed."""
+def inspect_message(
+    payload: bytes,
+    position: int,
+    object_name: str,
+    *,
+    check_expansion: bool = True,
+    version: int = FORMAT_VERSION,
+) -> Message:
+    """``check_message``, also saying whether the body is compressed and its schema."""
+    m = _memo_check(payload, position, object_name, check_expansion)
+    if m.schema is not RECORD_SCHEMA and version != 1:
+        raise FormatError(
+            object_name,
+            position,
+            f"Arrow message: a batch without delete_horizon ({FIELD_NODES_V1} field nodes) "
+            f"in a version-{version} file",
+        )
+    return m
+
+
+def _memo_check(payload: bytes, position: int, object_name: str, check_expansion: bool) -> Message:
     if type(payload) is bytes and len(payload) >= _PREFIX.size:
         meta_len = _PREFIX.unpack_from(payload, 0)[1]
         if 0 < meta_len <= len(payload) - _PREFIX.size:
             key = (payload[: _PREFIX.size + meta_len], len(payload))
             hit = _checked.get(key)
             if hit is not None:
-                return hit[0], hit[1], False
-            rows, decoded, compressed = _check_message(
-                payload, position, object_name, check_expansion
-            )
-            if not compressed:
+                return hit
+            m = _check_message(payload, position, object_name, check_expansion)
+            if not m.compressed:
                 if len(_checked) >= _CHECKED_LIMIT:
                     _checked.clear()
-                _checked[key] = (rows, decoded)
-            return rows, decoded, compressed
+                _checked[key] = m
+            return m
     return _check_message(payload, position, object_name, check_expansion)
 
 
 def _check_message(
     payload: bytes, position: int, object_name: str, check_expansion: bool
-) -> tuple[int, int, bool]:
+) -> Message:
 
     def fail(reason: str, at: int = 0) -> FormatError:
         return FormatError(object_name, position + at, f"Arrow message: {reason}")
@@ -253,11 +291,13 @@ def _check_message(
     if not 1 <= rows <= MAX_DECODED_BATCH // 16:
         raise fb.error(f"impossible row count {rows}")
     _, nodes = fb.vector(batch, 1, 16)
-    if nodes != FIELD_NODES:
-        raise fb.error(f"{nodes} field nodes, RECORD_SCHEMA has {FIELD_NODES}")
     buffers_at, buffers = fb.vector(batch, 2, 16)
-    if buffers != BUFFERS:
-        raise fb.error(f"{buffers} buffers, RECORD_SCHEMA has {BUFFERS}")
+    schema = _SCHEMAS.get((nodes, buffers))
+    if schema is None:
+        raise fb.error(
+            f"{nodes} field nodes and {buffers} buffers, RECORD_SCHEMA has {FIELD_NODES} "
+            f"and {BUFFERS}"
+        )
     if fb.vector(batch, 4, 8)[1]:
         raise fb.error("variadic buffer counts present; RECORD_SCHEMA has no view types")
     compression_at = fb.ref(batch, 3)
@@ -291,22 +331,38 @@ def _check_message(
             f"decoded body of {decoded} bytes is more than {MAX_EXPANSION} times the "
             f"{len(payload)}-byte payload"
         )
-    return int(rows), decoded, bool(compression_at)
+    return Message(int(rows), decoded, bool(compression_at), schema)
 
 
-def decode_batch(payload: bytes, position: int, object_name: str) -> pa.RecordBatch:
-    """Decodes a batch frame's payload whose CRC the caller has verified.
+def decode_batch(
+    payload: bytes, position: int, object_name: str, version: int = FORMAT_VERSION
+) -> pa.RecordBatch:
+    """Decodes a batch frame's payload whose CRC the caller has verified; ``version`` is
+    the file's format version.
 
     Returns a non-empty batch of RECORD_SCHEMA that passed Arrow's full validation and
     ``batch_problem``; anything else is a FormatError at ``position`` (the payload's start).
+    A version-1 batch without delete_horizon gets a null one.
     """
-    rows, _ = check_message(payload, position, object_name)
+    m = inspect_message(payload, position, object_name, version=version)
     try:
-        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), RECORD_SCHEMA)
+        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), m.schema)
         batch.validate(full=True)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
-    problem = batch_problem(batch) if batch.num_rows == rows else f"{batch.num_rows} rows decoded"
+    batch = with_horizons(batch)
+    problem = batch_problem(batch) if batch.num_rows == m.rows else f"{batch.num_rows} rows decoded"
     if problem is not None:
         raise FormatError(object_name, position, f"invalid batch: {problem}")
     return batch
+
+
+_HORIZON_FIELD = RECORD_SCHEMA.field("delete_horizon")
+
+
+def with_horizons(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch``, given a null ``delete_horizon`` column last if it has none (a batch of
+    RECORD_SCHEMA_V1, or some of its columns)."""
+    if _HORIZON_FIELD.name in batch.schema.names:
+        return batch
+    return batch.append_column(_HORIZON_FIELD, pa.nulls(batch.num_rows, pa.int64()))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -24,6 +24,11 @@ class SectionMeta:
     per record 16 + len(key) + len(value) + sum over headers of len(UTF-8 key) + len(value),
     a null key or value counting 0. ``tombstones`` counts records whose value is null.
     ``position`` and ``length`` are the section's byte range in the file.
+
+    ``min_delete_horizon`` is the earliest ``delete_horizon`` of the section's tombstones
+    (the time from which a compaction may start dropping them), None if none has one or
+    the file is of version 1, which does not record it. It takes no part in equality: a
+    section described by a catalog that predates it cannot know it.
     """
 
     topic: str
@@ -37,26 +42,37 @@ class SectionMeta:
     tombstones: int
     position: int
     length: int
+    min_delete_horizon: int | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SectionMeta:
-        """Inverse of ``to_json``; ValueError if a field is missing, extra or mistyped."""
+        """Inverse of ``to_json``; ValueError if a field is missing, extra or mistyped.
+
+        ``min_delete_horizon`` may be missing (JSON written before it existed): None.
+        """
         names = [f.name for f in fields(cls)]
-        if set(d) != set(names):
+        if not set(names) - {"min_delete_horizon"} <= set(d) <= set(names):
             raise ValueError(f"section metadata fields {sorted(d)} are not {sorted(names)}")
         topic = d["topic"]
         if not isinstance(topic, str):
             raise ValueError(f"section topic must be a string, not {topic!r}")
+        horizon = d.get("min_delete_horizon")
+        if horizon is not None and not _is_int(horizon):
+            raise ValueError(f"section min_delete_horizon must be an integer or null: {horizon!r}")
         ints: dict[str, int] = {}
-        for name in names[1:]:
+        for name in names[1:-1]:
             value = d[name]
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not _is_int(value):
                 raise ValueError(f"section field {name} must be an integer, not {value!r}")
             ints[name] = value
-        return cls(topic=topic, **ints)
+        return cls(topic=topic, **ints, min_delete_horizon=horizon)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -88,7 +89,7 @@ def read_footer(
         raise FormatError(object_name, tail_at + 4, "file tail CRC differs from the footer's")
     if start == 0 and check_file_header(Cursor(data, 0, object_name)) != version:
         raise FormatError(object_name, 8, "file header and tail disagree on the version")
-    sections = parse_footer(payload, footer_at + FRAME_HEADER.size, object_name, footer_at)
+    sections = parse_footer(payload, footer_at + FRAME_HEADER.size, object_name, footer_at, version)
     return FileMeta(sections, size, version)
 
 
@@ -140,11 +141,14 @@ class _SectionLayout:
         cur = Cursor(frame, pos + trailer_at, object_name)
         payload = parse_frame(cur, TAG_TRAILER, "section trailer")
         cur.expect_end("the section trailer")
+        # The file's version is unknown here: the trailer says its own.
         self.trailer: Trailer = parse_trailer(
             payload, pos + trailer_at + FRAME_HEADER.size, object_name
         )
         self.trailer_at = trailer_at
-        if self.trailer.stats != _meta_stats(meta):
+        # ``meta`` may come from a catalog that does not keep the min delete horizon, so
+        # only the other stats are compared (the footer's is checked by a streaming read).
+        if replace(self.trailer.stats, min_delete_horizon=None) != _meta_stats(meta):
             raise FormatError(
                 object_name,
                 pos + trailer_at,
@@ -208,7 +212,9 @@ class _SectionLayout:
                         at,
                         "batch frame does not end where the batch index says the next one starts",
                     )
-                batch = decode_batch(payload, at + FRAME_HEADER.size, self.object_name)
+                batch = decode_batch(
+                    payload, at + FRAME_HEADER.size, self.object_name, self.trailer.version
+                )
                 if batch_first(batch) != index[j][0]:
                     raise FormatError(
                         self.object_name,
@@ -281,7 +287,7 @@ def read_section(
             batch = batch.slice(i) if i else batch
             target = None
         yield batch
-    if start == 0 and stats != trailer.stats:
+    if start == 0 and (stats is None or not trailer.agrees(stats)):
         raise FormatError(
             object_name,
             meta.position + layout.trailer_at,

@@ -23,6 +23,7 @@ from compactor.fileformat.footer import parse_footer, parse_tail
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
+    FORMAT_VERSION,
     FRAME_HEADER,
     SECTION_END,
     TAG_BATCH,
@@ -35,10 +36,10 @@ from compactor.fileformat.framing import (
     describe_tag,
     verify_frame,
 )
-from compactor.fileformat.ipc import check_message_compression, decode_batch
+from compactor.fileformat.ipc import decode_batch, inspect_message, with_horizons
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
-from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
 from compactor.fileformat.section import parse_section_end, parse_section_header, parse_trailer
 
 __all__ = [
@@ -56,15 +57,15 @@ READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
 
 
-def _schema_message() -> bytes:
-    """RECORD_SCHEMA's IPC schema message: prefixed to a batch frame's payload it makes an
-    IPC stream (FORMAT.md 6.2), which Arrow can read with only some fields decoded."""
+def _schema_message(schema: pa.Schema) -> bytes:
+    """A schema's IPC schema message: prefixed to a batch frame's payload it makes an IPC
+    stream (FORMAT.md 6.2), which Arrow can read with only some fields decoded."""
     sink = pa.BufferOutputStream()
-    pa.ipc.new_stream(sink, RECORD_SCHEMA).close()
+    pa.ipc.new_stream(sink, schema).close()
     return bytes(sink.getvalue().to_pybytes()[:-8])  # without the end-of-stream marker
 
 
-_SCHEMA_MESSAGE = _schema_message()
+_SCHEMA_MESSAGES = {len(s): _schema_message(s) for s in (RECORD_SCHEMA, RECORD_SCHEMA_V1)}
 _FIELD_INDEX = {name: i for i, name in enumerate(RECORD_SCHEMA.names)}
 _read_options: dict[tuple[int, ...], pa.ipc.IpcReadOptions] = {}
 
@@ -78,7 +79,11 @@ def _field_indices(fields: Sequence[str]) -> tuple[int, ...]:
 
 
 def decode_fields(
-    payload: bytes, position: int, object_name: str, fields: Sequence[str]
+    payload: bytes,
+    position: int,
+    object_name: str,
+    fields: Sequence[str],
+    version: int = FORMAT_VERSION,
 ) -> pa.RecordBatch:
     """Like ``decode_batch``, but decodes only ``fields`` of RECORD_SCHEMA (and always
     ``offset``): the other columns' buffers are neither decompressed nor validated. (An
@@ -88,25 +93,30 @@ def decode_fields(
 
     The message is checked (``check_message``) exactly as for a whole decode, and what is
     decoded passes Arrow's full validation, the non-null rules of RECORD_SCHEMA and the
-    offset order. The batch has only those columns, in schema order.
+    offset order. The batch has only those columns, in schema order (a version-1 batch
+    without delete_horizon gives a null one if asked).
     """
     indices = _field_indices(fields)
     if len(indices) == len(RECORD_SCHEMA):
-        return decode_batch(payload, position, object_name)
-    rows, _, compressed = check_message_compression(payload, position, object_name)
-    if not compressed:
-        return decode_batch(payload, position, object_name).select(list(indices))
-    options = _read_options.get(indices)
+        return decode_batch(payload, position, object_name, version)
+    message = inspect_message(payload, position, object_name, version=version)
+    if not message.compressed:
+        return decode_batch(payload, position, object_name, version).select(list(indices))
+    stored = tuple(i for i in indices if i < len(message.schema))
+    options = _read_options.get(stored)
     if options is None:
-        options = _read_options[indices] = pa.ipc.IpcReadOptions(included_fields=list(indices))
+        options = _read_options[stored] = pa.ipc.IpcReadOptions(included_fields=list(stored))
+    prefix = _SCHEMA_MESSAGES[len(message.schema)]
     try:
-        stream = pa.ipc.open_stream(pa.py_buffer(_SCHEMA_MESSAGE + payload), options=options)
+        stream = pa.ipc.open_stream(pa.py_buffer(prefix + payload), options=options)
         batch = stream.read_next_batch()
         batch.validate(full=True)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
-    if batch.num_rows != rows:
-        problem: str | None = f"{batch.num_rows} rows decoded, the message says {rows}"
+    if stored != indices:
+        batch = with_horizons(batch)
+    if batch.num_rows != message.rows:
+        problem: str | None = f"{batch.num_rows} rows decoded, the message says {message.rows}"
     else:
         names = batch.schema.names
         problem = columns_problem(
@@ -248,7 +258,8 @@ class StreamReader:
     ) -> FileMeta:
         inp = self._input
         name = self.object_name
-        sections = parse_footer(payload, at + FRAME_HEADER.size, name, at)
+        assert self.format_version is not None
+        sections = parse_footer(payload, at + FRAME_HEADER.size, name, at, self.format_version)
         tail_at = inp.position
         tail_length, tail_crc, version = parse_tail(
             inp.read(FILE_TAIL.size, "file tail"), tail_at, name
@@ -269,7 +280,7 @@ class StreamReader:
                 name, at, f"footer lists {len(sections)} sections, the file has {len(streamed)}"
             )
         for listed, seen in zip(sections, streamed, strict=True):
-            if listed != seen:
+            if listed != seen or listed.min_delete_horizon != seen.min_delete_horizon:
                 raise FormatError(
                     name, at, f"footer entry {listed} disagrees with the section streamed: {seen}"
                 )
@@ -340,12 +351,14 @@ class SectionReader:
         if not decode:
             self._all_decoded = False
             return None
+        version = self._stream.format_version
+        assert version is not None
         if fields is None:
-            batch = decode_batch(payload, at + FRAME_HEADER.size, name)
+            batch = decode_batch(payload, at + FRAME_HEADER.size, name, version)
             stats = batch_stats(batch)
             first, last = stats.first_offset, stats.last_offset
         else:
-            batch = decode_fields(payload, at + FRAME_HEADER.size, name, fields)
+            batch = decode_fields(payload, at + FRAME_HEADER.size, name, fields, version)
             view = int64_view(batch.column(0))
             first, last = view[0], view[-1]
         if self._last_offset is not None and first <= self._last_offset:
@@ -369,7 +382,7 @@ class SectionReader:
         name = self._stream.object_name
         if not self._positions:
             raise FormatError(name, at, "section has no batches")
-        trailer = parse_trailer(payload, at + FRAME_HEADER.size, name)
+        trailer = parse_trailer(payload, at + FRAME_HEADER.size, name, self._stream.format_version)
         end_at = inp.position
         recorded = parse_section_end(inp.read(SECTION_END.size, "section end"), end_at, name)
         if recorded != FRAME_HEADER.size + length:
@@ -385,7 +398,7 @@ class SectionReader:
             raise FormatError(
                 name, at, "trailer's batch index does not match the batches' first offsets"
             )
-        if self._all_decoded and trailer.stats != self._stats:
+        if self._all_decoded and (self._stats is None or not trailer.agrees(self._stats)):
             raise FormatError(
                 name, at, f"trailer stats {trailer.stats} disagree with the records {self._stats}"
             )

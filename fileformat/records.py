@@ -28,6 +28,10 @@ RECORD_SCHEMA = pa.schema(
     ]
 )
 
+RECORD_SCHEMA_V1 = pa.schema(list(RECORD_SCHEMA)[:5])
+"""The record schema of version-1 files written before ``delete_horizon`` existed: readers
+decode their batches as RECORD_SCHEMA with a null ``delete_horizon``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Record:

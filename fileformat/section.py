@@ -8,10 +8,10 @@ bitmap; ``parse_trailer`` checks that these agree with each other before anyone 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
-from compactor.fileformat.batches import RECORD_OVERHEAD, BatchStats
+from compactor.fileformat.batches import NO_HORIZON, RECORD_OVERHEAD, BatchStats
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32, OffsetSet
 from compactor.fileformat.framing import (
     FRAME_HEADER,
@@ -23,9 +23,13 @@ from compactor.fileformat.framing import (
     Cursor,
 )
 
-TRAILER_FIXED: Final = struct.Struct("<qqQQQqqIB3x")
+TRAILER_FIXED: Final = struct.Struct("<qqQQQqqIBB2x")
 """first offset, last offset, record count, tombstones, uncompressed bytes, min timestamp,
-max timestamp, batch count, bitmap kind, 3 zero bytes."""
+max timestamp, batch count, bitmap kind, flags, 2 zero bytes: the part common to both
+versions (in version 1 the flags byte is zero)."""
+TRAILER_HORIZON: Final = struct.Struct("<q")
+"""Version 2 only (flags bit 0), after the common part: the min delete horizon."""
+FLAG_HORIZON: Final = 1
 INDEX_ENTRY: Final = struct.Struct("<qQ")  # first offset of the batch, its frame's position
 
 
@@ -95,9 +99,20 @@ class Trailer:
     stats: BatchStats
     index: tuple[tuple[int, int], ...]  # (first offset, frame position in the section)
     offsets: OffsetSet
+    version: int
+    """The format version the trailer is laid out in: 1 (no min delete horizon, so
+    ``stats.min_delete_horizon`` is None) or 2."""
+
+    def agrees(self, records: BatchStats) -> bool:
+        """Whether the trailer's stats are those of ``records`` (the section's records), as
+        far as its version records them."""
+        if self.version == 1:
+            records = replace(records, min_delete_horizon=None)
+        return self.stats == records
 
 
 def encode_trailer(stats: BatchStats, index: list[tuple[int, int]], offsets: OffsetSet) -> bytes:
+    """A version-2 trailer payload."""
     fixed = TRAILER_FIXED.pack(
         stats.first_offset,
         stats.last_offset,
@@ -108,20 +123,37 @@ def encode_trailer(stats: BatchStats, index: list[tuple[int, int]], offsets: Off
         stats.max_timestamp,
         len(index),
         offsets.kind,
+        FLAG_HORIZON,
     )
+    horizon = NO_HORIZON if stats.min_delete_horizon is None else stats.min_delete_horizon
     entries = b"".join(INDEX_ENTRY.pack(o, p) for o, p in index)
-    return fixed + entries + offsets.serialize()
+    return fixed + TRAILER_HORIZON.pack(horizon) + entries + offsets.serialize()
 
 
-def parse_trailer(payload: bytes, base: int, object_name: str) -> Trailer:
-    """Decodes and checks a trailer payload that starts at absolute position ``base``."""
+def parse_trailer(
+    payload: bytes, base: int, object_name: str, version: int | None = None
+) -> Trailer:
+    """Decodes and checks a trailer payload that starts at absolute position ``base``.
+
+    ``version`` is the file's format version, None when the caller does not know it (it
+    holds a section's position and length only): the trailer's flags then say it.
+    """
     cur = Cursor(payload, base, object_name)
-    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind) = cur.unpack(
+    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags) = cur.unpack(
         TRAILER_FIXED, "section trailer"
     )
-    if payload[TRAILER_FIXED.size - 3 : TRAILER_FIXED.size] != b"\0\0\0":
-        raise cur.error("reserved trailer bytes are not zero", base + TRAILER_FIXED.size - 3)
-    stats = BatchStats(first, last, count, tombstones, nbytes, min_ts, max_ts)
+    if payload[TRAILER_FIXED.size - 2 : TRAILER_FIXED.size] != b"\0\0":
+        raise cur.error("reserved trailer bytes are not zero", base + TRAILER_FIXED.size - 2)
+    layout = _trailer_version(flags, version)
+    if layout is None:
+        raise cur.error(
+            f"trailer flags {flags:#x} in a version-{version} file", base + TRAILER_FIXED.size - 3
+        )
+    horizon = None
+    if layout == 2:
+        (raw,) = cur.unpack(TRAILER_HORIZON, "section trailer")
+        horizon = None if raw == NO_HORIZON else raw
+    stats = BatchStats(first, last, count, tombstones, nbytes, min_ts, max_ts, horizon)
     problem = stats_problem(stats)
     if problem is None and not 1 <= batches <= count:
         problem = f"{batches} batches for {count} records"
@@ -167,7 +199,14 @@ def parse_trailer(payload: bytes, base: int, object_name: str) -> Trailer:
     for o, _ in index:
         if o - first not in relative:
             raise cur.error(f"batch index offset {o} is not in the offset bitmap", index_at)
-    return Trailer(stats, index, offsets)
+    return Trailer(stats, index, offsets, layout)
+
+
+def _trailer_version(flags: int, version: int | None) -> int | None:
+    """The version a trailer with these flags is laid out in, None if it cannot be one
+    of ``version`` (or of any version, when that is None)."""
+    layout = {0: 1, FLAG_HORIZON: 2}.get(flags)
+    return layout if version is None or layout == version else None
 
 
 def stats_problem(s: BatchStats) -> str | None:
@@ -182,6 +221,8 @@ def stats_problem(s: BatchStats) -> str | None:
         return f"{s.uncompressed_bytes} bytes for {s.record_count} records"
     if s.min_timestamp > s.max_timestamp:
         return f"timestamps {s.min_timestamp} > {s.max_timestamp}"
+    if s.min_delete_horizon is not None and not s.tombstones:
+        return f"a delete horizon ({s.min_delete_horizon}) without tombstones"
     return None
 
 

@@ -224,7 +224,7 @@ def test_inserted_or_deleted_bytes_are_format_errors() -> None:
     [
         (b"", "truncated file header"),
         (b"PAR1" + bytes(100), "bad magic"),
-        (DATA[:8] + (2).to_bytes(4, "little") + DATA[12:], "unsupported format version 2"),
+        (DATA[:8] + (3).to_bytes(4, "little") + DATA[12:], "unsupported format version 3"),
         (DATA[:12] + b"\x01\0\0\0" + DATA[16:], "unknown header flags"),
         (DATA[:-8] + b"NOTMAGIC", "bad tail magic"),
         (DATA + b"x", "bytes after the file tail"),
@@ -453,8 +453,8 @@ def test_sections_out_of_order() -> None:
 def test_footer_that_disagrees_with_sections() -> None:
     frame_at = frames(DATA)[-1][0]
     payload = bytearray(payload_of(DATA, frame_at))
-    # The last 8 bytes of the footer are the last section's max timestamp.
-    struct.pack_into("<q", payload, len(payload) - 8, 1_700_000_000_999)
+    # The footer ends with the last section's max timestamp and min delete horizon.
+    struct.pack_into("<q", payload, len(payload) - 16, 1_700_000_000_999)
     bad = with_payload(DATA, frame_at, bytes(payload))
     assert "disagrees" in format_error(lambda: stream_all(bad, len(bad)), len(bad)).reason
     footer = read_footer(lambda a, b: bad[a:b], len(bad), object_name=NAME)

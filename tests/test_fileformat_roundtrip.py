@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor.fileformat import (
+    FORMAT_VERSION,
     FileMeta,
     FileWriter,
     Record,
@@ -51,7 +52,15 @@ def expected_meta(topic: str, partition: int, records: list[Record]) -> dict[str
         "min_timestamp": min(r.timestamp for r in records),
         "max_timestamp": max(r.timestamp for r in records),
         "tombstones": sum(r.value is None for r in records),
+        "min_delete_horizon": min_delete_horizon(records),
     }
+
+
+def min_delete_horizon(records: list[Record]) -> int | None:
+    """The earliest horizon of a tombstone; INT64_MAX (never reached) is written as none."""
+    horizons = [r.delete_horizon for r in records if r.value is None]
+    earliest = min((h for h in horizons if h is not None), default=None)
+    return None if earliest == INT64_MAX else earliest
 
 
 def meta_fields(m: SectionMeta) -> dict[str, object]:
@@ -171,7 +180,7 @@ def test_round_trip_streaming(
         min_compress_bytes=0,
     )
     assert meta.size == len(data)
-    assert meta.format_version == 1
+    assert meta.format_version == FORMAT_VERSION
     assert [(s.topic, s.partition) for s in meta.sections] == [k for k, _ in ordered]
     for s, ((t, p), recs) in zip(meta.sections, ordered, strict=True):
         assert meta_fields(s) == expected_meta(t, p, recs)
@@ -295,7 +304,7 @@ def test_empty_file_round_trips() -> None:
     sink = io.BytesIO()
     meta = FileWriter(sink).finish()
     raw = sink.getvalue()
-    assert meta == FileMeta((), len(raw), 1)
+    assert meta == FileMeta((), len(raw), FORMAT_VERSION)
     assert len(raw) == 16 + 12 + 4 + 20
     assert verify_stream(io.BytesIO(raw), object_name="f") == meta
     assert read_footer(CountingRange(raw), len(raw), object_name="f") == meta
