@@ -3,12 +3,15 @@
 Invariants:
 
 - At most one part is buffered here (plus what a single ``write`` hands over) and at
-  most ``MAX_IN_FLIGHT`` parts are uploading (through aiobotocore on the store's loop).
+  most ``MAX_IN_FLIGHT`` parts are uploading (through aiobotocore on the connection's
+  loop).
 - The multipart upload is created when the first part is full. An object smaller than
   one part (including an empty one) is written by one ``put_object`` at ``complete``,
   with the same If-None-Match condition.
 - Any failure aborts the upload (nothing visible, no parts left behind); so does leaving
   the ``with`` block without a successful ``complete``.
+
+The writer holds only the store's ``S3Connection`` (never the store itself).
 """
 
 from __future__ import annotations
@@ -17,15 +20,13 @@ import concurrent.futures
 import contextlib
 from collections import deque
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ._s3errors import error_code
 from .base import MultipartWriter, StoreError
-
-if TYPE_CHECKING:
-    from .s3 import S3Store
+from .s3conn import S3Connection
 
 MAX_IN_FLIGHT = 2
 MAX_PARTS = 10_000
@@ -33,11 +34,14 @@ _GROWTH_EVERY = 1000  # parts; then the part size grows by one base part size
 
 
 class S3MultipartWriter(MultipartWriter):
-    def __init__(self, store: S3Store, key: str, if_none_match: bool) -> None:
+    def __init__(
+        self, conn: S3Connection, key: str, if_none_match: bool, *, part_size: int
+    ) -> None:
         self.key = key
         self.bytes_written = 0
-        self._store = store
-        self._full_key = store.full_key(key)
+        self.part_size = part_size
+        self._conn = conn
+        self._full_key = conn.full_key(key)
         self._if_none_match = if_none_match
         self._buf = bytearray()
         self._upload_id: str | None = None
@@ -48,11 +52,11 @@ class S3MultipartWriter(MultipartWriter):
         self._etag: str | None = None
 
     def _part_size(self, number: int) -> int:
-        return self._store.part_size * (1 + (number - 1) // _GROWTH_EVERY)
+        return self.part_size * (1 + (number - 1) // _GROWTH_EVERY)
 
     def _check_open(self) -> None:
         if self._state != "open":
-            raise StoreError(f"multipart writer for {self._store.where(self.key)} is {self._state}")
+            raise StoreError(f"multipart writer for {self._conn.where(self.key)} is {self._state}")
 
     def write(self, data: bytes | memoryview) -> None:
         self._check_open()
@@ -66,8 +70,8 @@ class S3MultipartWriter(MultipartWriter):
     def _send(self, part: bytes) -> None:
         try:
             if self._upload_id is None:
-                r = self._store._client.create_multipart_upload(
-                    Bucket=self._store.bucket, Key=self._full_key
+                r = self._conn.client.create_multipart_upload(
+                    Bucket=self._conn.bucket, Key=self._full_key
                 )
                 self._upload_id = r["UploadId"]
             while len(self._in_flight) >= MAX_IN_FLIGHT:
@@ -75,9 +79,9 @@ class S3MultipartWriter(MultipartWriter):
             number = self._next_part
             if number > MAX_PARTS:
                 raise StoreError(
-                    f"{self._store.where(self.key)}: more than {MAX_PARTS} multipart parts"
+                    f"{self._conn.where(self.key)}: more than {MAX_PARTS} multipart parts"
                 )
-            loop, client = self._store.aio()
+            loop, client = self._conn.aio()
             future = loop.submit(self._upload_part(client, self._upload_id, number, part))
             self._in_flight.append((number, future))
             self._next_part += 1
@@ -85,14 +89,14 @@ class S3MultipartWriter(MultipartWriter):
             self._abort_quietly()
             if isinstance(e, StoreError):
                 raise
-            raise self._store.error(e, "upload part of", self.key) from e
+            raise self._conn.error(e, "upload part of", self.key) from e
         except BaseException:
             self._abort_quietly()
             raise
 
     async def _upload_part(self, client: Any, upload_id: str, number: int, part: bytes) -> str:
         r = await client.upload_part(
-            Bucket=self._store.bucket,
+            Bucket=self._conn.bucket,
             Key=self._full_key,
             UploadId=upload_id,
             PartNumber=number,
@@ -111,9 +115,7 @@ class S3MultipartWriter(MultipartWriter):
         self._check_open()
         if self._upload_id is None:
             try:
-                etag = self._store.put(
-                    self.key, bytes(self._buf), if_none_match=self._if_none_match
-                )
+                etag = self._conn.put(self.key, bytes(self._buf), if_none_match=self._if_none_match)
             finally:
                 self._state = "aborted"  # replaced below on success
                 self._buf = bytearray()
@@ -126,20 +128,20 @@ class S3MultipartWriter(MultipartWriter):
                 while self._in_flight:
                     self._collect_oldest()
                 request: dict[str, Any] = {
-                    "Bucket": self._store.bucket,
+                    "Bucket": self._conn.bucket,
                     "Key": self._full_key,
                     "UploadId": self._upload_id,
                     "MultipartUpload": {"Parts": self._done},
                 }
                 if self._if_none_match:
                     request["IfNoneMatch"] = "*"
-                r = self._store._client.complete_multipart_upload(**request)
+                r = self._conn.client.complete_multipart_upload(**request)
                 etag = r["ETag"]
             except Exception as e:
                 self._abort_quietly()
                 if isinstance(e, StoreError):
                     raise
-                raise self._store.error(e, "complete multipart upload of", self.key) from e
+                raise self._conn.error(e, "complete multipart upload of", self.key) from e
             except BaseException:
                 self._abort_quietly()
                 raise
@@ -159,14 +161,14 @@ class S3MultipartWriter(MultipartWriter):
         if self._upload_id is None:
             return
         try:
-            self._store._client.abort_multipart_upload(
-                Bucket=self._store.bucket, Key=self._full_key, UploadId=self._upload_id
+            self._conn.client.abort_multipart_upload(
+                Bucket=self._conn.bucket, Key=self._full_key, UploadId=self._upload_id
             )
         except ClientError as e:
             if error_code(e)[0] != "NoSuchUpload":
-                raise self._store.error(e, "abort multipart upload of", self.key) from e
+                raise self._conn.error(e, "abort multipart upload of", self.key) from e
         except Exception as e:
-            raise self._store.error(e, "abort multipart upload of", self.key) from e
+            raise self._conn.error(e, "abort multipart upload of", self.key) from e
 
     def _abort_quietly(self) -> None:
         # The original failure matters more; S3 lifecycle rules reclaim leftover uploads.

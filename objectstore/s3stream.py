@@ -2,7 +2,7 @@
 
 Invariants:
 
-- The body is read on the store's event loop in chunks of ``chunk_size`` bytes (the
+- The body is read on the connection's event loop in chunks of ``chunk_size`` bytes (the
   store's ``stream_chunk_size`` unless the caller chose another; more for a bigger
   ``read``), so many small reads do not each cross threads. ``_buf`` holds at most one
   chunk.
@@ -11,8 +11,11 @@ Invariants:
 - A body that fails mid-way (or ends before ``size``) is closed and re-opened with
   ``Range: bytes=<_wire>-`` and ``If-Match: <etag of the first response>``, so a resumed
   stream never mixes two versions: if the object changed, the read fails with StoreError.
-  Each re-open counts in ``resumes`` and in the store's GET counter.
-- The body is closed at EOF, on ``close()``, and when the store closes.
+  Each re-open counts in ``resumes`` and in the connection's (the store's) GET counter;
+  at most ``max_resumes`` re-opens per stream.
+- The body is closed at EOF, on ``close()``, and when the store closes its connection.
+
+The stream holds only the store's ``S3Connection`` (never the store itself).
 """
 
 from __future__ import annotations
@@ -25,22 +28,25 @@ from botocore.exceptions import ClientError
 
 from ._s3errors import BODY_ERRORS, error_code
 from .base import ObjectNotFound, ObjectStream, StoreError
+from .s3conn import S3Connection
 
 if TYPE_CHECKING:
     from ._loop import LoopThread
-    from .s3 import S3Store
 
 
 class S3ObjectStream(ObjectStream):
-    def __init__(self, store: S3Store, key: str, start: int, chunk_size: int) -> None:
+    def __init__(
+        self, conn: S3Connection, key: str, start: int, chunk_size: int, *, max_resumes: int
+    ) -> None:
         self.key = key
         self.chunk_size = chunk_size
         self.position = start
         self.resumes = 0
-        self._store = store
-        self._full_key = store.full_key(key)
+        self.max_resumes = max_resumes
+        self._conn = conn
+        self._full_key = conn.full_key(key)
         self._loop: LoopThread
-        self._loop, self._client = store.aio()
+        self._loop, self._client = conn.aio()
         self._body: Any = None
         self._buf = bytearray()
         self._wire = start
@@ -53,17 +59,17 @@ class S3ObjectStream(ObjectStream):
         except StoreError:
             raise
         except Exception as e:
-            raise store.error(e, "open stream of", key) from e
+            raise conn.error(e, "open stream of", key) from e
 
     # -- runs on the event loop -------------------------------------------------------
 
     async def _get(self, start: int, if_match: str | None) -> dict[str, Any]:
-        request: dict[str, Any] = {"Bucket": self._store.bucket, "Key": self._full_key}
+        request: dict[str, Any] = {"Bucket": self._conn.bucket, "Key": self._full_key}
         if start > 0:
             request["Range"] = f"bytes={start}-"
         if if_match is not None:
             request["IfMatch"] = if_match
-        self._store.gets.add(self.key)
+        self._conn.gets.add(self.key)
         response: dict[str, Any] = await self._client.get_object(**request)
         return response
 
@@ -86,7 +92,7 @@ class S3ObjectStream(ObjectStream):
 
     async def _open_at_end(self, start: int) -> None:
         """A Range past the last byte is a 416; fine if ``start`` is exactly the end."""
-        head = await self._client.head_object(Bucket=self._store.bucket, Key=self._full_key)
+        head = await self._client.head_object(Bucket=self._conn.bucket, Key=self._full_key)
         self.etag, self.size = head["ETag"], head["ContentLength"]
         if start != self.size:
             raise StoreError(
@@ -108,7 +114,7 @@ class S3ObjectStream(ObjectStream):
         return int(total)
 
     async def _resume(self) -> None:
-        if self.resumes >= self._store.max_resumes:
+        if self.resumes >= self.max_resumes:
             raise StoreError(
                 f"stream of {self._where} broke {self.resumes + 1} times; giving up at byte "
                 f"{self._wire} of {self.size}: {self._last_error!r}"
@@ -173,7 +179,7 @@ class S3ObjectStream(ObjectStream):
 
     @property
     def _where(self) -> str:
-        return self._store.where(self.key)
+        return self._conn.where(self.key)
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
@@ -188,7 +194,7 @@ class S3ObjectStream(ObjectStream):
             except StoreError:
                 raise
             except Exception as e:
-                raise self._store.error(e, f"read at byte {self._wire} of", self.key) from e
+                raise self._conn.error(e, f"read at byte {self._wire} of", self.key) from e
             if not self._buf and len(data) <= n:
                 self.position += len(data)
                 return data
@@ -207,7 +213,7 @@ class S3ObjectStream(ObjectStream):
             if self._body is not None and not self._loop.loop.is_closed():
                 self._loop.call(self._close_body())
         finally:
-            self._store.forget_stream(self)
+            self._conn.forget_stream(self)
 
 
 async def _close(body: Any) -> None:
