@@ -14,7 +14,7 @@ Keys are UUID strings (36 bytes, one 128-byte SHA-512 block each), all distinct,
   each window's winners (what phase 2 consults) before the reset;
 - Python ``hashlib.new("sha512_256", key)`` per key, for reference.
 
-The ratio column divides by the raw C hash with the same thread count (the DESIGN 10
+The ratio column divides by the raw C hash with the same thread count (the docs/ARCHITECTURE.md §9
 target: insert within 1.3x of the raw hash cost).
 """
 

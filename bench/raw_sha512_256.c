@@ -1,5 +1,5 @@
 /* Raw cost of SHA-512/256 per short key in C with OpenSSL: the reference the key
- * kernel is held against (DESIGN 10: hash + insert within 1.3x of the raw hash).
+ * kernel is held against (docs/ARCHITECTURE.md §9: hash + insert within 1.3x of the raw hash).
  *
  *   cc -O2 -o raw_sha512_256 raw_sha512_256.c -lcrypto
  *   ./raw_sha512_256 [keys=1000000] [key_bytes=36]

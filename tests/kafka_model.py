@@ -1,4 +1,4 @@
-"""An independent model of Kafka compaction semantics (DESIGN 5), row by row in plain
+"""An independent model of Kafka compaction semantics (docs/ARCHITECTURE.md §4), row by row in plain
 Python, for checking the worker. It knows nothing of windows, hashes or Arrow."""
 
 from __future__ import annotations

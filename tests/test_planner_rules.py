@@ -1,4 +1,4 @@
-"""The planner's rules, one small hand-built catalog per rule and edge (DESIGN.md §7)."""
+"""The planner's rules, one small hand-built catalog per rule and edge (docs/ARCHITECTURE.md §3.3)."""
 
 from __future__ import annotations
 

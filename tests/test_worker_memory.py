@@ -1,4 +1,4 @@
-"""What bounds a job's memory, and phase 1's partial decoding (DESIGN 6 and 10)."""
+"""What bounds a job's memory, and phase 1's partial decoding (docs/ARCHITECTURE.md §5 and §7)."""
 
 from __future__ import annotations
 

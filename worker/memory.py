@@ -3,7 +3,7 @@
 pyarrow's default pool on Linux is mimalloc. Under the worker's pattern (batches of up
 to a few MiB decoded, filtered, zstd-encoded and freed, over and over, partly on Arrow's
 thread pool) mimalloc keeps 60-100 MiB of freed pages resident while Arrow itself holds
-only a few MiB: a quarter to a third of the worker's memory budget (DESIGN 10: key
+only a few MiB: a quarter to a third of the worker's memory budget (docs/ARCHITECTURE.md §7: key
 buffer + 256 MiB) lost to an allocator cache. The system allocator returns that memory
 and runs as fast here (measured on the bench workloads).
 

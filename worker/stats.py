@@ -1,4 +1,4 @@
-"""Counters a job reports (DESIGN 6), summed over its partitions, and its progress."""
+"""Counters a job reports (docs/ARCHITECTURE.md §5), summed over its partitions, and its progress."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The materialized view of a partition: each key's winning value under the topic's
 compaction strategy, a winning tombstone deleting the key. Compaction must leave it
-unchanged (DESIGN 5), which is what the demo checks."""
+unchanged (docs/ARCHITECTURE.md §4), which is what the demo checks."""
 
 from __future__ import annotations
 

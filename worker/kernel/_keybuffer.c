@@ -1,5 +1,5 @@
 /*
- * worker.kernel._keybuffer: the compiled key buffer (DESIGN 6).
+ * worker.kernel._keybuffer: the compiled key buffer (docs/ARCHITECTURE.md §5).
  *
  * One fixed open-addressing hash table per worker process, allocated once and reused
  * for every partition and job, mapping SHA-512/256(key) to the key's winning record in
