@@ -1,69 +1,276 @@
-"""The catalog lives in the store, beside the data, as one JSON object.
+"""The catalog lives in the store, beside the data, as a log of commits (CATALOG.md).
 
-Every commit is a compare-and-swap of that object: ``If-None-Match: *`` for the first,
-``If-Match: <etag read>`` after. A commit that loses the race re-reads the newest
-snapshot and re-applies its change (a pure function), so no change is lost or applied
-twice; a change whose preconditions no longer hold raises ``CommitConflict``.
+A commit is one new immutable log entry, ``_catalog/log/<version>``, written with
+If-None-Match: of all committers racing for a version exactly one writes it, and that
+write is the commit's only atomic step. The entry records the commit's ``Delta``, so
+its cost follows the change, not the store. Every ``CHECKPOINT_INTERVAL`` versions the
+committer also writes the whole state as a checkpoint, so a reader needs the newest
+checkpoint and the few entries after it: a bounded number of GETs.
+
+A committer that loses the race reads only the entries it missed, re-applies its change
+(a pure function that checks its own preconditions) to that newest state, and tries the
+next version: no change is lost or applied twice, and changes that do not conflict
+(an ingest and a compaction, or compactions of disjoint inputs) both commit. A change
+whose preconditions no longer hold raises ``CommitConflict``.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import json
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
+from compactor.catalog.codec import state_from_json, state_to_json
+from compactor.catalog.delta import apply, diff
 from compactor.catalog.errors import CatalogError, CorruptCatalog
-from compactor.catalog.snapshot import Snapshot, snapshot_from_json, snapshot_to_json
+from compactor.catalog.legacy import Format1, fenced, read_format1
+from compactor.catalog.log import (
+    CHECKPOINT_PREFIX,
+    FORMAT1_KEY,
+    LAST_CHECKPOINT_KEY,
+    LOG_PREFIX,
+    CommitRecord,
+    LogEntry,
+    checkpoint_key,
+    decode,
+    encode,
+    entry_from_bytes,
+    entry_to_bytes,
+    log_key,
+    version_of,
+)
+from compactor.catalog.manifests import read_manifest, write_manifest
+from compactor.catalog.snapshot import LiveFile, Snapshot
+from compactor.fileformat import SectionMeta
 from compactor.objectstore import ObjectNotFound, ObjectStore, PreconditionFailed
 
-CATALOG_KEY = "_catalog/catalog.json"
+CATALOG_KEY = LOG_PREFIX
+"""Where the catalog's commits live (the catalog is every object under ``_catalog/``)."""
+CHECKPOINT_INTERVAL = 20
+"""A checkpoint is written at every version divisible by this."""
 
 Change = Callable[[Snapshot], Snapshot]
+NewFiles = Mapping[str, tuple[LiveFile, Sequence[SectionMeta]]]
+"""File id -> (the file, its sections): the manifests a commit writes before its entry."""
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class Catalog:
-    def __init__(self, store: ObjectStore, *, max_attempts: int = 200) -> None:
+    """One store's catalog. Thread-safe; keeps the newest state it has read, so each
+    ``snapshot`` or ``commit`` reads only the entries committed since."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        max_attempts: int = 200,
+        checkpoint_interval: int = CHECKPOINT_INTERVAL,
+        clock: Callable[[], int] = wall_ms,
+    ) -> None:
         self.store = store
         self.max_attempts = max_attempts
+        self.checkpoint_interval = checkpoint_interval
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._state: Snapshot | None = None
+        self._format1: Format1 | None = None
+        self._checkpoint_version = 0
+
+    # --- reading ------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The newest committed state."""
+        with self._lock:
+            return self._refresh()
+
+    def sections(self, live: LiveFile) -> tuple[SectionMeta, ...]:
+        """A live file's sections, from its manifest (one GET)."""
+        if self._format1 is not None and live.id in self._format1.sections:
+            return self._format1.sections[live.id]
+        return read_manifest(self.store, live.id)
+
+    def entry(self, version: int) -> LogEntry:
+        """The log entry of commit ``version``; CatalogError once it has left the history."""
+        key = log_key(version)
         try:
-            data, etag = self.store.get(CATALOG_KEY)
+            body, _ = self.store.get(key)
         except ObjectNotFound:
+            raise CatalogError(
+                f"commit {version} is not in the history of {self.store.url} "
+                "(never made, or older than the history retention)"
+            ) from None
+        return entry_from_bytes(body, key)
+
+    def history(self, limit: int | None = None) -> list[LogEntry]:
+        """The commits still in the log, newest first (at most ``limit``)."""
+        versions = sorted(
+            (v for v in (version_of(o.key) for o in self.store.list(LOG_PREFIX)) if v is not None),
+            reverse=True,
+        )
+        out = []
+        for v in versions[:limit] if limit is not None else versions:
+            try:
+                out.append(self.entry(v))
+            except CatalogError:
+                continue  # deleted by garbage collection while listing
+        return out
+
+    def _refresh(self) -> Snapshot:
+        if self._state is None or self._format1 is not None:
+            self._state = self._load()
+        state = self._state
+        while (entry := self._read_entry(state.version + 1)) is not None:
+            state = apply(state, entry.delta, entry.version)
+            if entry.version % self.checkpoint_interval == 0:
+                # Its committer wrote that checkpoint, or a later load finds it missing.
+                self._checkpoint_version = entry.version
+        self._state = state
+        return state
+
+    def _read_entry(self, version: int) -> LogEntry | None:
+        key = log_key(version)
+        try:
+            body, _ = self.store.get(key)
+        except ObjectNotFound:
+            return None
+        return entry_from_bytes(body, key)
+
+    def _load(self) -> Snapshot:
+        """The newest checkpoint's state; else, for a store never checkpointed, the empty
+        state (its log starts at version 1) or the format-1 object's."""
+        self._format1 = None
+        checkpoint = self._newest_checkpoint()
+        if checkpoint is not None:
+            self._checkpoint_version = checkpoint.version
+            return checkpoint
+        if self._read_entry(1) is not None:
             return Snapshot()
         try:
-            parsed = json.loads(data)
-        except ValueError as exc:
-            raise CorruptCatalog(
-                f"{self.store.url}/{CATALOG_KEY} is not valid JSON: {exc}"
-            ) from None
-        return snapshot_from_json(parsed, etag)
+            body, _ = self.store.get(FORMAT1_KEY)
+        except ObjectNotFound:
+            return Snapshot()
+        self._format1, _ = read_format1(decode(body, FORMAT1_KEY), FORMAT1_KEY)
+        return self._format1.snapshot
 
-    def commit(self, change: Change) -> Snapshot:
-        """Apply ``change`` atomically to the newest snapshot; returns the committed one."""
-        for attempt in range(self.max_attempts):
-            current = self.snapshot()
-            proposed = change(current)
-            body = json.dumps(
-                snapshot_to_json(_next_version(proposed, current)), separators=(",", ":")
-            ).encode()
-            try:
-                if current.etag is None:
-                    etag = self.store.put(CATALOG_KEY, body, if_none_match=True)
-                else:
-                    etag = self.store.put(CATALOG_KEY, body, if_match=current.etag)
-            except PreconditionFailed:
-                # Jittered backoff keeps racing committers from colliding in lockstep.
-                time.sleep(random.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
-                continue
-            return snapshot_from_json(json.loads(body), etag)
+    def _newest_checkpoint(self) -> Snapshot | None:
+        try:
+            hint, _ = self.store.get(LAST_CHECKPOINT_KEY)
+            version = int(json.loads(hint)["version"])
+            return self._read_checkpoint(version)
+        except (ObjectNotFound, ValueError, KeyError, TypeError):
+            pass  # no hint, a torn one, or its checkpoint collected: list them instead
+        versions = [version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX)]
+        newest = max((v for v in versions if v is not None), default=None)
+        return None if newest is None else self._read_checkpoint(newest)
+
+    def _read_checkpoint(self, version: int) -> Snapshot:
+        key = checkpoint_key(version)
+        body, _ = self.store.get(key)
+        try:
+            state = state_from_json(decode(body, key))
+        except CorruptCatalog as exc:
+            raise CorruptCatalog(f"{key}: {exc}") from None
+        if state.version != version:
+            raise CorruptCatalog(f"{key} holds version {state.version}")
+        return state
+
+    # --- committing ---------------------------------------------------------------------
+
+    def commit(
+        self,
+        change: Change,
+        record: CommitRecord | None = None,
+        *,
+        new_files: NewFiles | None = None,
+    ) -> Snapshot:
+        """Apply ``change`` atomically to the newest state; returns the committed state.
+
+        ``new_files`` are the files the change makes live: their manifests are written
+        first (once, however many attempts the commit takes). ``record`` says what the
+        commit did, for ``history``.
+        """
+        record = record or CommitRecord("change")
+        with self._lock:
+            self._refresh()
+            if self._format1 is not None:
+                self.upgrade()
+            for live, sections in (new_files or {}).values():
+                write_manifest(self.store, live.id, live.key, live.created_ms, sections)
+            state = self._refresh()
+            for attempt in range(self.max_attempts):
+                delta = diff(state, change(state))
+                entry = LogEntry(state.version + 1, self.clock(), record, delta)
+                try:
+                    self.store.put(
+                        log_key(entry.version), entry_to_bytes(entry), if_none_match=True
+                    )
+                except PreconditionFailed:
+                    if attempt >= 2:
+                        # Jittered backoff keeps many racing committers from lockstep.
+                        time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
+                    state = self._refresh()
+                    continue
+                state = self._state = apply(state, delta, entry.version)
+                self._maybe_checkpoint(state, entry.time_ms)
+                return state
         raise CatalogError(
             f"gave up committing to {self.store.url} after {self.max_attempts} attempts "
             "lost to concurrent commits"
         )
 
+    def _maybe_checkpoint(self, state: Snapshot, time_ms: int) -> None:
+        v = state.version
+        if (
+            v % self.checkpoint_interval
+            and v - self._checkpoint_version < 2 * self.checkpoint_interval
+        ):
+            return
+        self._write_checkpoint(state, time_ms)
 
-def _next_version(proposed: Snapshot, current: Snapshot) -> Snapshot:
-    return dataclasses.replace(proposed, version=current.version + 1)
+    def _write_checkpoint(self, state: Snapshot, time_ms: int) -> None:
+        # Written already (an upgrade finished twice) means the same content.
+        with contextlib.suppress(PreconditionFailed):
+            self.store.put(
+                checkpoint_key(state.version),
+                encode(state_to_json(state, time_ms)),
+                if_none_match=True,
+            )
+        self.store.put(LAST_CHECKPOINT_KEY, encode({"version": state.version}))
+        self._checkpoint_version = max(self._checkpoint_version, state.version)
+
+    def upgrade(self) -> bool:
+        """Upgrade a format-1 store in place (CATALOG.md §9); False if there is nothing to
+        upgrade. Safe to run concurrently with format-1 writers, which it fences out, and
+        to repeat after a crash."""
+        with self._lock:
+            while True:
+                try:
+                    body, etag = self.store.get(FORMAT1_KEY)
+                except ObjectNotFound:
+                    return False
+                data = decode(body, FORMAT1_KEY)
+                if self._newest_checkpoint() is not None or self._read_entry(1) is not None:
+                    return False
+                old, is_fenced = read_format1(data, FORMAT1_KEY)
+                if not is_fenced:
+                    try:
+                        self.store.put(FORMAT1_KEY, encode(fenced(data)), if_match=etag)
+                    except PreconditionFailed:
+                        continue  # a format-1 commit came first: upgrade that state
+                for live in old.snapshot.files:
+                    write_manifest(
+                        self.store, live.id, live.key, live.created_ms, old.sections[live.id]
+                    )
+                self._write_checkpoint(old.snapshot, old.created_ms)
+                self._state, self._format1 = None, None
+                self.commit(
+                    lambda s: s,
+                    CommitRecord("upgrade", {"from_format": 1, "version": old.snapshot.version}),
+                )
+                return True

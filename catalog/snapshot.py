@@ -1,22 +1,26 @@
-"""One immutable state of the catalog: topics, next offsets, the live file sequence.
+"""One immutable state of the catalog: topics, next offsets, the live file sequence,
+garbage, job leases.
 
 The live files form one sequence ordered by the age of their data (oldest first).
 For every partition, the sections of that partition along the sequence have strictly
 increasing, non-overlapping offset ranges; ``catalog.changes`` keeps it so.
+
+A snapshot holds each file's summary (``catalog.summary``), not its sections: the
+planner decides from summaries, and the sections are read from the file's manifest
+(``catalog.manifests``) by those who need them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 from compactor.catalog.config import TopicConfig
-from compactor.catalog.errors import CorruptCatalog
+from compactor.catalog.summary import TopicSummary, summarize
 from compactor.fileformat import SectionMeta
 
-CATALOG_FORMAT = 1
+CATALOG_FORMAT = 2
 
 TopicPartition = tuple[str, int]
 
@@ -30,25 +34,63 @@ class Topic:
 
 @dataclass(frozen=True, slots=True)
 class LiveFile:
+    """A live file as the catalog knows it: where it is, its level, and per topic a
+    summary of its sections (sorted by topic)."""
+
     id: str
     key: str
     """The object's key in the store."""
     level: int
     size: int
     created_ms: int
-    sections: tuple[SectionMeta, ...]
+    topics: tuple[TopicSummary, ...]
+
+    @classmethod
+    def of_sections(
+        cls,
+        id: str,
+        key: str,
+        level: int,
+        size: int,
+        created_ms: int,
+        sections: Sequence[SectionMeta],
+    ) -> LiveFile:
+        return cls(id, key, level, size, created_ms, summarize(sections))
 
     @property
     def record_count(self) -> int:
-        return sum(s.record_count for s in self.sections)
+        return sum(t.record_count for t in self.topics)
+
+    @property
+    def tombstones(self) -> int:
+        return sum(t.tombstones for t in self.topics)
 
     @property
     def uncompressed_bytes(self) -> int:
-        return sum(s.uncompressed_bytes for s in self.sections)
+        return sum(t.uncompressed_bytes for t in self.topics)
 
     @property
-    def topics(self) -> frozenset[str]:
-        return frozenset(s.topic for s in self.sections)
+    def section_count(self) -> int:
+        return sum(t.sections for t in self.topics)
+
+    @property
+    def max_section_bytes(self) -> int:
+        return max((t.max_section_bytes for t in self.topics), default=0)
+
+    @property
+    def topic_names(self) -> frozenset[str]:
+        return frozenset(t.topic for t in self.topics)
+
+    def topic(self, name: str) -> TopicSummary | None:
+        for t in self.topics:
+            if t.topic == name:
+                return t
+        return None
+
+    def holds(self, topic: str, partition: int) -> bool:
+        """Whether the file has a section of ``topic``/``partition``."""
+        summary = self.topic(topic)
+        return summary is not None and summary.holds(partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,31 +101,53 @@ class Garbage:
     replaced_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A job's claim on its input files until ``expires_ms`` (wall clock).
+
+    The lease belongs to the job, not to a process: whoever runs the job may renew it.
+    While it is unexpired no other job may lease or replace those inputs; once expired
+    the inputs are plannable again (``catalog.leases``).
+    """
+
+    job_id: str
+    owner: str
+    inputs: tuple[str, ...]
+    taken_ms: int
+    expires_ms: int
+
+    def active(self, now_ms: int) -> bool:
+        return now_ms < self.expires_ms
+
+
 @dataclass(frozen=True)
 class Snapshot:
     version: int = 0
+    """The catalog version this state is: the number of the last commit applied, 0 for a
+    store that has never been committed to."""
     topics: Mapping[str, Topic] = field(default_factory=dict)
     next_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     files: tuple[LiveFile, ...] = ()
     garbage: tuple[Garbage, ...] = ()
+    leases: Mapping[str, Lease] = field(default_factory=dict)
+    """Job id -> its lease, expired ones included until a commit drops them."""
     last_full_compaction_ms: int | None = None
     """When the last full compaction committed: the clock of the planner's daily
     compaction. It starts at the first ingest, so the first one runs a day after data
     arrives; None while the store has never held data."""
-    etag: str | None = None
-    """The ETag the snapshot was read with; None for a store with no catalog yet."""
 
     @cached_property
-    def _sections_by_partition(self) -> dict[TopicPartition, list[tuple[LiveFile, SectionMeta]]]:
-        index: dict[TopicPartition, list[tuple[LiveFile, SectionMeta]]] = {}
+    def _holders(self) -> dict[str, list[LiveFile]]:
+        index: dict[str, list[LiveFile]] = {}
         for live in self.files:
-            for section in live.sections:
-                index.setdefault((section.topic, section.partition), []).append((live, section))
+            for t in live.topics:
+                index.setdefault(t.topic, []).append(live)
         return index
 
-    def sections_of(self, topic: str, partition: int) -> list[tuple[LiveFile, SectionMeta]]:
-        """The partition's sections in live-sequence order (so in offset order)."""
-        return list(self._sections_by_partition.get((topic, partition), ()))
+    def files_holding(self, topic: str, partition: int) -> list[LiveFile]:
+        """The files with a section of the partition, in live-sequence order (so in offset
+        order)."""
+        return [f for f in self._holders.get(topic, ()) if f.holds(topic, partition)]
 
     def partitions(self) -> Iterator[TopicPartition]:
         for name in sorted(self.topics):
@@ -96,95 +160,11 @@ class Snapshot:
                 return live
         raise KeyError(file_id)
 
-
-# --- JSON encoding -----------------------------------------------------------------------
-# Sections are arrays, not objects: a catalog of 100,000 sections stays a few MB.
-_SECTION_FIELDS = (
-    "topic",
-    "partition",
-    "first_offset",
-    "last_offset",
-    "record_count",
-    "uncompressed_bytes",
-    "min_timestamp",
-    "max_timestamp",
-    "tombstones",
-    "position",
-    "length",
-)
-
-
-def _section_to_json(s: SectionMeta) -> list[Any]:
-    return [getattr(s, name) for name in _SECTION_FIELDS]
-
-
-def _section_from_json(row: list[Any]) -> SectionMeta:
-    if len(row) != len(_SECTION_FIELDS):
-        raise CorruptCatalog(
-            f"section entry has {len(row)} fields, expected {len(_SECTION_FIELDS)}"
-        )
-    return SectionMeta(**dict(zip(_SECTION_FIELDS, row, strict=True)))
-
-
-def snapshot_to_json(s: Snapshot) -> dict[str, Any]:
-    return {
-        "format": CATALOG_FORMAT,
-        "version": s.version,
-        "topics": {
-            name: {
-                "partitions": t.partitions,
-                "config": t.config.to_json(),
-                "next_offsets": [s.next_offsets.get((name, p), 0) for p in range(t.partitions)],
-            }
-            for name, t in sorted(s.topics.items())
-        },
-        "files": [
-            {
-                "id": f.id,
-                "key": f.key,
-                "level": f.level,
-                "size": f.size,
-                "created_ms": f.created_ms,
-                "sections": [_section_to_json(sec) for sec in f.sections],
-            }
-            for f in s.files
-        ],
-        "garbage": [{"key": g.key, "replaced_ms": g.replaced_ms} for g in s.garbage],
-        "last_full_compaction_ms": s.last_full_compaction_ms,
-    }
-
-
-def snapshot_from_json(data: dict[str, Any], etag: str | None) -> Snapshot:
-    try:
-        if data["format"] != CATALOG_FORMAT:
-            raise CorruptCatalog(f"catalog format {data['format']} is not supported")
-        topics: dict[str, Topic] = {}
-        next_offsets: dict[TopicPartition, int] = {}
-        for name, t in data["topics"].items():
-            topics[name] = Topic(name, int(t["partitions"]), TopicConfig.from_json(t["config"]))
-            for p, nxt in enumerate(t["next_offsets"]):
-                next_offsets[(name, p)] = int(nxt)
-        files = tuple(
-            LiveFile(
-                id=f["id"],
-                key=f["key"],
-                level=int(f["level"]),
-                size=int(f["size"]),
-                created_ms=int(f["created_ms"]),
-                sections=tuple(_section_from_json(row) for row in f["sections"]),
-            )
-            for f in data["files"]
-        )
-        garbage = tuple(Garbage(g["key"], int(g["replaced_ms"])) for g in data["garbage"])
-        last_full = data.get("last_full_compaction_ms")
-        return Snapshot(
-            version=int(data["version"]),
-            topics=topics,
-            next_offsets=next_offsets,
-            files=files,
-            garbage=garbage,
-            last_full_compaction_ms=None if last_full is None else int(last_full),
-            etag=etag,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptCatalog(f"catalog is malformed: {exc!r}") from exc
+    def leased_inputs(self, now_ms: int) -> dict[str, str]:
+        """Input file id -> the job id of the unexpired lease holding it."""
+        return {
+            i: lease.job_id
+            for lease in self.leases.values()
+            if lease.active(now_ms)
+            for i in lease.inputs
+        }
