@@ -201,7 +201,7 @@ class Catalog:
             if self._format1 is not None:
                 self.upgrade()
             for live, sections in (new_files or {}).values():
-                write_manifest(self.store, live.id, live.key, live.created_ms, sections)
+                write_manifest(self.store, live.id, live.key, self.clock(), sections)
             state = self._refresh()
             for attempt in range(self.max_attempts):
                 delta = diff(state, change(state))
@@ -265,7 +265,7 @@ class Catalog:
                         continue  # a format-1 commit came first: upgrade that state
                 for live in old.snapshot.files:
                     write_manifest(
-                        self.store, live.id, live.key, live.created_ms, old.sections[live.id]
+                        self.store, live.id, live.key, self.clock(), old.sections[live.id]
                     )
                 self._write_checkpoint(old.snapshot, old.created_ms)
                 self._state, self._format1 = None, None

@@ -97,20 +97,43 @@ def replace_files(
     now_ms: int,
     *,
     full: bool = False,
+    job_id: str | None = None,
+    wall_ms: int | None = None,
 ) -> Snapshot:
     """Swap a contiguous run of live files for the files compacted from them.
 
     The inputs must still be live, contiguous and in the given order: otherwise another
-    compaction replaced some of them first, and this one must not be applied twice.
-    The outputs take the run's place in the sequence; the inputs become garbage.
-    ``full`` marks a full compaction, which restarts the daily compaction's clock.
+    compaction replaced some of them first, and this one must not be applied twice. No
+    other job's unexpired lease may hold one (``job_id``'s own may; leases run on
+    ``wall_ms``, default ``now_ms``). The outputs take the run's place in the sequence;
+    the inputs become garbage, and the leases on them end. ``full`` marks a full
+    compaction, which restarts the daily compaction's clock.
     """
     start = live_run_start(s, input_ids)
+    check_unleased(s, input_ids, job_id, now_ms if wall_ms is None else wall_ms)
     replaced = s.files[start : start + len(input_ids)]
-    garbage = s.garbage + tuple(Garbage(f.key, now_ms) for f in replaced)
+    garbage = s.garbage + tuple(Garbage(f.key, now_ms, f.id) for f in replaced)
     files = s.files[:start] + tuple(outputs) + s.files[start + len(input_ids) :]
     last_full = now_ms if full else s.last_full_compaction_ms
-    return dataclasses.replace(s, files=files, garbage=garbage, last_full_compaction_ms=last_full)
+    gone = set(input_ids)
+    leases = {j: x for j, x in s.leases.items() if j != job_id and gone.isdisjoint(x.inputs)}
+    return dataclasses.replace(
+        s, files=files, garbage=garbage, leases=leases, last_full_compaction_ms=last_full
+    )
+
+
+class Leased(CommitConflict):
+    """An input is held by another job's unexpired lease."""
+
+
+def check_unleased(s: Snapshot, inputs: Sequence[str], job_id: str | None, now_ms: int) -> None:
+    """``Leased`` if another job's unexpired lease holds one of ``inputs``."""
+    held = s.leased_inputs(now_ms)
+    for i in inputs:
+        other = held.get(i)
+        if other is not None and other != job_id:
+            until = s.leases[other].expires_ms
+            raise Leased(f"input file {i} is leased by job {other} until {until}")
 
 
 def expired_garbage(s: Snapshot, now_ms: int, grace_ms: int) -> tuple[Garbage, ...]:

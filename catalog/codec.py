@@ -139,11 +139,14 @@ def file_from_json(d: Mapping[str, Any]) -> LiveFile:
 
 
 def garbage_to_json(g: Garbage) -> Json:
-    return {"key": g.key, "replaced_ms": g.replaced_ms}
+    return {"key": g.key, "replaced_ms": g.replaced_ms, "file_id": g.file_id}
 
 
 def garbage_from_json(d: Mapping[str, Any]) -> Garbage:
-    return Garbage(need_str(d, "key"), need_int(d, "replaced_ms"))
+    file_id = d.get("file_id")
+    if file_id is not None and not isinstance(file_id, str):
+        raise CorruptCatalog(f"garbage file id {file_id!r} is not a string")
+    return Garbage(need_str(d, "key"), need_int(d, "replaced_ms"), file_id)
 
 
 def lease_to_json(lease: Lease) -> Json:

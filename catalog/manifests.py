@@ -93,11 +93,11 @@ def read_manifest(store: ObjectStore, file_id: str) -> tuple[SectionMeta, ...]:
         raise CorruptCatalog(f"{mkey}: {exc}") from None
 
 
-def manifest_created_ms(store: ObjectStore, file_id: str) -> int | None:
+def manifest_written_ms(store: ObjectStore, file_id: str) -> int | None:
     """When an (orphan candidate) manifest was written, None if it is gone."""
     mkey = manifest_key(file_id)
     try:
         body, _ = store.get(mkey)
     except ObjectNotFound:
         return None
-    return int(need_int(decode(body, mkey), "created_ms"))
+    return int(need_int(decode(body, mkey), "written_ms"))

@@ -99,6 +99,8 @@ class Garbage:
 
     key: str
     replaced_ms: int
+    file_id: str | None = None
+    """The replaced file's id, whose manifest goes with it (None in a format-1 store)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,12 @@
 """Checks that a store holds every invariant the catalog promises.
 
-Per live file: the object exists with the catalog's size, every checksum holds, each
-section's bitmap and stats match its records, and the footer matches the catalog. Per
-partition: offsets strictly increase along the live sequence with no overlap between
-files, and stay below the partition's next offset. Above L0, no file mixes compacted
-and non-compacted topics.
+The catalog itself: its log chains from the newest checkpoint (``Catalog.snapshot``
+refuses a log that does not), and no input file is held by two unexpired leases. Per
+live file: its manifest exists and its summary is what the manifest's sections sum to;
+the object exists with the catalog's size, every checksum holds, each section's bitmap
+and stats match its records, and the footer matches the manifest. Per partition: offsets
+strictly increase along the live sequence with no overlap between files, and stay below
+the partition's next offset. Above L0, no file mixes compacted and non-compacted topics.
 """
 
 from __future__ import annotations
@@ -12,9 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from compactor.catalog.catalog import Catalog
+from compactor.catalog.errors import CatalogError
 from compactor.catalog.snapshot import LiveFile, Snapshot
-from compactor.fileformat import FormatError, verify_stream
+from compactor.catalog.summary import summarize
+from compactor.fileformat import FormatError, SectionMeta, verify_stream
 from compactor.objectstore import ObjectStore, StoreError
+
+Sections = dict[str, tuple[SectionMeta, ...]]
 
 MAX_LEVEL = 4
 
@@ -32,18 +39,26 @@ class VerifyReport:
 
 
 def verify_store(
-    store: ObjectStore,
+    catalog: Catalog,
     snapshot: Snapshot,
     on_file: Callable[[LiveFile], None] | None = None,
 ) -> VerifyReport:
     problems: list[str] = []
     problems.extend(_check_catalog(snapshot))
+    sections: Sections = {}
     for live in snapshot.files:
         if on_file is not None:
             on_file(live)
-        problems.extend(_check_file(store, live))
-    problems.extend(_check_partitions(snapshot))
-    partitions = sum(1 for tp in snapshot.partitions() if snapshot.sections_of(*tp))
+        try:
+            sections[live.id] = catalog.sections(live)
+        except CatalogError as exc:
+            problems.append(str(exc))
+            continue
+        if summarize(sections[live.id]) != live.topics:
+            problems.append(f"{live.key}: the catalog's summary does not match its manifest")
+        problems.extend(_check_file(catalog.store, live, sections[live.id]))
+    problems.extend(_check_partitions(snapshot, sections))
+    partitions = len({(sec.topic, sec.partition) for secs in sections.values() for sec in secs})
     records = sum(f.record_count for f in snapshot.files)
     return VerifyReport(len(snapshot.files), partitions, records, tuple(problems))
 
@@ -59,23 +74,34 @@ def _check_catalog(s: Snapshot) -> Iterator[str]:
     for g in s.garbage:
         if g.key in live_keys:
             yield f"{g.key}: both live and awaiting deletion"
+    held: dict[str, str] = {}
+    for lease in s.leases.values():
+        for i in lease.inputs:
+            other = held.setdefault(i, lease.job_id)
+            if other != lease.job_id:
+                yield f"file {i} is leased by both job {other} and job {lease.job_id}"
     for f in s.files:
         if not 0 <= f.level <= MAX_LEVEL:
             yield f"{f.key}: level {f.level} outside 0..{MAX_LEVEL}"
         compacted = set()
-        for sec in f.sections:
-            topic = s.topics.get(sec.topic)
+        for summary in f.topics:
+            topic = s.topics.get(summary.topic)
             if topic is None:
-                yield f"{f.key}: section of unknown topic {sec.topic!r}"
+                yield f"{f.key}: section of unknown topic {summary.topic!r}"
                 continue
-            if not 0 <= sec.partition < topic.partitions:
-                yield f"{f.key}: section of {sec.topic}/{sec.partition}, which does not exist"
+            if summary.partitions and not summary.partitions[-1][1] < topic.partitions:
+                yield (
+                    f"{f.key}: section of {summary.topic}/{summary.partitions[-1][1]}, "
+                    "which does not exist"
+                )
             compacted.add(topic.config.compacted)
         if f.level > 0 and len(compacted) > 1:
             yield f"{f.key}: L{f.level} file mixes compacted and non-compacted topics"
 
 
-def _check_file(store: ObjectStore, live: LiveFile) -> Iterator[str]:
+def _check_file(
+    store: ObjectStore, live: LiveFile, sections: tuple[SectionMeta, ...]
+) -> Iterator[str]:
     try:
         info = store.head(live.key)
         if info.size != live.size:
@@ -86,14 +112,18 @@ def _check_file(store: ObjectStore, live: LiveFile) -> Iterator[str]:
     except (StoreError, FormatError) as exc:
         yield str(exc)
         return
-    if meta.sections != live.sections:
+    if meta.sections != sections:
         yield f"{live.key}: footer does not match the catalog's sections"
 
 
-def _check_partitions(s: Snapshot) -> Iterator[str]:
+def _check_partitions(s: Snapshot, sections: Sections) -> Iterator[str]:
+    by_partition: dict[tuple[str, int], list[tuple[LiveFile, SectionMeta]]] = {}
+    for live in s.files:
+        for sec in sections.get(live.id, ()):
+            by_partition.setdefault((sec.topic, sec.partition), []).append((live, sec))
     for topic, partition in s.partitions():
         previous_last = -1
-        for live, sec in s.sections_of(topic, partition):
+        for live, sec in by_partition.get((topic, partition), ()):
             if sec.first_offset <= previous_last:
                 yield (
                     f"{topic}/{partition}: {live.key} starts at offset {sec.first_offset}, "
