@@ -225,6 +225,7 @@ def generate(p: Params, workdir: Path, *, progress: bool | None = None) -> Workl
     headers = _empty_headers(p.records_per_file)
     next_offset = [0] * p.partitions
     files: list[LiveFile] = []
+    sections: dict[str, tuple[SectionMeta, ...]] = {}
     logical = 0
     key_ids: list[pa.Array] = []
     pq_writer = pq.ParquetWriter(workdir / "records.parquet", _PARQUET_SCHEMA)
@@ -260,7 +261,10 @@ def generate(p: Params, workdir: Path, *, progress: bool | None = None) -> Workl
                 start += count
             meta = writer.finish()
             store.put(key, sink.getvalue(), if_none_match=True)
-            files.append(LiveFile(file_id, key, p.level, meta.size, p.end_ms, meta.sections))
+            files.append(
+                LiveFile.of_sections(file_id, key, p.level, meta.size, p.end_ms, meta.sections)
+            )
+            sections[file_id] = meta.sections
             pq_writer.write_table(
                 pa.table(
                     [
@@ -291,7 +295,9 @@ def generate(p: Params, workdir: Path, *, progress: bool | None = None) -> Workl
     new_next = {(TOPIC, part): nxt for part, nxt in enumerate(next_offset)}
     expected = {(TOPIC, part): 0 for part in range(p.partitions)}
     catalog.commit(
-        lambda s: append_files(s, files=files, expected_next=expected, new_next=new_next)
+        lambda s: append_files(s, files=files, expected_next=expected, new_next=new_next),
+        CommitRecord("ingest", {"files": [f.id for f in files]}),
+        new_files={f.id: (f, sections[f.id]) for f in files},
     )
     store.close()
     w = Workload(

@@ -95,6 +95,13 @@ class Catalog:
             return self._format1.sections[live.id]
         return read_manifest(self.store, live.id)
 
+    def section(self, live: LiveFile, topic: str, partition: int) -> SectionMeta:
+        """The file's section of ``topic``/``partition``, which it must hold."""
+        for s in self.sections(live):
+            if s.topic == topic and s.partition == partition:
+                return s
+        raise CorruptCatalog(f"{live.key}: its manifest has no section of {topic}/{partition}")
+
     def entry(self, version: int) -> LogEntry:
         """The log entry of commit ``version``; CatalogError once it has left the history."""
         key = log_key(version)

@@ -103,7 +103,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         before_snap = demo.catalog.snapshot()
         before_stats = stats_json(before_snap)
         progress.update("reading every partition's materialized view", force=True)
-        views_before = store_views(demo.store, before_snap)
+        views_before = store_views(demo.catalog, before_snap)
         compactor = Compactor(demo.store, key_buffer_bytes=args.key_buffer_bytes)
         reports = []
         compact_started = time.monotonic()
@@ -121,7 +121,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         after_snap = demo.catalog.snapshot()
         progress.update("verifying", force=True)
         report = verify_store(demo.store, after_snap)
-        views_after = store_views(demo.store, after_snap)
+        views_after = store_views(demo.catalog, after_snap)
         progress.done()
         after_stats = stats_json(after_snap)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

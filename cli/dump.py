@@ -21,7 +21,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         )
     from_offset = args.from_offset
     out = sys.stdout
-    for live, section in snap.sections_of(args.topic, args.partition):
+    for live in snap.files_holding(args.topic, args.partition):
+        section = ctx.catalog.section(live, args.topic, args.partition)
         if from_offset is not None and section.last_offset < from_offset:
             continue
         key = live.key

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from compactor.catalog import TopicConfig
+from compactor.catalog import CommitRecord, TopicConfig
 from compactor.catalog.changes import create_topic
 from compactor.cli.context import Context, UsageError, positive_int
 
@@ -22,7 +22,10 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
 
 def create(ctx: Context, args: argparse.Namespace) -> int:
     config = TopicConfig.parse(parse_settings(args.config))
-    ctx.catalog.commit(lambda s: create_topic(s, args.name, args.partitions, config))
+    ctx.catalog.commit(
+        lambda s: create_topic(s, args.name, args.partitions, config),
+        CommitRecord("topic", {"topic": args.name, "partitions": args.partitions}),
+    )
     print(json.dumps({"created": args.name, "partitions": args.partitions}))
     return 0
 
@@ -32,17 +35,27 @@ def describe(ctx: Context, args: argparse.Namespace) -> int:
     topic = snap.topics.get(args.name)
     if topic is None:
         raise UsageError(f"unknown topic {args.name!r}")
-    partitions = []
-    for p in range(topic.partitions):
-        sections = snap.sections_of(topic.name, p)
-        partitions.append(
-            {
-                "partition": p,
-                "next_offset": snap.next_offsets.get((topic.name, p), 0),
-                "files": len(sections),
-                "records": sum(sec.record_count for _, sec in sections),
-            }
-        )
+    files: dict[int, int] = {}
+    records: dict[int, int] = {}
+    for live in snap.files:
+        summary = live.topic(topic.name)
+        if summary is None:
+            continue
+        for section in ctx.catalog.sections(live):
+            if section.topic == topic.name:
+                files[section.partition] = files.get(section.partition, 0) + 1
+                records[section.partition] = (
+                    records.get(section.partition, 0) + section.record_count
+                )
+    partitions = [
+        {
+            "partition": p,
+            "next_offset": snap.next_offsets.get((topic.name, p), 0),
+            "files": files.get(p, 0),
+            "records": records.get(p, 0),
+        }
+        for p in range(topic.partitions)
+    ]
     out = {"name": topic.name, "partitions": topic.partitions, "config": topic.config.to_json()}
     out["partition_state"] = partitions
     print(json.dumps(out, indent=2))

@@ -21,7 +21,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         done += 1
         progress.update(f"verifying file {done}/{len(snap.files)}")
 
-    report = verify_store(ctx.store, snap, on_file)
+    report = verify_store(ctx.catalog, snap, on_file)
     progress.done()
     if args.json:
         print(

@@ -22,9 +22,17 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compactor.catalog import Catalog, CatalogError, LiveFile, Snapshot, TopicPartition
+from compactor.catalog import (
+    Catalog,
+    CatalogError,
+    CommitRecord,
+    LiveFile,
+    Snapshot,
+    TopicPartition,
+)
 from compactor.catalog.changes import OffsetsMoved, append_files
-from compactor.fileformat import RECORD_SCHEMA, FileWriter, StreamReader
+from compactor.catalog.manifests import manifest_key
+from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta, StreamReader
 from compactor.ingest.jsonl import InputRecord
 from compactor.objectstore import ObjectStore
 
@@ -102,6 +110,7 @@ class L0Ingest:
         self._buffered_records = 0
         self.records = 0
         self.files: list[LiveFile] = []
+        self._sections: dict[str, tuple[SectionMeta, ...]] = {}
 
     def add(self, rec: InputRecord) -> None:
         tp = (rec.topic, rec.partition)
@@ -153,7 +162,9 @@ class L0Ingest:
             writer.write_section(topic, partition, batches)
         meta = writer.finish()
         self.store.put(key, sink.getvalue(), if_none_match=True)
-        return LiveFile(file_id, key, 0, meta.size, self.now_ms, meta.sections)
+        live = LiveFile.of_sections(file_id, key, 0, meta.size, self.now_ms, meta.sections)
+        self._sections[file_id] = meta.sections
+        return live
 
     def commit(self, on_rebase: Callable[[int], None] | None = None) -> IngestResult:
         self.flush()
@@ -166,8 +177,12 @@ class L0Ingest:
                 expected_next=dict(expected),
                 new_next=dict(self._next),
             )
+            record = CommitRecord(
+                "ingest", {"files": [f.id for f in self.files], "records": self.records}
+            )
+            new_files = {f.id: (f, self._sections[f.id]) for f in self.files}
             try:
-                snap = self.catalog.commit(change)
+                snap = self.catalog.commit(change, record, new_files=new_files)
                 return IngestResult(self.records, tuple(self.files), rebases, snap)
             except OffsetsMoved as moved:
                 rebases += 1
@@ -187,6 +202,8 @@ class L0Ingest:
         for old in old_files:
             self.files.append(self._upload(self._shifted_sections(old, shift)))
             self.store.delete(old.key)
+            self.store.delete(manifest_key(old.id))
+            del self._sections[old.id]
         for tp, delta in shift.items():
             self._next[tp] += delta
             expected[tp] = moved[tp]
@@ -208,6 +225,7 @@ class L0Ingest:
         """Delete every object this ingest uploaded; the catalog never saw them."""
         for f in self.files:
             self.store.delete(f.key)
+            self.store.delete(manifest_key(f.id))
         self.files.clear()
         self._buffers.clear()
 

@@ -35,14 +35,14 @@ def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
     if f.level >= CLEAN_LEVEL:
         return None
     since: int | None = None
-    for s in f.sections:
-        topic = topics.get(s.topic)
+    for summary in f.topics:
+        topic = topics.get(summary.topic)
         if topic is None or not topic.config.compacted:
             continue
         lag = topic.config.effective_max_compaction_lag_ms
         if lag is None:
             continue
-        due = s.min_timestamp + lag
+        due = summary.min_timestamp + lag
         since = due if since is None else min(since, due)
     return since
 

@@ -18,7 +18,7 @@ Run = Sequence[LiveFile]
 
 def output_group(f: LiveFile, topics: Mapping[str, Topic]) -> str:
     """ "compacted" or "plain" (as the worker writes them); "mixed" for an L0 file of both."""
-    kinds = {topics[s.topic].config.compacted for s in f.sections if s.topic in topics}
+    kinds = {topics[t].config.compacted for t in f.topic_names if t in topics}
     if kinds == {True}:
         return "compacted"
     if kinds == {False}:
@@ -28,7 +28,7 @@ def output_group(f: LiveFile, topics: Mapping[str, Topic]) -> str:
 
 def too_large(f: LiveFile, config: PlannerConfig) -> bool:
     """A file with a partition section past the cap is never compacted."""
-    return any(s.uncompressed_bytes > config.max_partition_uncompressed_bytes for s in f.sections)
+    return f.max_section_bytes > config.max_partition_uncompressed_bytes
 
 
 def too_large_ids(files: Sequence[LiveFile], config: PlannerConfig) -> set[str]:

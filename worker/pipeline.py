@@ -94,7 +94,7 @@ the thread; in 100 partitions, 4,000 records a section, 1.71 s and 1.48 s (media
 
 def pipelined(inputs: Sequence[LiveFile]) -> bool:
     """Whether phase 1 should run on its own thread for a job of these input files."""
-    sections = sum(len(f.sections) for f in inputs)
+    sections = sum(f.section_count for f in inputs)
     records = sum(f.record_count for f in inputs)
     return sections > 0 and records >= PIPELINE_MIN_SECTION_RECORDS * sections
 
@@ -116,13 +116,13 @@ class _Phase1:
         topic = snap.topics.get(tp[0])
         if topic is None:
             raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
-        live = snap.sections_of(*tp)
+        holders = snap.files_holding(*tp)
         policy = PartitionPolicy.for_partition(
             topic.config,
             deduplicate=job.deduplicate,
             now_ms=self._now_ms,
-            includes_oldest=bool(live) and live[0][0].id in self._input_ids,
-            includes_newest=bool(live) and live[-1][0].id in self._input_ids,
+            includes_oldest=bool(holders) and holders[0].id in self._input_ids,
+            includes_newest=bool(holders) and holders[-1].id in self._input_ids,
         )
         group = "compacted" if topic.config.compacted else "plain"
         return Partition(tp[0], tp[1], policy, group)

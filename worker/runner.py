@@ -18,9 +18,24 @@ from contextlib import ExitStack
 
 import pyarrow as pa
 
-from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
+from compactor.catalog import (
+    Catalog,
+    CatalogError,
+    CommitConflict,
+    CommitRecord,
+    LiveFile,
+    Snapshot,
+)
+from compactor.catalog.catalog import NewFiles
 from compactor.catalog.changes import live_run_start, replace_files
-from compactor.fileformat import FileMeta, FileWriter, SectionReader, StreamReader, read_footer
+from compactor.fileformat import (
+    FileMeta,
+    FileWriter,
+    SectionMeta,
+    SectionReader,
+    StreamReader,
+    read_footer,
+)
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from compactor.planner.job import OUTPUT_GROUPS, Job
@@ -88,7 +103,8 @@ class _GroupOutput:
             assert self.writer is not None
             self.writer.end_section()
 
-    def finish(self, now_ms: int) -> LiveFile | None:
+    def finish(self, now_ms: int) -> tuple[LiveFile, tuple[SectionMeta, ...]] | None:
+        """The output file and its sections, None if no record reached it."""
         if self.writer is None or self.upload is None:
             return None
         meta = self.writer.finish()
@@ -98,7 +114,7 @@ class _GroupOutput:
             # An earlier attempt of this same job completed this output and died before
             # committing: adopt that object (a full compaction of the same inputs).
             meta = self._existing_meta()
-        return LiveFile(
+        live = LiveFile.of_sections(
             self.job.output_file_id(self.group),
             self.key,
             self.job.output_level,
@@ -106,6 +122,7 @@ class _GroupOutput:
             now_ms,
             meta.sections,
         )
+        return live, meta.sections
 
     def _existing_meta(self) -> FileMeta:
         size = self.store.head(self.key).size
@@ -211,7 +228,9 @@ def run_job(
             resumes = {i.key: 0 for i in job.inputs}
             for stream in streams:
                 resumes[stream.key] += stream.resumes
-        produced = [f for f in (o.finish(now_ms) for o in outputs.values()) if f is not None]
+        finished = [f for f in (o.finish(now_ms) for o in outputs.values()) if f is not None]
+        new_files: NewFiles = {live.id: (live, sections) for live, sections in finished}
+        produced = [live for live, _ in finished]
     except BaseException:
         for o in outputs.values():
             with contextlib.suppress(Exception):  # the job's own error is the one to raise
@@ -221,7 +240,7 @@ def run_job(
         FileStats(i.key, i.size, store.gets.get(i.key) - gets_before[i.key], resumes[i.key])
         for i in job.inputs
     ]
-    committed, note = _commit(store, catalog, job, produced, now_ms)
+    committed, note = _commit(store, catalog, job, new_files, stats, now_ms)
     return JobReport(
         job_id=job.id,
         rule=job.rule,
@@ -277,11 +296,26 @@ def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
 
 
 def _commit(
-    store: ObjectStore, catalog: Catalog, job: Job, produced: list[LiveFile], now_ms: int
+    store: ObjectStore,
+    catalog: Catalog,
+    job: Job,
+    new_files: NewFiles,
+    stats: CompactionStats,
+    now_ms: int,
 ) -> tuple[bool, str]:
     """Swap inputs for outputs. If another worker won (the inputs are gone), our outputs
     are removed unless they are the very objects that worker committed (same job)."""
     input_ids = [i.id for i in job.inputs]
+    produced = [f for f, _ in new_files.values()]
+    record = CommitRecord(
+        "compaction",
+        {
+            "job": job.to_json(),
+            "inputs": input_ids,
+            "outputs": [f.key for f in produced],
+            "report": stats.to_json(),
+        },
+    )
     try:
         catalog.commit(
             functools.partial(
@@ -290,7 +324,11 @@ def _commit(
                 outputs=produced,
                 now_ms=now_ms,
                 full=job.is_full,
-            )
+                job_id=job.id,
+                wall_ms=catalog.clock(),
+            ),
+            record,
+            new_files=new_files,
         )
         return True, ""
     except CommitConflict as conflict:

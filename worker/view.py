@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import functools
 
-from compactor.catalog import Snapshot
+from compactor.catalog import Catalog, Snapshot
 from compactor.fileformat import batch_to_records, read_section
-from compactor.objectstore import ObjectStore
 from compactor.worker.policy import header_value, record_rank
 
 View = dict[bytes, bytes]
 
 
-def partition_view(store: ObjectStore, snap: Snapshot, topic: str, partition: int) -> View:
+def partition_view(catalog: Catalog, snap: Snapshot, topic: str, partition: int) -> View:
     config = snap.topics[topic].config
     best: dict[bytes, tuple[tuple[int, ...], bytes | None]] = {}
-    for live, section in snap.sections_of(topic, partition):
-        read_range = functools.partial(store.get_range, live.key)
+    for live in snap.files_holding(topic, partition):
+        section = catalog.section(live, topic, partition)
+        read_range = functools.partial(catalog.store.get_range, live.key)
         for batch in read_section(read_range, section, object_name=live.key):
             for r in batch_to_records(batch):
                 if r.key is None:
@@ -31,5 +31,5 @@ def partition_view(store: ObjectStore, snap: Snapshot, topic: str, partition: in
     return {k: v for k, (_, v) in best.items() if v is not None}
 
 
-def store_views(store: ObjectStore, snap: Snapshot) -> dict[tuple[str, int], View]:
-    return {tp: partition_view(store, snap, *tp) for tp in snap.partitions()}
+def store_views(catalog: Catalog, snap: Snapshot) -> dict[tuple[str, int], View]:
+    return {tp: partition_view(catalog, snap, *tp) for tp in snap.partitions()}

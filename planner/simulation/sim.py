@@ -144,6 +144,8 @@ class Simulation:
             config["max.compaction.lag.ms"] = str(workload.max_compaction_lag_ms)
         self.snap = create_topic(Snapshot(), TOPIC, 1, TopicConfig.parse(config))
         self.raw: dict[str, int] = {}
+        self.sections: dict[str, SectionMeta] = {}
+        """Each live file's one section (the catalog keeps only summaries)."""
         """Ingested records each live file covers."""
         self.running: list[_Running] = []
         self.busy: set[str] = set()
@@ -226,7 +228,7 @@ class Simulation:
         else:
             records = sum(f.record_count for f in inputs)
             size = sum(f.size for f in inputs)
-        sections = [s for f in inputs for s in f.sections]
+        sections = [self.sections.pop(f.id) for f in inputs]
         output = self._file(
             job.output_file_id("compacted"),
             job.output_level,
@@ -272,8 +274,8 @@ class Simulation:
             dirty_files=len(dirty_files(self.snap, now_ms)),
         )
 
-    @staticmethod
     def _file(
+        self,
         file_id: str,
         level: int,
         records: int,
@@ -298,4 +300,7 @@ class Simulation:
             position=0,
             length=size,
         )
-        return LiveFile(file_id, f"sim/L{level}/{file_id}", level, size, created_ms, (section,))
+        self.sections[file_id] = section
+        return LiveFile.of_sections(
+            file_id, f"sim/L{level}/{file_id}", level, size, created_ms, (section,)
+        )
