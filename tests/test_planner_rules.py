@@ -1,4 +1,5 @@
-"""The planner's rules, one small hand-built catalog per rule and edge (docs/ARCHITECTURE.md §3.3)."""
+"""The planner's rules, one small hand-built catalog per rule and edge
+(docs/ARCHITECTURE.md §3.3)."""
 
 from __future__ import annotations
 

@@ -19,14 +19,16 @@ class PartitionPolicy:
     """Records with a timestamp above this are younger than min.compaction.lag.ms: they are
     kept and never cause an older record to be dropped. None: no record is too young."""
     retention_cutoff_ms: int | None
-    """compact,delete: records with a timestamp below this are dropped (docs/ARCHITECTURE.md §4, invariant 1(c))."""
+    """compact,delete: records with a timestamp below this are dropped
+    (docs/ARCHITECTURE.md §4, invariant 1(c))."""
     horizon_ms: int
     """The delete horizon stamped on a tombstone this compaction keeps as a key's winner."""
     tombstones_droppable: bool
     """The inputs hold every live record a tombstone here could outrank, so one past its
-    delete horizon can go without an outranked value resurfacing (docs/ARCHITECTURE.md §4, invariant 1(b)). Under the
-    offset strategy that is the partition's oldest live data; under the timestamp and
-    header strategies a lower-ranked record may sit in any file, so it takes all of it."""
+    delete horizon can go without an outranked value resurfacing (docs/ARCHITECTURE.md §4,
+    invariant 1(b)). Under the offset strategy that is the partition's oldest live data;
+    under the timestamp and header strategies a lower-ranked record may sit in any file, so
+    it takes all of it."""
 
     @classmethod
     def for_partition(

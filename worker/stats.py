@@ -1,4 +1,5 @@
-"""Counters a job reports (docs/ARCHITECTURE.md §5), summed over its partitions, and its progress."""
+"""Counters a job reports (docs/ARCHITECTURE.md §5), summed over its partitions, and its
+progress."""
 
 from __future__ import annotations
 

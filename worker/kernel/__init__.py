@@ -1,11 +1,11 @@
 """The key buffer: compiled SHA-512/256 hashing into a fixed table of 41-byte entries.
 
 One :class:`KeyBuffer` per worker process, allocated once and reused for every partition
-and job (docs/ARCHITECTURE.md §5). Phase 1 inserts a window's records (``insert``) and, when the window
-closes, takes out its winning offsets (``winners``: the keep-set); phase 2 walks the same
-records and keeps record i iff it is not eligible or its offset is in the keep-set, so no
-key is hashed twice. (``keep_mask`` asks the buffer itself, for one window at a time.)
-The C source (``_keybuffer.c``) documents the probing, the epochs and the window-closing
+and job (docs/ARCHITECTURE.md §5). Phase 1 inserts a window's records (``insert``) and,
+when the window closes, takes out its winning offsets (``winners``: the keep-set); phase 2
+walks the same records and keeps record i iff it is not eligible or its offset is in the
+keep-set, so no key is hashed twice. (``keep_mask`` asks the buffer itself, for one window
+at a time.) The C source (``_keybuffer.c``) documents the probing, the epochs and the window-closing
 rule.
 
 Entry layout (41 bytes a slot; ``slots = capacity_bytes // 41``)::
