@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from compactor.catalog import Catalog, LiveFile, TopicConfig
+from compactor.catalog import Catalog, CommitRecord, LiveFile, TopicConfig
 from compactor.catalog.changes import append_files, create_topic
-from compactor.fileformat import RECORD_SCHEMA, FileWriter
+from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta
 from compactor.objectstore import LocalStore
 
 TOPIC = "bench"

@@ -120,7 +120,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         compact_s = time.monotonic() - compact_started
         after_snap = demo.catalog.snapshot()
         progress.update("verifying", force=True)
-        report = verify_store(demo.store, after_snap)
+        report = verify_store(demo.catalog, after_snap)
         views_after = store_views(demo.catalog, after_snap)
         progress.done()
         after_stats = stats_json(after_snap)
