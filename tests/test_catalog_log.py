@@ -1,0 +1,334 @@
+"""The catalog's log: deltas, checkpoints, concurrent committers, leases, upgrade from
+format 1, history, and the cost of a commit (objects read and written per commit)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.catalog import Catalog, CommitConflict, CommitRecord, LiveFile, Snapshot, TopicConfig
+from compactor.catalog.changes import append_files, create_topic, replace_files
+from compactor.catalog.delta import apply, delta_from_json, delta_to_json, diff
+from compactor.catalog.leases import release_lease, renew_lease, take_lease
+from compactor.catalog.log import LAST_CHECKPOINT_KEY, checkpoint_key, log_key
+from compactor.catalog.manifests import manifest_key
+from compactor.fileformat import SectionMeta
+from compactor.objectstore import LocalStore, ObjectStore
+
+
+def _section(partition: int, first: int, last: int, topic: str = "t") -> SectionMeta:
+    return SectionMeta(topic, partition, first, last, last - first + 1, 100, 5, 9, 0, 8, 100)
+
+
+def _file(file_id: str, *sections: SectionMeta, level: int = 0) -> LiveFile:
+    return LiveFile.of_sections(file_id, f"data/L{level}/{file_id}.cf", level, 1000, 0, sections)
+
+
+def _topic(c: Catalog, partitions: int = 4) -> Snapshot:
+    config = TopicConfig.parse({"cleanup.policy": "compact"})
+    return c.commit(lambda s: create_topic(s, "t", partitions, config), CommitRecord("topic"))
+
+
+def _ingest(c: Catalog, file_id: str, partition: int, count: int = 10) -> Snapshot:
+    """Append one file of ``count`` records at the partition's next offset."""
+    n = c.snapshot().next_offsets[("t", partition)]
+    sections = (_section(partition, n, n + count - 1),)
+    f = _file(file_id, *sections)
+    return c.commit(
+        lambda s: append_files(s, [f], {("t", partition): n}, {("t", partition): n + count}),
+        CommitRecord("ingest", {"files": [file_id]}),
+        new_files={file_id: (f, sections)},
+    )
+
+
+def _catalog_objects(store: ObjectStore) -> dict[str, bytes]:
+    return {o.key: store.get(o.key)[0] for o in store.list("_catalog/")}
+
+
+# --- deltas -----------------------------------------------------------------------------
+
+
+@st.composite
+def _states(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
+    """A state and a successor made of appends, replacements, offsets and leases."""
+    s = create_topic(Snapshot(), "t", 3, TopicConfig.parse({"cleanup.policy": "compact"}))
+    files = [
+        _file(f"f{i}", _section(i % 3, 100 * i, 100 * i + 9))
+        for i in range(draw(st.integers(0, 6)))
+    ]
+    s = append_files(s, files, {}, {})
+    new = s
+    if new.files and draw(st.booleans()):
+        start = draw(st.integers(0, len(new.files) - 1))
+        end = draw(st.integers(start + 1, len(new.files)))
+        ids = [f.id for f in new.files[start:end]]
+        outputs = [_file(f"out{k}", _section(k, 10_000 + k, 10_000 + k)) for k in range(2)]
+        new = replace_files(new, ids, outputs[: draw(st.integers(0, 2))], now_ms=7)
+    if draw(st.booleans()):
+        added = [_file(f"new{k}", _section(k % 3, 50_000 + k, 50_000 + k)) for k in range(2)]
+        new = append_files(new, added, {}, {("t", 0): 60_000})
+    if new.files and draw(st.booleans()):
+        new = take_lease(new, "job", "w", [new.files[0].id], now_ms=1, ttl_ms=100)
+    return s, new
+
+
+@given(_states())
+@settings(max_examples=200, deadline=None)
+def test_a_delta_turns_the_old_state_into_the_new_one(states: tuple[Snapshot, Snapshot]) -> None:
+    old, new = states
+    d = diff(old, new)
+    assert apply(old, d, old.version + 1) == Snapshot(
+        old.version + 1,
+        new.topics,
+        new.next_offsets,
+        new.files,
+        new.garbage,
+        new.leases,
+        new.last_full_compaction_ms,
+    )
+    again = delta_from_json(json.loads(json.dumps(delta_to_json(d))))
+    assert apply(old, again, 9) == apply(old, d, 9)
+
+
+# --- commits, checkpoints, reads --------------------------------------------------------
+
+
+def test_a_commit_writes_one_log_entry_and_its_manifests(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    c = Catalog(store)
+    _topic(c)
+    before = set(_catalog_objects(store))
+    snap = _ingest(c, "a", 0)
+    written = set(_catalog_objects(store)) - before
+    assert written == {log_key(2), manifest_key("a")}
+    assert snap.version == 2
+    assert c.sections(snap.files[0]) == (_section(0, 0, 9),)
+
+
+def test_checkpoints_bound_what_a_reader_gets(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    c = Catalog(store, checkpoint_interval=5)
+    _topic(c)
+    for i in range(22):
+        _ingest(c, f"f{i}", i % 4)
+    assert json.loads(store.get(LAST_CHECKPOINT_KEY)[0]) == {"version": 20}
+    for v in (5, 10, 15, 20):
+        store.head(checkpoint_key(v))
+    fresh = LocalStore(tmp_path)
+    snap = Catalog(fresh).snapshot()
+    assert snap == c.snapshot()
+    # the hint, checkpoint 20, entries 21..23, and the miss at 24
+    assert sum(fresh.gets.snapshot().values()) == 1 + 1 + 3 + 1
+
+
+def test_a_reader_finds_the_newest_checkpoint_without_the_hint(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    c = Catalog(store, checkpoint_interval=3)
+    _topic(c)
+    for i in range(7):
+        _ingest(c, f"f{i}", 0)
+    store.delete(LAST_CHECKPOINT_KEY)
+    assert Catalog(LocalStore(tmp_path)).snapshot() == c.snapshot()
+
+
+def test_a_log_that_does_not_chain_is_refused(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    c = Catalog(store)
+    _topic(c)
+    _ingest(c, "a", 0)
+    entry = json.loads(store.get(log_key(2))[0])
+    entry["delta"]["removed_files"] = ["nope"]
+    store.put(log_key(3), json.dumps({**entry, "version": 3}).encode())
+    with pytest.raises(Exception, match="removes a file that is not live"):
+        Catalog(LocalStore(tmp_path)).snapshot()
+
+
+# --- concurrency ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_racing_ingests_and_compactions_lose_nothing(tmp_path: Path, processes: bool) -> None:
+    """4 ingesters each append to their own partition while 2 compactors replace
+    disjoint runs; the final state is exactly what the successful changes imply."""
+    root = tmp_path / "store"
+    c = Catalog(LocalStore(root))
+    _topic(c)
+    for i in range(8):
+        _ingest(c, f"seed{i}", i % 4, count=1)
+    if processes:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=_ingest_many, args=(str(root), p)) for p in range(4)]
+        procs += [ctx.Process(target=_compact_pair, args=(str(root), k)) for k in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+            assert p.exitcode == 0
+    else:
+        threads = [threading.Thread(target=_ingest_many, args=(str(root), p)) for p in range(4)]
+        threads += [threading.Thread(target=_compact_pair, args=(str(root), k)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    final = Catalog(LocalStore(root)).snapshot()
+    ids = [f.id for f in final.files]
+    assert len(ids) == len(set(ids))
+    # seeds 0..3 compacted into out0, seeds 4..7 into out1; every ingest kept.
+    assert [i for i in ids if i.startswith("seed")] == []
+    assert ids[:2] == ["out0", "out1"]
+    for p in range(4):
+        mine = [f for f in final.files if f.id.startswith(f"p{p}-")]
+        assert [f.id for f in mine] == [f"p{p}-{j}" for j in range(10)]
+        assert final.next_offsets[("t", p)] == 2 + 10 * 5
+    assert final.version == 1 + 8 + 40 + 2
+
+
+def _ingest_many(root: str, partition: int) -> None:
+    c = Catalog(LocalStore(Path(root)))
+    for j in range(10):
+        while True:
+            try:
+                _ingest(c, f"p{partition}-{j}", partition, count=5)
+                break
+            except CommitConflict:
+                continue  # offsets moved between the read and the commit: redo
+
+
+def _compact_pair(root: str, k: int) -> None:
+    c = Catalog(LocalStore(Path(root)))
+    inputs = [f"seed{i}" for i in range(4 * k, 4 * k + 4)]
+    out = _file(f"out{k}", *(_section(p, 0 + k, 0 + k) for p in range(4)), level=1)
+    c.commit(
+        lambda s: replace_files(s, inputs, [out], now_ms=5),
+        CommitRecord("compaction", {"inputs": inputs}),
+        new_files={out.id: (out, ())},
+    )
+
+
+# --- leases -----------------------------------------------------------------------------
+
+
+def test_a_lease_keeps_inputs_from_other_jobs_until_it_expires(tmp_path: Path) -> None:
+    c = Catalog(LocalStore(tmp_path))
+    _topic(c)
+    _ingest(c, "a", 0)
+    _ingest(c, "b", 1)
+    snap = c.commit(lambda s: take_lease(s, "job1", "w1", ["a", "b"], now_ms=1000, ttl_ms=500))
+    assert snap.leased_inputs(1499) == {"a": "job1", "b": "job1"}
+    assert snap.leased_inputs(1500) == {}
+    with pytest.raises(CommitConflict, match="leased by job job1"):
+        c.commit(lambda s: take_lease(s, "job2", "w2", ["b"], now_ms=1200, ttl_ms=500))
+    with pytest.raises(CommitConflict, match="leased by job job1"):
+        c.commit(lambda s: replace_files(s, ["a"], [], now_ms=1200, job_id="job2"))
+    # Renewal by whoever holds the job (the lease is the job's, not the process's).
+    snap = c.commit(lambda s: renew_lease(s, "job1", "w3", now_ms=1400, ttl_ms=500))
+    assert snap.leases["job1"].owner == "w3" and snap.leases["job1"].expires_ms == 1900
+    # Expired: another job may take the inputs, and the first can no longer renew.
+    snap = c.commit(lambda s: take_lease(s, "job2", "w2", ["b"], now_ms=2000, ttl_ms=500))
+    assert set(snap.leases) == {"job2"}
+    with pytest.raises(CommitConflict, match="holds no lease"):
+        c.commit(lambda s: renew_lease(s, "job1", "w1", now_ms=2001, ttl_ms=500))
+    c.commit(lambda s: release_lease(s, "job2"))
+
+
+def test_a_late_job_commits_once_if_its_inputs_are_still_live_and_unclaimed(
+    tmp_path: Path,
+) -> None:
+    c = Catalog(LocalStore(tmp_path))
+    _topic(c)
+    _ingest(c, "a", 0)
+    c.commit(lambda s: take_lease(s, "job1", "w1", ["a"], now_ms=0, ttl_ms=10))
+    out = _file("o", _section(0, 0, 9), level=1)
+    late = c.commit(lambda s: replace_files(s, ["a"], [out], now_ms=99, job_id="job1"))
+    assert [f.id for f in late.files] == ["o"] and late.leases == {}
+    with pytest.raises(CommitConflict, match="no longer live"):
+        c.commit(lambda s: replace_files(s, ["a"], [out], now_ms=99, job_id="job1"))
+
+
+# --- upgrade from format 1 --------------------------------------------------------------
+
+
+def _format1(store: ObjectStore) -> dict[str, object]:
+    section = [("t", 0, 0, 9, 10, 1000, 5, 9, 0, 8, 100)]
+    data: dict[str, object] = {
+        "format": 1,
+        "version": 7,
+        "topics": {
+            "t": {
+                "partitions": 2,
+                "config": {"cleanup.policy": "compact"},
+                "next_offsets": [10, 0],
+            }
+        },
+        "files": [
+            {
+                "id": "old",
+                "key": "data/L0/old.cf",
+                "level": 0,
+                "size": 500,
+                "created_ms": 3,
+                "sections": [list(s) for s in section],
+            }
+        ],
+        "garbage": [{"key": "data/L0/gone.cf", "replaced_ms": 2}],
+        "last_full_compaction_ms": 3,
+    }
+    store.put("_catalog/catalog.json", json.dumps(data).encode())
+    return data
+
+
+def test_a_format1_store_is_read_as_is_and_upgraded_by_its_first_commit(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    _format1(store)
+    c = Catalog(store)
+    snap = c.snapshot()
+    assert snap.version == 7 and [f.id for f in snap.files] == ["old"]
+    assert c.sections(snap.files[0])[0].record_count == 10
+    assert not list(store.list("_catalog/log/"))  # reading changes nothing
+    after = _ingest(c, "new", 1)
+    assert [f.id for f in after.files] == ["old", "new"]
+    assert after.next_offsets == {("t", 0): 10, ("t", 1): 10}
+    fence = json.loads(store.get("_catalog/catalog.json")[0])
+    assert fence["format"] == 2 and fence["upgraded"]["version"] == 7
+    kinds = [e.record.kind for e in c.history()]
+    assert kinds == ["ingest", "upgrade"]
+    fresh = Catalog(LocalStore(tmp_path))
+    assert fresh.snapshot() == after
+    assert fresh.sections(after.files[0]) == c.sections(snap.files[0])
+
+
+def test_an_interrupted_upgrade_is_finished_from_the_fence(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    data = _format1(store)
+    store.put("_catalog/catalog.json", json.dumps({"format": 2, "upgraded": data}).encode())
+    c = Catalog(store)
+    assert c.snapshot().version == 7
+    assert c.upgrade()
+    assert Catalog(LocalStore(tmp_path)).snapshot().version == 8
+    assert not Catalog(LocalStore(tmp_path)).upgrade()
+
+
+# --- history ----------------------------------------------------------------------------
+
+
+def test_history_lists_every_commit_newest_first(tmp_path: Path) -> None:
+    c = Catalog(LocalStore(tmp_path))
+    _topic(c)
+    _ingest(c, "a", 0)
+    c.commit(lambda s: take_lease(s, "j", "w", ["a"], now_ms=0, ttl_ms=10), CommitRecord("lease"))
+    entries = [e.history_json() for e in c.history()]
+    assert [(e["id"], e["kind"]) for e in entries] == [
+        ("3", "lease"),
+        ("2", "ingest"),
+        ("1", "topic"),
+    ]
+    assert entries[1]["files"] == ["a"]
+    assert [e["id"] for e in (x.history_json() for x in c.history(limit=1))] == ["3"]
