@@ -16,6 +16,7 @@ from compactor.cli import (
     compact,
     demo,
     dump,
+    history_cmd,
     ingest_cmd,
     plan_cmd,
     simulate,
@@ -66,7 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="command", parser_class=_Parser
     )
-    for module in (topic, ingest_cmd, dump, verify_cmd, stats, plan_cmd, compact, simulate, demo):
+    for module in (
+        topic,
+        ingest_cmd,
+        dump,
+        verify_cmd,
+        stats,
+        plan_cmd,
+        compact,
+        history_cmd,
+        simulate,
+        demo,
+    ):
         module.register(sub, common)
     return parser
 

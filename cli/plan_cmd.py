@@ -19,7 +19,7 @@ def _levels(job: Job, levels: dict[str, int]) -> str:
 def run(ctx: Context, args: argparse.Namespace) -> int:
     config = planner_config(args)
     snap = ctx.catalog.snapshot()
-    result = plan(snap, ctx.now_ms, config)
+    result = plan(snap, ctx.now_ms, config, frozenset(snap.leased_inputs(ctx.catalog.clock())))
     notes = plan_notes(snap, ctx.now_ms, config)
     levels = {f.id: f.level for f in snap.files}
     if args.json:

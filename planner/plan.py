@@ -85,8 +85,13 @@ def plan_notes(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None)
     return notes
 
 
-def full_plan(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None) -> Plan:
+def full_plan(
+    snap: Snapshot,
+    now_ms: int,
+    config: PlannerConfig | None = None,
+    busy: frozenset[str] = frozenset(),
+) -> Plan:
     """``compact --full``: the daily compaction, now (``now_ms`` only keeps the signature
-    of ``plan``)."""
+    of ``plan``). ``busy`` files (leased by running jobs) are left out."""
     config = config or PlannerConfig()
-    return Plan(tuple(full_jobs(snap, too_large_ids(snap.files, config))))
+    return Plan(tuple(full_jobs(snap, set(busy) | too_large_ids(snap.files, config))))

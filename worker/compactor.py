@@ -6,7 +6,11 @@ from collections.abc import Callable
 
 from compactor.catalog import Catalog
 from compactor.catalog.errors import CatalogError
-from compactor.catalog.garbage import DEFAULT_GRACE_MS, collect_garbage
+from compactor.catalog.garbage import (
+    DEFAULT_GRACE_MS,
+    collect_catalog_garbage,
+    collect_garbage,
+)
 from compactor.objectstore import ObjectStore
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
@@ -50,7 +54,10 @@ class Compactor:
         )
 
     def collect_garbage(self, now_ms: int) -> list[str]:
-        return collect_garbage(self.catalog, now_ms, self.grace_ms)
+        """Replaced files past the grace period, then the catalog's own superseded
+        objects; returns the keys deleted."""
+        deleted = collect_garbage(self.catalog, now_ms, self.grace_ms)
+        return deleted + collect_catalog_garbage(self.catalog, self.grace_ms)
 
     def run_planned(
         self,
@@ -72,7 +79,8 @@ class Compactor:
         seen: set[str] = set()
         while True:
             snap = self.catalog.snapshot()
-            jobs = (full_plan if full else plan)(snap, now_ms, config).jobs
+            leased = frozenset(snap.leased_inputs(self.catalog.clock()))
+            jobs = (full_plan if full else plan)(snap, now_ms, config, leased).jobs
             if not (until_idle or full):
                 jobs = jobs[:1]
             if not jobs:
