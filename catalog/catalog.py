@@ -17,6 +17,7 @@ whose preconditions no longer hold raises ``CommitConflict``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import threading
@@ -25,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from compactor.catalog.codec import state_from_json, state_to_json
 from compactor.catalog.delta import apply, diff
-from compactor.catalog.errors import CatalogError, CorruptCatalog
+from compactor.catalog.errors import CatalogError, CommitConflict, CorruptCatalog
 from compactor.catalog.legacy import Format1, fenced, read_format1
 from compactor.catalog.log import (
     CHECKPOINT_PREFIX,
@@ -55,6 +56,13 @@ CHECKPOINT_INTERVAL = 20
 Change = Callable[[Snapshot], Snapshot]
 NewFiles = Mapping[str, tuple[LiveFile, Sequence[SectionMeta]]]
 """File id -> (the file, its sections): the manifests a commit writes before its entry."""
+
+
+def _unchanged_at(s: Snapshot, version: int) -> Snapshot:
+    """The upgrade's own commit: nothing changes, and only right after the checkpoint."""
+    if s.version != version:
+        raise CommitConflict(f"the upgrade of version {version} was recorded already")
+    return s
 
 
 def wall_ms() -> int:
@@ -261,13 +269,14 @@ class Catalog:
                     body, etag = self.store.get(FORMAT1_KEY)
                 except ObjectNotFound:
                     return False
-                data = decode(body, FORMAT1_KEY)
-                if self._newest_checkpoint() is not None or self._read_entry(1) is not None:
-                    return False
-                old, is_fenced = read_format1(data, FORMAT1_KEY)
+                old, is_fenced = read_format1(decode(body, FORMAT1_KEY), FORMAT1_KEY)
+                version = old.snapshot.version
+                if is_fenced and self._read_entry(version + 1) is not None:
+                    return False  # upgraded, and committed to since
                 if not is_fenced:
+                    fence = encode(fenced(json.loads(body)))
                     try:
-                        self.store.put(FORMAT1_KEY, encode(fenced(data)), if_match=etag)
+                        self.store.put(FORMAT1_KEY, fence, if_match=etag)
                     except PreconditionFailed:
                         continue  # a format-1 commit came first: upgrade that state
                 for live in old.snapshot.files:
@@ -276,8 +285,11 @@ class Catalog:
                     )
                 self._write_checkpoint(old.snapshot, old.created_ms)
                 self._state, self._format1 = None, None
-                self.commit(
-                    lambda s: s,
-                    CommitRecord("upgrade", {"from_format": 1, "version": old.snapshot.version}),
-                )
+                try:
+                    self.commit(
+                        functools.partial(_unchanged_at, version=version),
+                        CommitRecord("upgrade", {"from_format": 1, "version": version}),
+                    )
+                except CommitConflict:
+                    return False  # another upgrader recorded it first
                 return True
