@@ -136,6 +136,40 @@ class Catalog:
                 continue  # deleted by garbage collection while listing
         return out
 
+    def check_log(self) -> list[str]:
+        """Problems of the catalog's own objects (``verify``): every checkpoint present
+        must equal the state replayed up to its version from the previous one (or from
+        version 0), and the log entries present must run without a gap to the newest."""
+        problems: list[str] = []
+        logged = sorted(v for v in (version_of(o.key) for o in self.store.list(LOG_PREFIX)) if v)
+        checkpoints = sorted(
+            v for v in (version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX)) if v
+        )
+        if logged and logged != list(range(logged[0], logged[-1] + 1)):
+            problems.append(f"the log has gaps between versions {logged[0]} and {logged[-1]}")
+        base: Snapshot | None = Snapshot() if logged and logged[0] == 1 else None
+        replayed_to = 0
+        for c in checkpoints:
+            try:
+                checkpoint = self._read_checkpoint(c)
+            except (CatalogError, ObjectNotFound) as exc:
+                problems.append(f"checkpoint {c}: {exc}")
+                base = None
+                continue
+            if base is not None:
+                try:
+                    for v in range(replayed_to + 1, c + 1):
+                        entry = self._read_entry(v)
+                        if entry is None:
+                            raise CorruptCatalog(f"log entry {v} is missing")
+                        base = apply(base, entry.delta, v)
+                    if base != checkpoint:
+                        problems.append(f"checkpoint {c} differs from the log replayed to it")
+                except CatalogError as exc:
+                    problems.append(f"replaying the log to checkpoint {c}: {exc}")
+            base, replayed_to = checkpoint, c
+        return problems
+
     def _refresh(self) -> Snapshot:
         if self._state is None or self._format1 is not None:
             self._state = self._load()

@@ -56,24 +56,24 @@ def section_from_json(row: Any) -> SectionMeta:
 
 
 def manifest_bytes(
-    file_id: str, key: str, created_ms: int, sections: Sequence[SectionMeta]
+    file_id: str, key: str, written_ms: int, sections: Sequence[SectionMeta]
 ) -> bytes:
     return encode(
         {
             "format": CATALOG_FORMAT,
             "id": file_id,
             "key": key,
-            "created_ms": created_ms,
+            "written_ms": written_ms,
             "sections": [section_to_json(s) for s in sections],
         }
     )
 
 
 def write_manifest(
-    store: ObjectStore, file_id: str, key: str, created_ms: int, sections: Sequence[SectionMeta]
+    store: ObjectStore, file_id: str, key: str, written_ms: int, sections: Sequence[SectionMeta]
 ) -> None:
     """Idempotent: the same file always has the same manifest."""
-    store.put(manifest_key(file_id), manifest_bytes(file_id, key, created_ms, sections))
+    store.put(manifest_key(file_id), manifest_bytes(file_id, key, written_ms, sections))
 
 
 def read_manifest(store: ObjectStore, file_id: str) -> tuple[SectionMeta, ...]:

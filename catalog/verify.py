@@ -43,7 +43,7 @@ def verify_store(
     snapshot: Snapshot,
     on_file: Callable[[LiveFile], None] | None = None,
 ) -> VerifyReport:
-    problems: list[str] = []
+    problems: list[str] = catalog.check_log()
     problems.extend(_check_catalog(snapshot))
     sections: Sections = {}
     for live in snapshot.files:

@@ -335,3 +335,18 @@ def test_history_lists_every_commit_newest_first(tmp_path: Path) -> None:
     ]
     assert entries[1]["files"] == ["a"]
     assert [e["id"] for e in (x.history_json() for x in c.history(limit=1))] == ["3"]
+
+
+def test_verify_replays_the_log_against_every_checkpoint(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    c = Catalog(store, checkpoint_interval=3)
+    _topic(c)
+    for i in range(7):
+        _ingest(c, f"f{i}", i % 4)
+    assert c.check_log() == []
+    state = json.loads(store.get(checkpoint_key(6))[0])
+    state["topics"]["t"]["next_offsets"][0] += 1
+    store.put(checkpoint_key(6), json.dumps(state).encode())
+    assert c.check_log() == ["checkpoint 6 differs from the log replayed to it"]
+    store.delete(log_key(5))
+    assert "the log has gaps" in c.check_log()[0]
