@@ -58,7 +58,29 @@ def collect_catalog_garbage(
     now_ms = catalog.clock()
     snap = catalog.snapshot()
     deleted: list[str] = []
-    checkpoints = sorted(v for v in _versions(catalog, CHECKPOINT_PREFIX))
+    deleted += _collect_log(catalog, now_ms, grace_ms, history_retention_ms)
+    known = {f.id for f in snap.files} | {g.file_id for g in snap.garbage if g.file_id}
+    for info in list(store.list(MANIFEST_PREFIX)):
+        file_id = info.key[len(MANIFEST_PREFIX) :].removesuffix(".json")
+        if file_id in known:
+            continue
+        written = manifest_written_ms(store, file_id)
+        old = written is not None and written + grace_ms <= now_ms
+        # Re-read the state: the file may have become live since the snapshot.
+        if old and file_id not in {f.id for f in catalog.snapshot().files}:
+            store.delete(info.key)
+            deleted.append(info.key)
+    return deleted
+
+
+def _collect_log(
+    catalog: Catalog, now_ms: int, grace_ms: int, history_retention_ms: int
+) -> list[str]:
+    """Superseded checkpoints, and log entries the newest checkpoint folded that are past
+    the history retention."""
+    store = catalog.store
+    deleted: list[str] = []
+    checkpoints = sorted(_versions(catalog, CHECKPOINT_PREFIX))
     if not checkpoints:
         return deleted
     newest = checkpoints[-1]
@@ -75,17 +97,6 @@ def collect_catalog_garbage(
             break
         store.delete(log_key(v))
         deleted.append(log_key(v))
-    known = {f.id for f in snap.files} | {g.file_id for g in snap.garbage if g.file_id}
-    for info in list(store.list(MANIFEST_PREFIX)):
-        file_id = info.key[len(MANIFEST_PREFIX) :].removesuffix(".json")
-        if file_id in known:
-            continue
-        written = manifest_written_ms(store, file_id)
-        old = written is not None and written + grace_ms <= now_ms
-        # Re-read the state: the file may have become live since the snapshot.
-        if old and file_id not in {f.id for f in catalog.snapshot().files}:
-            store.delete(info.key)
-            deleted.append(info.key)
     return deleted
 
 

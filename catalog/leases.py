@@ -10,10 +10,13 @@ holds. Leases run on the wall clock; an expired one no longer claims anything.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
+from compactor.catalog.catalog import Catalog
 from compactor.catalog.changes import check_unleased, live_run_start
 from compactor.catalog.errors import CatalogError, CommitConflict
+from compactor.catalog.log import CommitRecord
 from compactor.catalog.snapshot import Lease, Snapshot
 
 
@@ -51,3 +54,69 @@ def drop_expired_leases(s: Snapshot, now_ms: int) -> Snapshot:
 
 def _without_expired(s: Snapshot, now_ms: int) -> dict[str, Lease]:
     return {j: x for j, x in s.leases.items() if x.active(now_ms)}
+
+
+class JobLeases:
+    """Leases committed to a catalog, each commit recorded in its history (kind
+    ``lease``). The clock is the catalog's: the wall clock."""
+
+    def __init__(self, catalog: Catalog, owner: str) -> None:
+        self.catalog, self.owner = catalog, owner
+
+    def take(self, job_id: str, inputs: Sequence[str], ttl_ms: int) -> Lease:
+        now = self.catalog.clock()
+        expired = self._expired(now)
+        snap = self.catalog.commit(
+            functools.partial(
+                take_lease,
+                job_id=job_id,
+                owner=self.owner,
+                inputs=inputs,
+                now_ms=now,
+                ttl_ms=ttl_ms,
+            ),
+            self._record("taken", job_id, now + ttl_ms, expired),
+        )
+        return snap.leases[job_id]
+
+    def renew(self, job_id: str, ttl_ms: int) -> Lease:
+        now = self.catalog.clock()
+        snap = self.catalog.commit(
+            functools.partial(
+                renew_lease, job_id=job_id, owner=self.owner, now_ms=now, ttl_ms=ttl_ms
+            ),
+            self._record("renewed", job_id, now + ttl_ms, self._expired(now)),
+        )
+        return snap.leases[job_id]
+
+    def release(self, job_id: str) -> None:
+        self.catalog.commit(
+            functools.partial(release_lease, job_id=job_id),
+            self._record("released", job_id, None, []),
+        )
+
+    def expire(self) -> list[str]:
+        """Drop every expired lease (their inputs are plannable again); returns their jobs."""
+        now = self.catalog.clock()
+        expired = self._expired(now)
+        if expired:
+            self.catalog.commit(
+                functools.partial(drop_expired_leases, now_ms=now),
+                self._record("expired", None, None, expired),
+            )
+        return expired
+
+    def _expired(self, now: int) -> list[str]:
+        return sorted(j for j, x in self.catalog.snapshot().leases.items() if not x.active(now))
+
+    def _record(
+        self, action: str, job_id: str | None, expires_ms: int | None, expired: list[str]
+    ) -> CommitRecord:
+        details: dict[str, object] = {"action": action, "owner": self.owner}
+        if job_id is not None:
+            details["job_id"] = job_id
+        if expires_ms is not None:
+            details["expires_ms"] = expires_ms
+        if expired:
+            details["expired"] = expired
+        return CommitRecord("lease", details)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from compactor.catalog.garbage import DEFAULT_GRACE_MS
+from compactor.catalog.garbage import DEFAULT_GRACE_MS, DEFAULT_HISTORY_RETENTION_MS
 from compactor.cli.context import Context, UsageError
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
@@ -41,7 +41,12 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             f"got {args.key_buffer_bytes}"
         )
     config = planner_config(args)
-    compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes, grace_ms=args.grace_ms)
+    compactor = Compactor(
+        ctx.store,
+        key_buffer_bytes=args.key_buffer_bytes,
+        grace_ms=args.grace_ms,
+        history_retention_ms=args.history_retention_ms,
+    )
     progress = Progress()  # on stderr, and only when it is a terminal
 
     def on_report(r: JobReport) -> None:
@@ -87,6 +92,13 @@ def register(
         type=int,
         default=DEFAULT_GRACE_MS,
         help="how long replaced files stay readable before deletion",
+    )
+    p.add_argument(
+        "--history-retention-ms",
+        type=int,
+        default=DEFAULT_HISTORY_RETENTION_MS,
+        help="catalog.history.retention.ms: how long commits stay in `compactor history` "
+        "(default 7 days; never less than the grace period)",
     )
     add_planner_options(p)
     p.add_argument("--json", action="store_true")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from compactor.catalog import Catalog, CommitConflict, CommitRecord, LiveFile, Snapshot, TopicConfig
 from compactor.catalog.changes import append_files, create_topic, replace_files
 from compactor.catalog.delta import apply, delta_from_json, delta_to_json, diff
-from compactor.catalog.leases import release_lease, renew_lease, take_lease
+from compactor.catalog.garbage import collect_catalog_garbage
+from compactor.catalog.leases import JobLeases, release_lease, renew_lease, take_lease
 from compactor.catalog.log import LAST_CHECKPOINT_KEY, checkpoint_key, log_key
 from compactor.catalog.manifests import manifest_key
 from compactor.fileformat import SectionMeta
@@ -350,3 +351,46 @@ def test_verify_replays_the_log_against_every_checkpoint(tmp_path: Path) -> None
     assert c.check_log() == ["checkpoint 6 differs from the log replayed to it"]
     store.delete(log_key(5))
     assert "the log has gaps" in c.check_log()[0]
+
+
+def test_job_leases_record_taken_renewed_expired_in_the_history(tmp_path: Path) -> None:
+    clock = [1_000]
+    c = Catalog(LocalStore(tmp_path), clock=lambda: clock[0])
+    _topic(c)
+    _ingest(c, "a", 0)
+    _ingest(c, "b", 1)
+    leases = JobLeases(c, "sched-1")
+    assert leases.take("j1", ["a"], ttl_ms=100).expires_ms == 1_100
+    clock[0] = 1_050
+    assert leases.renew("j1", ttl_ms=100).expires_ms == 1_150
+    leases.take("j2", ["b"], ttl_ms=10)
+    assert c.snapshot().leased_inputs(clock[0]) == {"a": "j1", "b": "j2"}
+    clock[0] = 2_000
+    assert leases.expire() == ["j1", "j2"]
+    assert c.snapshot().leases == {}
+    records = [e.history_json() for e in c.history(limit=4)]
+    assert [(r["action"], r.get("job_id")) for r in records] == [
+        ("expired", None),
+        ("taken", "j2"),
+        ("renewed", "j1"),
+        ("taken", "j1"),
+    ]
+    assert records[0]["expired"] == ["j1", "j2"]
+
+
+def test_garbage_collection_folds_old_history_into_the_newest_checkpoint(tmp_path: Path) -> None:
+    clock = [1_000]
+    store = LocalStore(tmp_path)
+    c = Catalog(store, checkpoint_interval=3, clock=lambda: clock[0])
+    _topic(c)
+    for i in range(7):
+        clock[0] += 1_000
+        _ingest(c, f"f{i}", i % 4)
+    before = c.snapshot()
+    clock[0] = 6_500  # versions 1..5 are older than 1,000 ms; 6 (the newest checkpoint) too
+    deleted = collect_catalog_garbage(c, grace_ms=100, history_retention_ms=1_000)
+    assert deleted == [checkpoint_key(3)] + [log_key(v) for v in range(1, 6)]
+    assert [e.version for e in c.history()] == [8, 7, 6]
+    fresh = Catalog(LocalStore(tmp_path))
+    assert fresh.snapshot() == before
+    assert fresh.check_log() == []

@@ -8,6 +8,7 @@ from compactor.catalog import Catalog
 from compactor.catalog.errors import CatalogError
 from compactor.catalog.garbage import (
     DEFAULT_GRACE_MS,
+    DEFAULT_HISTORY_RETENTION_MS,
     collect_catalog_garbage,
     collect_garbage,
 )
@@ -30,8 +31,10 @@ class Compactor:
         key_buffer_bytes: int = DEFAULT_KEY_BUFFER_BYTES,
         compression: str | None = "zstd",
         grace_ms: int = DEFAULT_GRACE_MS,
+        history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
     ) -> None:
         self.store = store
+        self.history_retention_ms = history_retention_ms
         self.catalog = Catalog(store)
         self.buffer = KeyBuffer(key_buffer_bytes)
         self.compression = compression
@@ -57,7 +60,9 @@ class Compactor:
         """Replaced files past the grace period, then the catalog's own superseded
         objects; returns the keys deleted."""
         deleted = collect_garbage(self.catalog, now_ms, self.grace_ms)
-        return deleted + collect_catalog_garbage(self.catalog, self.grace_ms)
+        return deleted + collect_catalog_garbage(
+            self.catalog, self.grace_ms, self.history_retention_ms
+        )
 
     def run_planned(
         self,
