@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     use_lean_memory_pool()
     store = LocalStore(str(args.store))
-    records = sum(s.record_count for f in live_files(store, None) for s in f.sections)
+    records = sum(f.record_count for f in live_files(store, None))
     _read(store)  # the page cache warm, as bench.run has it for every contender
     read, _ = _cpu(lambda: _read(store))
     policies = _policies(store, args.now_ms)

@@ -2,7 +2,9 @@
 worker that applies a plan's jobs to a snapshot (``apply_job``).
 
 Files are built directly as ``LiveFile``/``SectionMeta`` (no I/O): the planner only
-reads catalog metadata.
+reads catalog metadata, the files' per-topic summaries. The catalog keeps a file's
+sections in its manifest, in the store; here they are kept in ``SECTIONS`` (see
+``sections_of``), for the fake worker to merge.
 """
 
 from __future__ import annotations
@@ -70,6 +72,31 @@ def section(
     )
 
 
+SECTIONS: dict[LiveFile, tuple[SectionMeta, ...]] = {}
+"""The sections of every file built here (the manifests of a store): a file's summary is
+derived from them, so equal files were built from sections with equal summaries. Cleared
+by ``cases`` at each example."""
+
+
+def with_sections(
+    file_id: str,
+    key: str,
+    level: int,
+    size: int,
+    created_ms: int,
+    sections: Sequence[SectionMeta],
+) -> LiveFile:
+    """A file summing up ``sections``, which ``sections_of`` then returns."""
+    f = LiveFile.of_sections(file_id, key, level, size, created_ms, sections)
+    SECTIONS[f] = tuple(sections)
+    return f
+
+
+def sections_of(f: LiveFile) -> tuple[SectionMeta, ...]:
+    """The sections ``f`` was built from (KeyError for a file not built here)."""
+    return SECTIONS[f]
+
+
 def live_file(
     file_id: str,
     level: int,
@@ -77,7 +104,7 @@ def live_file(
     size: int = 1000,
     created_ms: int = NOW_MS,
 ) -> LiveFile:
-    return LiveFile(file_id, f"data/L{level}/{file_id}.cf", level, size, created_ms, sections)
+    return with_sections(file_id, f"data/L{level}/{file_id}.cf", level, size, created_ms, sections)
 
 
 def snapshot(
@@ -160,8 +187,9 @@ def job_outputs(snap: Snapshot, job: Job, now_ms: int) -> list[LiveFile]:
     parts: dict[str, dict[tuple[str, int], list[SectionMeta]]] = {g: {} for g in OUTPUT_GROUPS}
     sizes: dict[str, float] = dict.fromkeys(OUTPUT_GROUPS, 0.0)
     for f in inputs:
-        total = sum(max(s.uncompressed_bytes, 1) for s in f.sections)
-        for s in f.sections:
+        sections = sections_of(f)
+        total = sum(max(s.uncompressed_bytes, 1) for s in sections)
+        for s in sections:
             g = group_of(snap.topics, s.topic)
             parts[g].setdefault((s.topic, s.partition), []).append(s)
             sizes[g] += f.size * max(s.uncompressed_bytes, 1) / total
@@ -169,15 +197,15 @@ def job_outputs(snap: Snapshot, job: Job, now_ms: int) -> list[LiveFile]:
     for g in OUTPUT_GROUPS:
         if not parts[g]:
             continue
-        sections = tuple(_merge(parts[g][tp]) for tp in sorted(parts[g]))
+        merged = tuple(_merge(parts[g][tp]) for tp in sorted(parts[g]))
         out.append(
-            LiveFile(
-                id=job.output_file_id(g),
+            with_sections(
+                file_id=job.output_file_id(g),
                 key=job.output_key(g),
                 level=job.output_level,
                 size=max(1, round(sizes[g])),
                 created_ms=now_ms,
-                sections=sections,
+                sections=merged,
             )
         )
     return out
@@ -205,7 +233,7 @@ class Case:
 
     def __repr__(self) -> str:  # short enough to read in a falsifying example
         files = " ".join(
-            f"{f.id}:L{f.level}:{f.size}:{'+'.join(s.topic for s in f.sections)}"
+            f"{f.id}:L{f.level}:{f.size}:{'+'.join(t.topic for t in f.topics)}"
             for f in self.snap.files
         )
         return (
@@ -273,6 +301,7 @@ def cases(draw: st.DrawFn, max_files: int = 80) -> Case:
     Hypothesis draws the shape (topics, file count, level shape, clocks, config); a
     seeded ``random.Random`` fills in each file's sections, so catalogs of many files
     stay cheap to generate, and shrinking the file count keeps the files it keeps."""
+    SECTIONS.clear()  # an example's files and its outputs are all it needs
     topics = draw(topic_sets())
     by_group: dict[bool, list[tuple[str, int]]] = {True: [], False: []}
     for t in topics:

@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot, TopicConfig
+from compactor.catalog.catalog import NewFiles
 from compactor.catalog.changes import (
     OffsetsMoved,
     append_files,
@@ -13,6 +14,7 @@ from compactor.catalog.changes import (
     forget_garbage,
     replace_files,
 )
+from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_key, write_manifest
 from compactor.fileformat import SectionMeta
 from compactor.objectstore import ObjectStore
 
@@ -34,7 +36,12 @@ def _section(topic: str, partition: int, first: int, last: int) -> SectionMeta:
 
 
 def _file(file_id: str, *sections: SectionMeta, level: int = 0) -> LiveFile:
-    return LiveFile(file_id, f"data/L{level}/{file_id}.cf", level, 1000, 0, tuple(sections))
+    return LiveFile.of_sections(file_id, f"data/L{level}/{file_id}.cf", level, 1000, 0, sections)
+
+
+def _new(*files_and_sections: tuple[LiveFile, tuple[SectionMeta, ...]]) -> NewFiles:
+    """``Catalog.commit``'s ``new_files``: the manifests of the files a commit adds."""
+    return {f.id: (f, sections) for f, sections in files_and_sections}
 
 
 def _with_topic() -> Snapshot:
@@ -55,7 +62,10 @@ def test_append_refuses_when_offsets_moved() -> None:
     f1 = _file("a", _section("t", 0, 0, 9))
     s1 = append_files(s, [f1], {("t", 0): 0}, {("t", 0): 10})
     assert s1.next_offsets[("t", 0)] == 10
-    assert s1.sections_of("t", 0) == [(f1, f1.sections[0])]
+    assert s1.files_holding("t", 0) == [f1]
+    assert s1.files_holding("t", 1) == []
+    assert f1.holds("t", 0) and not f1.holds("t", 1)
+    assert (f1.record_count, f1.section_count, f1.topic_names) == (10, 1, frozenset({"t"}))
     f2 = _file("b", _section("t", 0, 0, 4))
     with pytest.raises(OffsetsMoved) as moved:
         append_files(s1, [f2], {("t", 0): 0}, {("t", 0): 5})
@@ -93,11 +103,20 @@ def test_commit_round_trips_and_versions(store: ObjectStore) -> None:
     assert committed.version == 1
     again = catalog.snapshot()
     assert again.version == 1 and again.topics["t"].config == config
-    f = _file("a", _section("t", 1, 0, 4))
-    catalog.commit(lambda s: append_files(s, [f], {("t", 1): 0}, {("t", 1): 5}))
+    sec = _section("t", 1, 0, 4)
+    f = _file("a", sec)
+    catalog.commit(
+        lambda s: append_files(s, [f], {("t", 1): 0}, {("t", 1): 5}), new_files=_new((f, (sec,)))
+    )
     latest = catalog.snapshot()
     assert latest.version == 2
     assert latest.files == (f,)
+    assert catalog.sections(f) == (sec,)  # from the file's manifest
+    assert catalog.section(f, "t", 1) == sec
+    # a fresh reader of the store sees the same
+    fresh = Catalog(store)
+    assert fresh.snapshot() == latest
+    assert fresh.sections(latest.files[0]) == (sec,)
 
 
 def test_racing_commits_are_all_applied_once(store: ObjectStore) -> None:
@@ -121,7 +140,9 @@ def test_racing_commits_are_all_applied_once(store: ObjectStore) -> None:
         t.join()
     final = catalog.snapshot()
     assert final.next_offsets[("t", 0)] == threads_n * per_thread
-    assert [f.sections[0].first_offset for f in final.files] == list(range(threads_n * per_thread))
+    # bump names each file after the offset of its one record
+    assert [f.id for f in final.files] == [f"f{i}" for i in range(threads_n * per_thread)]
+    assert all(f.record_count == 1 and f.holds("t", 0) for f in final.files)
     assert final.version == 1 + threads_n * per_thread
 
 
@@ -130,14 +151,45 @@ def test_collect_garbage_deletes_objects_after_grace(store: ObjectStore) -> None
 
     catalog = Catalog(store)
     catalog.commit(lambda s: create_topic(s, "t", 1, TopicConfig()))
-    old = _file("old", _section("t", 0, 0, 0))
+    sec = _section("t", 0, 0, 0)
+    old = _file("old", sec)
     store.put(old.key, b"old bytes")
-    catalog.commit(lambda s: append_files(s, [old], {("t", 0): 0}, {("t", 0): 1}))
-    new = _file("new", _section("t", 0, 0, 0), level=1)
+    catalog.commit(
+        lambda s: append_files(s, [old], {("t", 0): 0}, {("t", 0): 1}),
+        new_files=_new((old, (sec,))),
+    )
+    new = _file("new", sec, level=1)
     store.put(new.key, b"new bytes")
-    catalog.commit(lambda s: replace_files(s, ["old"], [new], now_ms=1_000))
+    catalog.commit(
+        lambda s: replace_files(s, ["old"], [new], now_ms=1_000), new_files=_new((new, (sec,)))
+    )
+    assert [g.file_id for g in catalog.snapshot().garbage] == ["old"]
     assert collect_garbage(catalog, now_ms=1_500, grace_ms=1_000) == []
     assert store.head(old.key).size == 9
+    assert catalog.sections(old) == (sec,)  # its manifest stays as long as the file
     assert collect_garbage(catalog, now_ms=2_000, grace_ms=1_000) == [old.key]
     assert [o.key for o in store.list("data/")] == [new.key]
+    assert [o.key for o in store.list(MANIFEST_PREFIX)] == [manifest_key("new")]
     assert catalog.snapshot().garbage == ()
+
+
+def test_collect_catalog_garbage_deletes_orphan_manifests_after_grace(store: ObjectStore) -> None:
+    """A manifest whose commit never happened (a crash in between) is deleted once older
+    than the grace period; the live file's manifest stays."""
+    from compactor.catalog.garbage import collect_catalog_garbage
+
+    clock = [1_000_000]
+    catalog = Catalog(store, clock=lambda: clock[0])
+    catalog.commit(lambda s: create_topic(s, "t", 1, TopicConfig()))
+    sec = _section("t", 0, 0, 0)
+    live = _file("a", sec)
+    catalog.commit(
+        lambda s: append_files(s, [live], {("t", 0): 0}, {("t", 0): 1}),
+        new_files=_new((live, (sec,))),
+    )
+    write_manifest(store, "orphan", "data/L0/orphan.cf", catalog.clock(), (sec,))
+    assert collect_catalog_garbage(catalog, grace_ms=1_000) == []
+    clock[0] += 1_000
+    assert collect_catalog_garbage(catalog, grace_ms=1_000) == [manifest_key("orphan")]
+    assert [o.key for o in store.list(MANIFEST_PREFIX)] == [manifest_key("a")]
+    assert catalog.sections(catalog.snapshot().files[0]) == (sec,)

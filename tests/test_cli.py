@@ -13,12 +13,22 @@ from pathlib import Path
 import pytest
 from clirunner import assert_one_line_error, run_cli
 
-from compactor.catalog import CATALOG_KEY
+from compactor.catalog.log import PREFIX as CATALOG_PREFIX
 
 
 @pytest.fixture
 def store_dir(tmp_path: Path) -> str:
     return str(tmp_path / "store")
+
+
+def _catalog_objects(store: str) -> dict[str, bytes]:
+    """Every object of the catalog (log entries, checkpoints, manifests), by key."""
+    root = Path(store)
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in (root / CATALOG_PREFIX).rglob("*")
+        if p.is_file()
+    }
 
 
 def _create(store: str, name: str = "t", partitions: int = 2, *config: str) -> None:
@@ -165,14 +175,15 @@ def test_bad_line_rejects_whole_ingest(
     store_dir: str, tmp_path: Path, bad: str, fragment: str
 ) -> None:
     _create(store_dir, "t", 2)
-    before = (Path(store_dir) / CATALOG_KEY).read_bytes()
+    before = _catalog_objects(store_dir)
+    assert before  # the topic's commit
     good = json.dumps({"topic": "t", "partition": 0, "key": "k", "value": "v"})
     src = tmp_path / "in.jsonl"
     # Enough good records before the bad line that files were already uploaded.
     src.write_text(good + "\n" + bad + "\n" + good + "\n")
     r = run_cli("--store", store_dir, "ingest", str(src), "--max-file-records", "1")
     assert_one_line_error(r, fragment, "nothing was ingested")
-    assert (Path(store_dir) / CATALOG_KEY).read_bytes() == before
+    assert _catalog_objects(store_dir) == before
     data_dir = Path(store_dir) / "data"
     assert not data_dir.exists() or not list(data_dir.rglob("*.cf"))
 

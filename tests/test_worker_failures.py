@@ -98,10 +98,13 @@ def _store(store: ObjectStore, files: list[bytes]) -> tuple[Catalog, Job]:
         store.put(key, data)
         good = reader.StreamReader(io.BytesIO(_file(i)), object_name=key)
         sections = [s.meta for s in _sections(good)]
-        live.append(LiveFile(f"f{i}", key, 1, len(data), 0, tuple(sections)))
+        live.append(LiveFile.of_sections(f"f{i}", key, 1, len(data), 0, sections))
         expected = {("t", p): i * RECORDS for p in range(PARTITIONS)}
         new_next = {("t", p): (i + 1) * RECORDS for p in range(PARTITIONS)}
-        catalog.commit(lambda s, f=live[-1], e=expected, n=new_next: append_files(s, [f], e, n))
+        catalog.commit(
+            lambda s, f=live[-1], e=expected, n=new_next: append_files(s, [f], e, n),
+            new_files={live[-1].id: (live[-1], sections)},
+        )
     job = Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True)
     return catalog, job
 

@@ -53,7 +53,7 @@ def test_four_files_of_1000_partitions_take_exactly_eight_gets(
     # Each partition had 3 keys across 4 files: 12 records in, the 3 newest out.
     assert report.stats.records_in == 12_000
     assert report.stats.records_out == 3_000
-    assert verify_store(s3_store, catalog.snapshot()).ok
+    assert verify_store(catalog, catalog.snapshot()).ok
 
 
 def test_two_million_keys_through_a_one_mib_buffer(local_store: LocalStore) -> None:
@@ -83,8 +83,11 @@ def test_two_million_keys_through_a_one_mib_buffer(local_store: LocalStore) -> N
     writer.end_section()
     meta = writer.finish()
     sink.complete()
-    live = LiveFile("big", "data/L1/big.cf", 1, meta.size, 0, meta.sections)
-    catalog.commit(lambda s: append_files(s, [live], {("t", 0): 0}, {("t", 0): n}))
+    live = LiveFile.of_sections("big", "data/L1/big.cf", 1, meta.size, 0, meta.sections)
+    catalog.commit(
+        lambda s: append_files(s, [live], {("t", 0): 0}, {("t", 0): n}),
+        new_files={live.id: (live, meta.sections)},
+    )
     buffer = KeyBuffer(1 << 20)
     report = run_job(local_store, catalog, _job(catalog), buffer, now_ms=NOW)
     assert report.committed
@@ -96,7 +99,7 @@ def test_two_million_keys_through_a_one_mib_buffer(local_store: LocalStore) -> N
     assert buffer.threads == 2  # hashed on one thread meanwhile, then set back
     assert [f.gets for f in report.inputs] == [2]
     snap = catalog.snapshot()
-    assert verify_store(local_store, snap).ok
+    assert verify_store(catalog, snap).ok
     assert snap.files[0].record_count == n
 
 
@@ -124,8 +127,11 @@ def test_copy_job_separates_compacted_and_plain_topics(store: ObjectStore) -> No
     assert report.committed and len(report.outputs) == 2
     snap = catalog.snapshot()
     assert [f.level for f in snap.files] == [1, 1]
-    assert sorted({s.topic for s in f.sections} == {"c"} for f in snap.files) == [False, True]
-    assert all(len({s.topic for s in f.sections}) == 1 for f in snap.files)
+    sections = [catalog.sections(f) for f in snap.files]
+    assert sorted({s.topic for s in secs} == {"c"} for secs in sections) == [False, True]
+    assert all(len({s.topic for s in secs}) == 1 for secs in sections)
+    assert [f.topic_names for f in snap.files] == [{s.topic for s in secs} for secs in sections]
+    assert verify_store(catalog, snap).ok
     assert read_live(store, catalog) == before  # a copy drops nothing
     assert report.stats.records_out == report.stats.records_in == 60
 

@@ -164,7 +164,7 @@ def test_worker_matches_kafka_model(sc: Scenario) -> None:
         assert all(f.gets == 2 for f in report.inputs)
         snap = catalog.snapshot()
         assert [f.id for f in snap.files[: sc.first]] == [f.id for f in files[: sc.first]]
-        assert verify_store(store, snap).ok
+        assert verify_store(catalog, snap).ok
 
         outputs = {key: read_file(store, key) for key in report.outputs}
         for key, sections in outputs.items():

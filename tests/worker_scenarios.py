@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 
-from compactor.catalog import Catalog, LiveFile, TopicConfig
+from compactor.catalog import Catalog, CommitRecord, LiveFile, TopicConfig
 from compactor.catalog.changes import append_files, create_topic
 from compactor.fileformat import (
     FileWriter,
@@ -42,13 +42,17 @@ def add_file(
     meta = writer.finish()
     key = f"data/L{level}/{file_id}.cf"
     store.put(key, sink.getvalue())
-    live = LiveFile(file_id, key, level, meta.size, 0, meta.sections)
+    live = LiveFile.of_sections(file_id, key, level, meta.size, 0, meta.sections)
     snap = catalog.snapshot()
     touched = {tp: snap.next_offsets[tp] for tp, recs in sections.items() if recs}
     new_next = {
         tp: max(snap.next_offsets[tp], recs[-1].offset + 1) for tp, recs in sections.items() if recs
     }
-    catalog.commit(lambda s: append_files(s, [live], touched, new_next))
+    catalog.commit(
+        lambda s: append_files(s, [live], touched, new_next),
+        CommitRecord("ingest", {"files": [file_id]}),
+        new_files={file_id: (live, meta.sections)},
+    )
     return live
 
 
