@@ -1,17 +1,22 @@
-"""The ``compactor`` command line: parse, run one command, turn user mistakes into one
-line on stderr and a non-zero exit (2 for usage, 1 for everything else)."""
+"""The ``compactor`` command line: parse, run one command, and turn any failure into one
+line on stderr, ``compactor: <message>``, and the exit status of its kind (cli.exit_codes,
+README.md "Exit codes"). No traceback unless ``--debug`` (or COMPACTOR_DEBUG) asks for
+one; it goes to stderr before that line, and the status stays the same."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-from compactor.catalog import CatalogError
+from compactor.catalog import CatalogError, ConfigError
 from compactor.cli import (
     compact,
     demo,
@@ -25,8 +30,21 @@ from compactor.cli import (
     verify_cmd,
 )
 from compactor.cli.context import Context, UsageError
+from compactor.cli.exit_codes import ExitCode
 from compactor.fileformat import FormatError
 from compactor.objectstore import StoreError
+from compactor.worker.errors import WorkerError
+
+FAILURES: tuple[tuple[type[Exception], ExitCode], ...] = (
+    (UsageError, ExitCode.USAGE),
+    (ConfigError, ExitCode.CONFIG),  # a CatalogError: first
+    (CatalogError, ExitCode.CATALOG),
+    (StoreError, ExitCode.STORE),
+    (FormatError, ExitCode.FORMAT),
+    (WorkerError, ExitCode.WORKER),
+)
+"""Each error family a user can act on, and its exit status; anything else is a bug
+(ExitCode.INTERNAL)."""
 
 
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -49,11 +67,19 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         default=default,
         help="the clock every time rule reads, in ms since the epoch (env COMPACTOR_NOW_MS)",
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="on failure, print the traceback before the one-line message (env COMPACTOR_DEBUG=1)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        # "compactor: topic create: argument --partitions: ...", not "compactor: compactor ..."
+        command = self.prog.removeprefix("compactor").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,28 +141,55 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    debug = os.environ.get("COMPACTOR_DEBUG", "").lower() not in ("", "0", "false", "no")
     try:
         with _sigterm_unwinds():
             args = build_parser().parse_args(argv)
+            debug = debug or args.debug
             ctx = Context.from_args(args)
             try:
                 return int(args.run(ctx, args))
             finally:
                 ctx.close()
-    except UsageError as exc:
-        print(f"compactor: {exc}", file=sys.stderr)
-        return 2
-    except (CatalogError, StoreError, FormatError) as exc:
-        print(f"compactor: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("compactor: interrupted", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("compactor: terminated", file=sys.stderr)
-        return 143
     except BrokenPipeError:
-        return 1
+        # Nothing to say to a reader that has gone; and Python's own flush of stdout at
+        # exit must not fail again and print.
+        with contextlib.suppress(OSError, ValueError):
+            stdout = sys.stdout.fileno()  # not a file in-process (tests): nothing to do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout)
+        return int(ExitCode.BROKEN_PIPE)
+    except KeyboardInterrupt as exc:
+        return _failed(exc, "interrupted", ExitCode.INTERRUPTED, debug)
+    except Terminated as exc:
+        return _failed(exc, "terminated", ExitCode.TERMINATED, debug)
+    except Exception as exc:
+        code = exit_code(exc)
+        return _failed(exc, failure_message(exc, code), code, debug)
+
+
+def exit_code(exc: BaseException) -> ExitCode:
+    """The exit status of a command that raised ``exc``."""
+    for family, code in FAILURES:
+        if isinstance(exc, family):
+            return code
+    return ExitCode.INTERNAL
+
+
+def failure_message(exc: BaseException, code: ExitCode) -> str:
+    """What the user reads after ``compactor: ``: the error's own message (each family's
+    names what failed and where), or for a bug, its type and a pointer to ``--debug``."""
+    if code is not ExitCode.INTERNAL:
+        return str(exc) or type(exc).__name__
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"internal error: {what} (a bug; run again with --debug for the traceback)"
+
+
+def _failed(exc: BaseException, message: str, code: ExitCode, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"compactor: {line}", file=sys.stderr)
+    return int(code)
 
 
 if __name__ == "__main__":

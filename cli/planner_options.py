@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from compactor.catalog.errors import ConfigError
 from compactor.cli.context import UsageError
 from compactor.planner.config import PlannerConfig
 
@@ -22,13 +21,12 @@ def add_planner_options(p: argparse.ArgumentParser) -> None:
 
 
 def planner_config(args: argparse.Namespace) -> PlannerConfig:
+    """The planner settings of ``--set``: UsageError if one is not NAME=VALUE, ConfigError
+    if the planner rejects a name or a value."""
     settings: dict[str, str] = {}
     for item in args.planner_settings:
         name, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"--set expects NAME=VALUE, got {item!r}")
         settings[name.strip()] = value.strip()
-    try:
-        return PlannerConfig.parse(settings)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    return PlannerConfig.parse(settings)

@@ -8,6 +8,7 @@ import sys
 
 from compactor.catalog.verify import verify_store
 from compactor.cli.context import Context
+from compactor.cli.exit_codes import ExitCode
 from compactor.cli.progress import Progress
 
 
@@ -43,7 +44,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             f"{verdict}: {report.files} files, {report.partitions} partitions, "
             f"{report.records} records"
         )
-    return 0 if report.ok else 1
+    return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED
 
 
 def register(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from compactor.catalog import Catalog
-from compactor.catalog.errors import CatalogError
 from compactor.catalog.garbage import (
     DEFAULT_GRACE_MS,
     DEFAULT_HISTORY_RETENTION_MS,
@@ -16,6 +15,7 @@ from compactor.objectstore import ObjectStore
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
+from compactor.worker.errors import WorkerError
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import StaleJob, run_job
 from compactor.worker.stats import JobProgress, JobReport
@@ -92,7 +92,9 @@ class Compactor:
                 return reports
             for job in jobs:
                 if job.id in seen:
-                    raise CatalogError(f"the planner proposed job {job.id} twice; stopping")
+                    raise WorkerError(
+                        "the planner proposed this job twice; stopping", job_id=job.id
+                    )
                 seen.add(job.id)
                 on_job(job)
                 try:

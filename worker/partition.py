@@ -44,6 +44,7 @@ from compactor.fileformat.batches import (
     strictly_increasing,
     validity_bits,
 )
+from compactor.worker.errors import PhaseMismatch
 from compactor.worker.kernel import member_bits
 from compactor.worker.policy import PartitionPolicy, Rank, record_rank
 from compactor.worker.stats import CompactionStats
@@ -190,7 +191,7 @@ class _Phase2Cursor:
                 try:
                     self._pending = next(self._batches)
                 except StopIteration:
-                    raise RuntimeError("phase-2 pointer ended before phase 1") from None
+                    raise PhaseMismatch("phase 2's pointer ended before phase 1's") from None
                 continue
             part = self._pending.slice(0, n)
             self._pending = self._pending.slice(part.num_rows)
@@ -199,10 +200,10 @@ class _Phase2Cursor:
 
     def finish(self) -> None:
         if self._pending is not None and self._pending.num_rows:
-            raise RuntimeError("phase-2 pointer holds records phase 1 never saw")
+            raise PhaseMismatch("phase 2's pointer holds records phase 1's never saw")
         for batch in self._batches:
             if batch.num_rows:
-                raise RuntimeError("phase-2 pointer holds records phase 1 never saw")
+                raise PhaseMismatch("phase 2's pointer holds records phase 1's never saw")
 
 
 def copy_partition(
@@ -312,7 +313,9 @@ def phase2_windows(
     stats: CompactionStats,
 ) -> Iterator[pa.RecordBatch]:
     """Phase 2 of a partition: for each window phase 1 closed, the survivors among the
-    phase-2 pointer's next ``pending`` records, decided by the window's keep-set."""
+    phase-2 pointer's next ``pending`` records, decided by the window's keep-set.
+    PhaseMismatch (without job or partition: the caller adds them) unless the phase-2
+    pointer holds exactly the records phase 1 counted."""
     cursor = _Phase2Cursor(phase2)
     count = 0
     for window in windows:

@@ -15,11 +15,11 @@ Bounds: at most ``MAX_KEEP_SETS`` windows' keep-sets exist at a time (the one ph
 filtering and the next), so phase 1 waits before taking out a third; and at most
 ``MAX_ITEMS`` items (partition starts, windows, partition ends) are queued.
 
-Failure: anything phase 1 raises (a corrupt file's FormatError, a catalog error) is
-handed over in order and raised on the job's thread when phase 2 gets there. Whatever
-ends the job's thread early (an exception, KeyboardInterrupt) stops phase 1 at its next
-batch or wait before the streams are closed; the thread is a daemon, so a process exiting
-never waits for it.
+Failure: anything phase 1 raises (a corrupt file's FormatError, a store error, a
+WorkerError) is handed over in order and raised on the job's thread when phase 2 gets
+there. Whatever ends the job's thread early (an exception, KeyboardInterrupt) stops phase
+1 at its next batch or wait before the streams are closed; the thread is a daemon, so a
+process exiting never waits for it.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from types import TracebackType
 
 import pyarrow as pa
 
-from compactor.catalog import CatalogError, LiveFile, Snapshot
+from compactor.catalog import LiveFile, Snapshot
 from compactor.fileformat import SectionReader
 from compactor.planner.job import Job
+from compactor.worker.errors import WorkerError
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
 from compactor.worker.policy import PartitionPolicy
@@ -80,16 +81,14 @@ _END, _DONE = _End(), _Done()
 HASH_THREADS = 1
 """Threads the key buffer hashes on while phase 1 has a thread of its own. Phase 2 and
 the writer's encoder keep the other core busy, so a second hashing thread mostly adds
-hand-over costs: on 2 M records in 100 partitions, medians of 5 jobs, 1.33-1.37 s with
-one and 1.42 s with two."""
+hand-over costs (measured: bench/README.md, "The worker's thread settings")."""
 
 PIPELINE_MIN_SECTION_RECORDS = 1024
 """A job runs phase 1 on its own thread only if its input sections average at least this
 many records. Small sections make both phases Python-bound (per-batch overhead, not
 Arrow or hashing, which release the GIL): two threads then only fight over the GIL and
-the job gets slower. Measured on 2M records (``run_job`` with ``phase1_thread`` forced
-either way): in 10,000 partitions, 40 records a section, 16.1 s inline and 23.0 s with
-the thread; in 100 partitions, 4,000 records a section, 1.71 s and 1.48 s (medians of 5)."""
+the job gets slower; big sections gain from the thread (measured: bench/README.md, "The
+worker's thread settings")."""
 
 
 def pipelined(inputs: Sequence[LiveFile]) -> bool:
@@ -115,7 +114,11 @@ class _Phase1:
         snap, job = self._snap, self._job
         topic = snap.topics.get(tp[0])
         if topic is None:
-            raise CatalogError(f"job {job.id}: section of unknown topic {tp[0]!r}")
+            raise WorkerError(
+                f"an input holds a section of topic {tp[0]!r}, which the catalog does not "
+                "know (compactor verify names the file)",
+                job_id=job.id,
+            )
         holders = snap.files_holding(*tp)
         policy = PartitionPolicy.for_partition(
             topic.config,
@@ -228,7 +231,9 @@ class Phase1Thread(_Phase1):
             return item
         if isinstance(item, _Done):
             return None
-        raise RuntimeError(f"phase 1 handed over {item!r} where a partition starts")
+        raise WorkerError(
+            f"phase 1 handed over {item!r} where a partition starts", job_id=self._job.id
+        )
 
     def windows(self) -> Iterator[Window]:
         """The current partition's windows, in order; each is released (its keep-set
@@ -238,7 +243,9 @@ class Phase1Thread(_Phase1):
             if isinstance(item, _End):
                 return
             if not isinstance(item, Window):
-                raise RuntimeError(f"phase 1 handed over {item!r} where a window goes")
+                raise WorkerError(
+                    f"phase 1 handed over {item!r} where a window goes", job_id=self._job.id
+                )
             yield item
             del item  # the keep-set goes before its slot does (MAX_KEEP_SETS)
             self._slots.release()
@@ -249,7 +256,9 @@ class Phase1Thread(_Phase1):
                 item = self._items.get(timeout=_POLL_S)
             except queue.Empty:
                 if not self._thread.is_alive() and self._items.empty():
-                    raise RuntimeError("phase 1 ended without a word") from None
+                    raise WorkerError(
+                        "phase 1's thread ended without a word", job_id=self._job.id
+                    ) from None
                 continue
             if isinstance(item, _Failed):
                 raise item.error

@@ -15,17 +15,11 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import pyarrow as pa
 
-from compactor.catalog import (
-    Catalog,
-    CatalogError,
-    CommitConflict,
-    CommitRecord,
-    LiveFile,
-    Snapshot,
-)
+from compactor.catalog import Catalog, CommitConflict, CommitRecord, LiveFile, Snapshot
 from compactor.catalog.catalog import NewFiles
 from compactor.catalog.changes import live_run_start, replace_files
 from compactor.fileformat import (
@@ -39,10 +33,11 @@ from compactor.fileformat import (
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from compactor.planner.job import OUTPUT_GROUPS, Job
+from compactor.worker.errors import PhaseMismatch
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, copy_partition, phase2_windows
-from compactor.worker.pipeline import Phase1Inline, Phase1Thread, pipelined
+from compactor.worker.pipeline import Partition, Phase1Inline, Phase1Thread, pipelined
 from compactor.worker.stats import (
     CompactionStats,
     FileStats,
@@ -196,50 +191,37 @@ def run_job(
     """Runs ``job`` and commits its outputs. ``phase1_thread``: run phase 1 on a thread of
     its own, a window ahead of phase 2 (None: when the job's sections are big enough to
     gain from it, ``worker.pipeline.pipelined``). ``on_progress`` hears how far phase 2
-    has got, at most every ``progress_interval_s``."""
+    has got, at most every ``progress_interval_s``.
+
+    Steps: check the inputs (StaleJob unless they are a live, contiguous run), open the
+    pointers, run the partitions, finish the outputs, commit, report. Invariants: each
+    input is read through exactly two GET streams (one per pointer), each front to back;
+    nothing reaches the catalog before every output is complete; a failure or interrupt
+    before the commit (FormatError, StoreError, WorkerError, KeyboardInterrupt...) aborts
+    every upload and leaves the catalog and the inputs as they were; a commit that loses
+    to another worker is reported (``committed`` false), not raised.
+    """
     started = time.monotonic()
     use_lean_memory_pool()
     snap = catalog.snapshot()
     inputs = check_job(snap, job)
+    threaded = pipelined(inputs) if phase1_thread is None else bool(phase1_thread)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
     stats = CompactionStats()
     total = sum(f.record_count for f in inputs)
     progress = ProgressReporter(job.id, job.rule, total, stats, on_progress, progress_interval_s)
     outputs = {g: _GroupOutput(store, job, g, compression) for g in OUTPUT_GROUPS}
-    try:
+    with _aborted_on_failure(outputs):
         with ExitStack() as stack:
-            streams: list[ObjectStream] = []
-            pointers = []
-            buffer_size = stream_buffer_size(len(job.inputs))
-            for _phase in (1, 2):
-                readers = []
-                for inp in job.inputs:
-                    stream = stack.enter_context(
-                        store.open_stream(inp.key, buffer_size=buffer_size)
-                    )
-                    streams.append(stream)
-                    readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
-                pointers.append(SectionMerge(readers))
-            if phase1_thread is None:
-                phase1_thread = pipelined(inputs)
-            ahead = Phase1Thread if phase1_thread else Phase1Inline
-            with ahead(snap, job, pointers[0], buffer, now_ms) as phase1:
-                _compact(job, phase1, pointers[1], outputs, stats, progress)
-            resumes = {i.key: 0 for i in job.inputs}
-            for stream in streams:
-                resumes[stream.key] += stream.resumes
-        finished = [f for f in (o.finish(now_ms) for o in outputs.values()) if f is not None]
-        new_files: NewFiles = {live.id: (live, sections) for live, sections in finished}
-        produced = [live for live, _ in finished]
-    except BaseException:
-        for o in outputs.values():
-            with contextlib.suppress(Exception):  # the job's own error is the one to raise
-                o.abort()
-        raise
-    files = [
-        FileStats(i.key, i.size, store.gets.get(i.key) - gets_before[i.key], resumes[i.key])
-        for i in job.inputs
-    ]
+            pointers = _open_pointers(stack, store, job)
+            phase1 = (Phase1Thread if threaded else Phase1Inline)(
+                snap, job, pointers.phase1, buffer, now_ms
+            )
+            with phase1:
+                _run_partitions(job, phase1, pointers.phase2, outputs, stats, progress)
+        new_files = _finish_outputs(outputs, now_ms)
+    produced = [live for live, _ in new_files.values()]
+    files = _input_stats(store, job, gets_before, pointers.streams)
     committed, note = _commit(store, catalog, job, new_files, stats, now_ms)
     return JobReport(
         job_id=job.id,
@@ -253,11 +235,36 @@ def run_job(
         inputs=files,
         committed=committed,
         note=note,
-        phase1_thread=bool(phase1_thread),
+        phase1_thread=threaded,
     )
 
 
-def _compact(
+@dataclass(frozen=True, slots=True)
+class _Pointers:
+    """The job's two pointers over its inputs, and the GET streams under them."""
+
+    phase1: SectionMerge
+    phase2: SectionMerge
+    streams: list[ObjectStream]
+
+
+def _open_pointers(stack: ExitStack, store: ObjectStore, job: Job) -> _Pointers:
+    """One GET stream per input file for each phase (closed with ``stack``), each phase's
+    streams merged into one pointer."""
+    buffer_size = stream_buffer_size(len(job.inputs))
+    streams: list[ObjectStream] = []
+    merges = []
+    for _phase in (1, 2):
+        readers = []
+        for inp in job.inputs:
+            stream = stack.enter_context(store.open_stream(inp.key, buffer_size=buffer_size))
+            streams.append(stream)
+            readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
+        merges.append(SectionMerge(readers))
+    return _Pointers(merges[0], merges[1], streams)
+
+
+def _run_partitions(
     job: Job,
     phase1: Phase1Inline | Phase1Thread,
     phase2: SectionMerge,
@@ -265,21 +272,79 @@ def _compact(
     stats: CompactionStats,
     progress: ProgressReporter,
 ) -> None:
-    """Phase 2 and the writes, partition by partition, as phase 1 hands them over."""
+    """Phase 2 and the writes, partition by partition, as phase 1 hands them over.
+    PhaseMismatch, naming the job and the partition, where the two pointers disagree."""
     while (part := phase1.next_partition()) is not None:
         tp = part.topic, part.partition
-        if phase2.next_partition() != tp:
-            raise CatalogError(f"job {job.id}: phase pointers disagree at {tp[0]}/{tp[1]}")
-        stats.partitions += 1
-        sections2 = phase2.take(*tp)
-        if part.policy.deduplicate:
-            survivors = phase2_windows(_batches(sections2), phase1.windows(), part.policy, stats)
-        else:
-            survivors = copy_partition(_batches(sections2), stats)
-        outputs[part.group].write_partition(tp[0], tp[1], _polled(survivors, progress))
-        progress.poll()
-    if phase2.next_partition() is not None:
-        raise CatalogError(f"job {job.id}: phase-2 pointer has sections phase 1 did not")
+        at = phase2.next_partition()
+        if at != tp:
+            where = "has no more sections" if at is None else f"is at {at[0]}/{at[1]}"
+            raise PhaseMismatch(
+                f"phase 2's pointer {where}", job_id=job.id, topic=tp[0], partition=tp[1]
+            )
+        try:
+            _run_partition(part, phase1, phase2, outputs[part.group], stats, progress)
+        except PhaseMismatch as mismatch:
+            mismatch.locate(job.id, *tp)
+            raise
+    if (at := phase2.next_partition()) is not None:
+        raise PhaseMismatch(
+            f"phase 2's pointer has sections phase 1's did not, from {at[0]}/{at[1]}",
+            job_id=job.id,
+        )
+
+
+def _run_partition(
+    part: Partition,
+    phase1: Phase1Inline | Phase1Thread,
+    phase2: SectionMerge,
+    output: _GroupOutput,
+    stats: CompactionStats,
+    progress: ProgressReporter,
+) -> None:
+    """One partition: its survivors (or, without deduplication, all its records) from the
+    phase-2 pointer's sections, written to the partition's output group."""
+    stats.partitions += 1
+    sections2 = phase2.take(part.topic, part.partition)
+    if part.policy.deduplicate:
+        survivors = phase2_windows(_batches(sections2), phase1.windows(), part.policy, stats)
+    else:
+        survivors = copy_partition(_batches(sections2), stats)
+    output.write_partition(part.topic, part.partition, _polled(survivors, progress))
+    progress.poll()
+
+
+@contextlib.contextmanager
+def _aborted_on_failure(outputs: dict[str, _GroupOutput]) -> Iterator[None]:
+    """Whatever ends the block early (an error, KeyboardInterrupt, SIGTERM) aborts every
+    output's multipart upload first; the job's own error is the one raised."""
+    try:
+        yield
+    except BaseException:
+        for o in outputs.values():
+            with contextlib.suppress(Exception):
+                o.abort()
+        raise
+
+
+def _finish_outputs(outputs: dict[str, _GroupOutput], now_ms: int) -> NewFiles:
+    """Completes each output group's upload; the files the commit will make live, with
+    their sections (for their manifests)."""
+    finished = [f for f in (o.finish(now_ms) for o in outputs.values()) if f is not None]
+    return {live.id: (live, sections) for live, sections in finished}
+
+
+def _input_stats(
+    store: ObjectStore, job: Job, gets_before: dict[str, int], streams: list[ObjectStream]
+) -> list[FileStats]:
+    """Per input file: its GET requests during the job and its streams' resumes."""
+    resumes = {i.key: 0 for i in job.inputs}
+    for stream in streams:
+        resumes[stream.key] += stream.resumes
+    return [
+        FileStats(i.key, i.size, store.gets.get(i.key) - gets_before[i.key], resumes[i.key])
+        for i in job.inputs
+    ]
 
 
 def _polled(
