@@ -151,6 +151,19 @@ class Snapshot:
         order)."""
         return [f for f in self._holders.get(topic, ()) if f.holds(topic, partition)]
 
+    def oldest_and_newest_holder(
+        self, topic: str, partition: int
+    ) -> tuple[LiveFile, LiveFile] | None:
+        """The first and the last file in live order with a section of the partition,
+        None if none has one. Scans in from both ends, so a job asking for each of its
+        partitions pays for the files outside its run, not for the whole sequence."""
+        holders = self._holders.get(topic, ())
+        first = next((f for f in holders if f.holds(topic, partition)), None)
+        if first is None:
+            return None
+        last = next(f for f in reversed(holders) if f.holds(topic, partition))
+        return first, last
+
     def partitions(self) -> Iterator[TopicPartition]:
         for name in sorted(self.topics):
             for p in range(self.topics[name].partitions):

@@ -193,3 +193,17 @@ def test_collect_catalog_garbage_deletes_orphan_manifests_after_grace(store: Obj
     assert collect_catalog_garbage(catalog, grace_ms=1_000) == [manifest_key("orphan")]
     assert [o.key for o in store.list(MANIFEST_PREFIX)] == [manifest_key("a")]
     assert catalog.sections(catalog.snapshot().files[0]) == (sec,)
+
+
+def test_oldest_and_newest_holder_agree_with_files_holding() -> None:
+    s = _with_topic()
+    files = [
+        LiveFile.of_sections(f"f{i}", f"k{i}", 0, 10, 0, [_section("t", i % 2, 10 * i, 10 * i)])
+        for i in range(5)
+    ]
+    s = append_files(s, files, {}, {})
+    for p in (0, 1):
+        holders = s.files_holding("t", p)
+        assert s.oldest_and_newest_holder("t", p) == (holders[0], holders[-1])
+    assert s.oldest_and_newest_holder("t", 5) is None
+    assert s.oldest_and_newest_holder("nope", 0) is None

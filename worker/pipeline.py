@@ -119,13 +119,13 @@ class _Phase1:
                 "know (compactor verify names the file)",
                 job_id=job.id,
             )
-        holders = snap.files_holding(*tp)
+        ends = snap.oldest_and_newest_holder(*tp)
         policy = PartitionPolicy.for_partition(
             topic.config,
             deduplicate=job.deduplicate,
             now_ms=self._now_ms,
-            includes_oldest=bool(holders) and holders[0].id in self._input_ids,
-            includes_newest=bool(holders) and holders[-1].id in self._input_ids,
+            includes_oldest=ends is not None and ends[0].id in self._input_ids,
+            includes_newest=ends is not None and ends[1].id in self._input_ids,
         )
         group = "compacted" if topic.config.compacted else "plain"
         return Partition(tp[0], tp[1], policy, group)
