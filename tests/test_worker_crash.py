@@ -85,13 +85,18 @@ def test_kill_9_at_random_points_then_verify_and_converge(tmp_path: Path) -> Non
     root = tmp_path / "store"
     _populate(root, 120_000)
     before = _views(root)
-    # Time one uninterrupted run on a copy, then kill at random points within that span.
-    rehearsal = tmp_path / "rehearsal"
-    shutil.copytree(root, rehearsal)
+    # Time uninterrupted runs on copies, then kill at random points within that span. The
+    # shorter of two rehearsals: the first may pay one-off costs (bytecode compilation, a
+    # cold page cache) that would put every kill after the real run has finished.
     cmd = ["--full", "--key-buffer-bytes", "65536"]
-    started = time.monotonic()
-    subprocess.run(_compact_cmd(rehearsal, *cmd), check=True, capture_output=True, timeout=600)
-    span = time.monotonic() - started
+    spans = []
+    for n in range(2):
+        rehearsal = tmp_path / f"rehearsal-{n}"
+        shutil.copytree(root, rehearsal)
+        started = time.monotonic()
+        subprocess.run(_compact_cmd(rehearsal, *cmd), check=True, capture_output=True, timeout=600)
+        spans.append(time.monotonic() - started)
+    span = min(spans)
     rng = random.Random(7)
     kills = 0
     for _ in range(6):
