@@ -62,6 +62,14 @@ class TopicConfig:
     def deletes_by_retention(self) -> bool:
         return "delete" in self.cleanup_policy
 
+    def retention_cutoff_ms(self, now_ms: int) -> int | None:
+        """A record with a timestamp below this has passed retention.ms (None: this topic
+        keeps records forever). It leaves once every record before it in its partition
+        has too (docs/ARCHITECTURE.md §4, invariant 1(c))."""
+        if not self.deletes_by_retention or self.retention_ms < 0:
+            return None
+        return now_ms - self.retention_ms
+
     @property
     def effective_max_compaction_lag_ms(self) -> int | None:
         if self.max_compaction_lag_ms is None:

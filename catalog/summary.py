@@ -33,6 +33,35 @@ def in_ranges(ranges: PartitionRanges, partition: int) -> bool:
     return i >= 0 and ranges[i][0] <= partition <= ranges[i][1]
 
 
+def union_ranges(a: PartitionRanges, b: PartitionRanges) -> PartitionRanges:
+    """The ranges covering the partitions of ``a`` and of ``b``."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(a + b):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return tuple(out)
+
+
+def ranges_overlap(a: PartitionRanges, b: PartitionRanges) -> bool:
+    """Whether a partition is in both ``a`` and ``b``."""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][1] < b[j][0]:
+            i += 1
+        elif b[j][1] < a[i][0]:
+            j += 1
+        else:
+            return True
+    return False
+
+
+def ranges_cover(outer: PartitionRanges, inner: PartitionRanges) -> bool:
+    """Whether every partition of ``inner`` is in ``outer``."""
+    return union_ranges(outer, inner) == outer
+
+
 def iter_ranges(ranges: PartitionRanges) -> Iterator[int]:
     for first, last in ranges:
         yield from range(first, last + 1)

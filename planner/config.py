@@ -41,6 +41,15 @@ class PlannerConfig:
     max_lag_deadline_ms: int = 30 * MINUTE_MS
     """...and are compacted before this long after becoming dirty (the promise the
     simulator checks)."""
+    retention_min_expired_ratio: float = 0.5
+    """A file holding records past retention.ms is rewritten without them once about this
+    share of its bytes has expired (as min.cleanable.dirty.ratio does for cleaning)..."""
+    retention_max_delay_ms: int = HOUR_MS
+    """...and in any case this long after its oldest record expired. Files all of whose
+    records expired are dropped at once, without being read."""
+    tombstone_buffer_ms: int = 15 * MINUTE_MS
+    """Files holding a tombstone past its delete horizon wait this long, so that one job
+    removes the tombstones of many; they are due at the horizon plus this."""
 
     def __post_init__(self) -> None:
         if self.level_trigger_files < 2:
@@ -51,6 +60,10 @@ class PlannerConfig:
             raise ConfigError("top.run.size.ratio must be a number >= 1.0")
         if self.max_lag_buffer_ms < 0 or self.max_lag_deadline_ms <= self.max_lag_buffer_ms:
             raise ConfigError("need 0 <= max.lag.buffer.ms < max.lag.deadline.ms")
+        if not 0.0 <= self.retention_min_expired_ratio <= 1.0:
+            raise ConfigError("retention.min.expired.ratio must be between 0 and 1")
+        if self.retention_max_delay_ms < 0 or self.tombstone_buffer_ms < 0:
+            raise ConfigError("retention.max.delay.ms and tombstone.buffer.ms must be >= 0")
         if self.full_compaction_interval_ms <= 0 or self.max_partition_uncompressed_bytes <= 0:
             raise ConfigError(
                 "full.compaction.interval.ms and max.partition.uncompressed.bytes must be > 0"

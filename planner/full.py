@@ -2,26 +2,55 @@
 
 ``compact --full`` runs it by hand; the planner schedules it as the daily compaction
 across sizes, which bounds the duplicates the level rules leave between files that
-never meet (a top-level file and a much smaller one).
+never meet (a top-level file and a much smaller one). Its jobs hold each partition's
+oldest and newest data, so they apply every time rule: retention, tombstones past their
+horizon, and records aged past min.compaction.lag.ms. A run that is already one top-level
+file per output group is skipped only if none of that is due in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
-from compactor.catalog import Snapshot
+from compactor.catalog import LiveFile, Snapshot
 from compactor.planner.config import HOUR_MS, PlannerConfig
 from compactor.planner.job import MAX_LEVEL, Job, Numbers
+from compactor.planner.maxlag import left_young_since
+from compactor.planner.retention import removable_if_oldest
 from compactor.planner.sequence import Run, make_job, output_group, runs
+from compactor.planner.tombstones import passed_horizons
 
 
-def _already_full(run: Run, snap: Snapshot) -> bool:
+def time_work_due(f: LiveFile, snap: Snapshot, now_ms: int) -> str | None:
+    """What a time rule would still do to ``f``, None if nothing."""
+    if passed_horizons(f, snap, now_ms):
+        return "tombstones past their delete horizon"
+    for s in f.topics:
+        topic = snap.topics.get(s.topic)
+        if topic is None:
+            continue
+        config = topic.config
+        cutoff = config.retention_cutoff_ms(now_ms)
+        if cutoff is not None and removable_if_oldest(f, s, cutoff, now_ms):
+            return "records past retention.ms"
+        young = left_young_since(f, s, config.min_compaction_lag_ms) if config.compacted else None
+        if young is not None and young <= now_ms - config.min_compaction_lag_ms:
+            return "records left too young to compact are past min.compaction.lag.ms"
+    return None
+
+
+def _already_full(run: Run, snap: Snapshot, now_ms: int) -> bool:
     groups = [output_group(f, snap.topics) for f in run]
-    return all(f.level == MAX_LEVEL for f in run) and len(set(groups)) == len(groups)
+    return (
+        all(f.level == MAX_LEVEL for f in run)
+        and len(set(groups)) == len(groups)
+        and not any(time_work_due(f, snap, now_ms) for f in run)
+    )
 
 
 def full_jobs(
     snap: Snapshot,
+    now_ms: int,
     unavailable: Collection[str],
     rule: str = "full",
     why: str = "",
@@ -39,7 +68,7 @@ def full_jobs(
             numbers=(("files", len(run)), ("bytes", sum(f.size for f in run)), *numbers),
         )
         for run in runs(snap.files, unavailable)
-        if not _already_full(run, snap)
+        if not _already_full(run, snap, now_ms)
     ]
 
 
@@ -60,6 +89,7 @@ def daily_jobs(
     interval = config.full_compaction_interval_ms
     return full_jobs(
         snap,
+        now_ms,
         unavailable,
         rule="daily",
         why=f"last full compaction {since / HOUR_MS:.1f} h ago >= {interval / HOUR_MS:.1f} h",

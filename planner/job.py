@@ -1,9 +1,10 @@
 """A compaction job: the document the planner, the queue, replay and Spark hand over.
 
 A job names a contiguous run of live files (oldest first) and the level its output
-goes to. Its id is derived from its inputs and output level, and so are its output
-keys: a retried job writes to the same keys (with If-None-Match), so it can never
-leave two live copies of its output.
+goes to, or (``drop``) that the run leaves the catalog unread: every record in it is
+past retention.ms (``planner.retention``). Its id is derived from its inputs and
+output level, and so are its output keys: a retried job writes to the same keys (with
+If-None-Match), so it can never leave two live copies of its output.
 """
 
 from __future__ import annotations
@@ -42,11 +43,17 @@ class Job:
     reason: str = ""
     numbers: Numbers = ()
     """The figures the rule decided on (name, value), for ``compactor plan``."""
+    drop: bool = False
+    """A metadata-only job: its inputs leave the catalog without being read or rewritten
+    (they have no output: ``output_level`` 0)."""
 
     def __post_init__(self) -> None:
         if not self.inputs:
             raise ValueError("a job needs at least one input file")
-        if not 1 <= self.output_level <= MAX_LEVEL:
+        if self.drop:
+            if self.output_level != 0 or self.deduplicate:
+                raise ValueError("a drop job has no output: output level 0, no deduplication")
+        elif not 1 <= self.output_level <= MAX_LEVEL:
             raise ValueError(f"output level must be in 1..{MAX_LEVEL}, got {self.output_level}")
         if len({i.id for i in self.inputs}) != len(self.inputs):
             raise ValueError("a job lists an input file twice")
@@ -64,7 +71,8 @@ class Job:
         h = hashlib.sha256()
         for i in self.inputs:
             h.update(i.id.encode() + b"\0")
-        h.update(f"L{self.output_level}:{int(self.deduplicate)}".encode())
+        kind = "drop" if self.drop else f"L{self.output_level}:{int(self.deduplicate)}"
+        h.update(kind.encode())
         return h.hexdigest()[:32]
 
     def output_key(self, group: str) -> str:
@@ -82,12 +90,15 @@ class Job:
             "rule": self.rule,
             "reason": self.reason,
             "numbers": dict(self.numbers),
+            **({"drop": True} if self.drop else {}),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
         if not isinstance(data.get("deduplicate"), bool):
             raise ValueError("malformed job document: 'deduplicate' must be true or false")
+        if not isinstance(data.get("drop", False), bool):
+            raise ValueError("malformed job document: 'drop' must be true or false")
         try:
             job = cls(
                 inputs=tuple(
@@ -98,6 +109,7 @@ class Job:
                 rule=str(data.get("rule", "manual")),
                 reason=str(data.get("reason", "")),
                 numbers=tuple((str(k), v) for k, v in dict(data.get("numbers", {})).items()),
+                drop=bool(data.get("drop", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed job document: {exc}") from None

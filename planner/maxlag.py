@@ -2,8 +2,10 @@
 
 A file is *dirty* once it holds a record of a topic with max.compaction.lag.ms that is
 older than now - lag and has not been through a deduplicating compaction. Files at L2
-and above were all written by one (``planner.levels``), so only L0 and L1 files can be
-dirty, and a job's output, written at L2 or above, is clean.
+and above were all written by one (``planner.levels``); of theirs, only records that
+compaction left alone as too young (min.compaction.lag.ms) can be dirty. A record is
+never dirty before it is older than min.compaction.lag.ms too: compacting it earlier
+would leave it as it is.
 
 Dirty files are batched: once the oldest has been dirty for max.lag.buffer.ms, one job
 per run deduplicates the span from the oldest dirty file to the youngest, well before
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from compactor.catalog import LiveFile, Snapshot, Topic
+from compactor.catalog import LiveFile, Snapshot, Topic, TopicSummary
 from compactor.planner.config import MINUTE_MS, PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.sequence import Run, make_job, runs
@@ -30,10 +32,17 @@ def clean_level(files: Run) -> int:
     return max(CLEAN_LEVEL, *(f.level for f in files))
 
 
-def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
-    """When ``f`` becomes dirty (its oldest record passes max lag), or None if never."""
-    if f.level >= CLEAN_LEVEL:
+def left_young_since(f: LiveFile, summary: TopicSummary, min_lag_ms: int) -> int | None:
+    """The oldest timestamp a record of ``summary`` may have that the compaction writing
+    ``f`` (at ``f.created_ms``) found too young to compact; None if there is none."""
+    if min_lag_ms <= 0 or summary.max_timestamp <= f.created_ms - min_lag_ms:
         return None
+    return max(summary.min_timestamp, f.created_ms - min_lag_ms + 1)
+
+
+def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
+    """When ``f`` becomes dirty (its oldest undeduplicated record passes max lag and min
+    lag), or None if never."""
     since: int | None = None
     for summary in f.topics:
         topic = topics.get(summary.topic)
@@ -42,7 +51,14 @@ def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
         lag = topic.config.effective_max_compaction_lag_ms
         if lag is None:
             continue
-        due = summary.min_timestamp + lag
+        min_lag = topic.config.min_compaction_lag_ms
+        if f.level >= CLEAN_LEVEL:
+            oldest = left_young_since(f, summary, min_lag)
+            if oldest is None:
+                continue
+        else:
+            oldest = summary.min_timestamp
+        due = oldest + max(lag, min_lag)
         since = due if since is None else min(since, due)
     return since
 

@@ -2,17 +2,22 @@
 
 Rules run in priority order and each sees only the files no earlier job took, so no
 file is in two jobs; files that running jobs hold (``busy``) and files too large to
-compact are never offered to any rule:
+compact are never offered to any rule. The time rules come first:
 
-1. daily     the full compaction across sizes, when one is due: it takes every
-             available file, so it runs alone;
-2. max-lag   files past max.compaction.lag.ms, after buffering (``planner.maxlag``);
-3. levels    L0 -> L1 (copy), L1 -> L2, L2 -> L3, L3 -> L4 (``planner.levels``);
-4. top-run   similar-sized top-level files compacted together.
+1. retention   files past retention.ms dropped unread, files holding some rewritten
+               without them (``planner.retention``);
+2. daily       the full compaction across sizes, when one is due: it takes every
+               file left, so only retention jobs run beside it;
+3. tombstones  tombstones past their delete horizon, with their partitions' oldest
+               data, after buffering (``planner.tombstones``);
+4. max-lag     files past max.compaction.lag.ms, after buffering (``planner.maxlag``);
+5. levels      L0 -> L1 (copy), L1 -> L2, L2 -> L3, L3 -> L4 (``planner.levels``);
+6. top-run     similar-sized top-level files compacted together.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from compactor.catalog import Snapshot
@@ -21,7 +26,9 @@ from compactor.planner.full import daily_due_ms, daily_jobs, full_jobs
 from compactor.planner.job import MAX_LEVEL, Job
 from compactor.planner.levels import level_jobs, top_run_jobs
 from compactor.planner.maxlag import dirty_files, max_lag_jobs
+from compactor.planner.retention import retention_jobs
 from compactor.planner.sequence import too_large_ids
+from compactor.planner.tombstones import tombstone_jobs
 
 
 @dataclass(frozen=True)
@@ -37,15 +44,27 @@ def plan(
 ) -> Plan:
     config = config or PlannerConfig()
     taken = set(busy) | too_large_ids(snap.files, config)
-    daily = daily_jobs(snap, now_ms, config, taken)
-    if daily:
-        return Plan(tuple(daily))
     jobs: list[Job] = []
-    for rule in (max_lag_jobs, _levels, _top_runs):
+
+    def add(rule: Rule) -> None:
         for job in rule(snap, now_ms, config, taken):
             jobs.append(job)
             taken.update(i.id for i in job.inputs)
+
+    add(_retention)
+    daily = daily_jobs(snap, now_ms, config, taken)
+    if daily:
+        return Plan(tuple(jobs + daily))
+    for rule in (tombstone_jobs, max_lag_jobs, _levels, _top_runs):
+        add(rule)
     return Plan(tuple(jobs))
+
+
+Rule = Callable[[Snapshot, int, PlannerConfig, set[str]], Iterable[Job]]
+
+
+def _retention(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
+    return list(retention_jobs(snap, now_ms, config, taken))
 
 
 def _levels(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
@@ -91,7 +110,12 @@ def full_plan(
     config: PlannerConfig | None = None,
     busy: frozenset[str] = frozenset(),
 ) -> Plan:
-    """``compact --full``: the daily compaction, now (``now_ms`` only keeps the signature
-    of ``plan``). ``busy`` files (leased by running jobs) are left out."""
+    """``compact --full``: files past retention dropped unread, then the daily compaction,
+    now, over the rest (which applies every other time rule). ``busy`` files (leased by
+    running jobs) are left out."""
     config = config or PlannerConfig()
-    return Plan(tuple(full_jobs(snap, set(busy) | too_large_ids(snap.files, config))))
+    taken = set(busy) | too_large_ids(snap.files, config)
+    drops = list(retention_jobs(snap, now_ms, config, taken, rewrites=False))
+    for job in drops:
+        taken.update(i.id for i in job.inputs)
+    return Plan(tuple(drops + full_jobs(snap, now_ms, taken)))

@@ -53,7 +53,16 @@ def runs(
         yield files[start:]
 
 
-def make_job(files: Run, level: int, dedup: bool, rule: str, reason: str, numbers: Numbers) -> Job:
+def make_job(
+    files: Run,
+    level: int,
+    dedup: bool,
+    rule: str,
+    reason: str,
+    numbers: Numbers,
+    *,
+    drop: bool = False,
+) -> Job:
     return Job(
         inputs=tuple(JobInput(f.id, f.key, f.size) for f in files),
         output_level=level,
@@ -61,4 +70,5 @@ def make_job(files: Run, level: int, dedup: bool, rule: str, reason: str, number
         rule=rule,
         reason=reason,
         numbers=numbers,
+        drop=drop,
     )

@@ -16,7 +16,7 @@ class TopicRules:
     header: str | None = None
     min_lag_ms: int = 0
     retention_ms: int | None = None
-    """Set for compact,delete."""
+    """Set for delete and compact,delete."""
     delete_retention_ms: int = 86_400_000
 
 
@@ -57,9 +57,28 @@ def compact(
     """One partition's records (offset order) after a compaction with an unbounded buffer.
 
     A tombstone past its horizon may go only if the inputs hold every record it outranks:
-    the partition's oldest data under the offset strategy, all of it under the others."""
-    if not (deduplicate and rules.compacted):
-        return list(records)
+    the partition's oldest data under the offset strategy, all of it under the others;
+    one that may go but stays (it outranks a record too young to compact) gets a new
+    horizon. Retention removes records from the partition's start (as Kafka deletes its
+    oldest segments), so only when the inputs hold the partition's oldest data."""
+    if deduplicate and rules.compacted:
+        kept = _deduplicated(records, rules, now_ms, includes_oldest, includes_newest)
+    else:
+        kept = list(records)
+    if rules.retention_ms is not None and includes_oldest:
+        cutoff = now_ms - rules.retention_ms
+        while kept and kept[0].timestamp < cutoff:
+            kept.pop(0)
+    return kept
+
+
+def _deduplicated(
+    records: Sequence[Record],
+    rules: TopicRules,
+    now_ms: int,
+    includes_oldest: bool,
+    includes_newest: bool,
+) -> list[Record]:
     best: dict[bytes, Record] = {}
     for r in records:
         if eligible(r, rules, now_ms):
@@ -74,22 +93,19 @@ def compact(
     def resurfaces_young(t: Record) -> bool:
         return any(y.key == t.key and rank(t, rules) > rank(y, rules) for y in young)
 
+    new_horizon = now_ms + max(1, rules.delete_retention_ms)
     out = []
     for r in records:
         if eligible(r, rules, now_ms) and r.offset not in winners:
             continue
-        if rules.retention_ms is not None and r.timestamp < now_ms - rules.retention_ms:
-            continue
+        past = r.value is None and r.delete_horizon is not None and r.delete_horizon <= now_ms
         if eligible(r, rules, now_ms) and r.value is None:
-            if (
-                holds_outranked
-                and r.delete_horizon is not None
-                and r.delete_horizon <= now_ms
-                and not resurfaces_young(r)
-            ):
+            if holds_outranked and past and not resurfaces_young(r):
                 continue
             if r.delete_horizon is None:
-                r = replace(r, delete_horizon=now_ms + rules.delete_retention_ms)
+                r = replace(r, delete_horizon=new_horizon)
+        if holds_outranked and past:
+            r = replace(r, delete_horizon=new_horizon)
         out.append(r)
     return out
 

@@ -358,7 +358,7 @@ def test_files_at_l2_and_above_are_never_dirty(level: int) -> None:
 def test_delete_policy_topics_are_never_dirty() -> None:
     make = FileMaker("d")
     # max.compaction.lag.ms on a delete-policy topic means nothing
-    d = topic("d", {"cleanup.policy": "delete", "max.compaction.lag.ms": "0"})
+    d = topic("d", {"cleanup.policy": "delete", "max.compaction.lag.ms": "0", "retention.ms": "-1"})
     snap = snapshot([C, d], [make(0, min_ts=NOW_MS - 10 * DAY_MS)])
     assert dirty_files(snap, NOW_MS) == {}
     assert plan(snap, NOW_MS).jobs == ()

@@ -213,9 +213,7 @@ def copy_partition(
     The phase-1 pointer only skips past the partition (the caller does that)."""
     for batch in phase2:
         stats.records_in += batch.num_rows
-        stats.records_out += batch.num_rows
         stats.null_keys += batch.column("key").null_count
-        stats.tombstones_kept += batch.column("value").null_count
         yield batch
 
 
@@ -366,38 +364,66 @@ def _survivors(
     stats.dropped_superseded += n - keep.bit_count()
     tombstone = full & ~validity_bits(values)
     stats.tombstones_removed += (tombstone & ~keep).bit_count()
-    if policy.retention_cutoff_ms is not None:
-        # timestamp < cutoff, i.e. not (cutoff <= timestamp)
-        expired = full & ~_at_least(batch.column("timestamp"), policy.retention_cutoff_ms)
-        stats.dropped_retention += (keep & expired).bit_count()
-        keep &= ~expired
     horizons = batch.column(_HORIZON)
     winning_tombstone = won & tombstone
-    if window.may_drop_tombstones and winning_tombstone:
-        past = validity_bits(horizons)
+    past = 0
+    if policy.tombstones_droppable and tombstone & keep:
+        past = tombstone & keep & validity_bits(horizons)
         if past:
             past &= _at_most(horizons, policy.now_ms)
-        gone = winning_tombstone & past & keep
-        if window.young.lowest and gone:
+    if window.may_drop_tombstones and winning_tombstone & past:
+        gone = winning_tombstone & past
+        if window.young.lowest:
             gone = _spare_outranking(batch, gone, policy, window.young)
         removed = gone.bit_count()
         stats.dropped_tombstone_expired += removed
         stats.tombstones_removed += removed
         keep &= ~gone
-    stamp = winning_tombstone & ~validity_bits(horizons)
+        past &= ~gone
+    # A new horizon for a winning tombstone without one, and for one past its horizon that
+    # this job could have dropped but keeps (module doc): the planner then comes back to
+    # it a delete.retention.ms later, not at once.
+    stamp = (winning_tombstone & ~validity_bits(horizons)) | past
     if stamp:
         stamped = pc.if_else(
             _bool_array(stamp, n), pa.scalar(policy.horizon_ms, pa.int64()), horizons
         )
         batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
-    stats.tombstones_kept += (keep & tombstone).bit_count()
     if keep == full:
-        stats.records_out += n
         yield batch
     elif keep:
-        out = filter_batch(batch, _bool_array(keep, n))
-        stats.records_out += out.num_rows
-        yield out
+        yield filter_batch(batch, _bool_array(keep, n))
+
+
+def drop_expired_prefix(
+    batches: Iterable[pa.RecordBatch], cutoff_ms: int, stats: CompactionStats
+) -> Iterator[pa.RecordBatch]:
+    """retention.ms: a partition's records (what the job keeps of them, in offset order)
+    less those at its start older than ``cutoff_ms``; from the first record that is not,
+    everything passes. The caller ensures the inputs hold the partition's oldest live
+    data, so every record before a dropped one is dropped too, and no value it superseded
+    can resurface."""
+    at_start = True
+    for batch in batches:
+        if at_start:
+            first_young = pc.index(pc.greater_equal(batch.column("timestamp"), cutoff_ms), True)
+            expired = batch.num_rows if first_young.as_py() < 0 else first_young.as_py()
+            if expired:
+                stats.dropped_retention += expired
+                stats.tombstones_removed += batch.slice(0, expired).column("value").null_count
+                batch = batch.slice(expired)
+            at_start = batch.num_rows == 0
+            if at_start:
+                continue
+        yield batch
+
+
+def counted(batches: Iterable[pa.RecordBatch], stats: CompactionStats) -> Iterator[pa.RecordBatch]:
+    """What reaches the output: ``records_out`` and ``tombstones_kept``."""
+    for batch in batches:
+        stats.records_out += batch.num_rows
+        stats.tombstones_kept += batch.column("value").null_count
+        yield batch
 
 
 _NO_WINNERS = KeepSet(pa.array([], pa.int64()))
@@ -421,11 +447,6 @@ def _bool_array(bits: int, n: int) -> pa.Array:
 def _at_most(arr: pa.Array, limit: int) -> int:
     """Which slots of an int64 array hold a value <= ``limit`` (nulls: no)."""
     return _compare(arr, limit, operator.le, pc.less_equal)
-
-
-def _at_least(arr: pa.Array, limit: int) -> int:
-    """Which slots of an int64 array hold a value >= ``limit`` (nulls: no)."""
-    return _compare(arr, limit, operator.ge, pc.greater_equal)
 
 
 def _compare(

@@ -19,10 +19,13 @@ class PartitionPolicy:
     """Records with a timestamp above this are younger than min.compaction.lag.ms: they are
     kept and never cause an older record to be dropped. None: no record is too young."""
     retention_cutoff_ms: int | None
-    """compact,delete: records with a timestamp below this are dropped
-    (docs/ARCHITECTURE.md §4, invariant 1(c))."""
+    """delete and compact,delete: the output's records are dropped from the partition's
+    start while their timestamp is below this (docs/ARCHITECTURE.md §4, invariant 1(c)).
+    None unless the inputs hold the partition's oldest live data."""
     horizon_ms: int
-    """The delete horizon stamped on a tombstone this compaction keeps as a key's winner."""
+    """The delete horizon stamped on a tombstone this compaction keeps as a key's winner,
+    and on one past its horizon that it may drop yet keeps: now + delete.retention.ms,
+    at least 1 ms ahead, so that the job that sets a horizon never finds it passed."""
     tombstones_droppable: bool
     """The inputs hold every live record a tombstone here could outrank, so one past its
     delete horizon can go without an outranked value resurfacing (docs/ARCHITECTURE.md §4,
@@ -49,10 +52,8 @@ class PartitionPolicy:
             lag_cutoff_ms=now_ms - config.min_compaction_lag_ms
             if config.min_compaction_lag_ms > 0
             else None,
-            retention_cutoff_ms=now_ms - config.retention_ms
-            if dedup and config.deletes_by_retention and config.retention_ms >= 0
-            else None,
-            horizon_ms=now_ms + config.delete_retention_ms,
+            retention_cutoff_ms=config.retention_cutoff_ms(now_ms) if includes_oldest else None,
+            horizon_ms=now_ms + max(1, config.delete_retention_ms),
             tombstones_droppable=includes_oldest
             and (config.compaction_strategy == "offset" or includes_newest),
         )

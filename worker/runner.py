@@ -33,10 +33,17 @@ from compactor.fileformat import (
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from compactor.planner.job import OUTPUT_GROUPS, Job
+from compactor.planner.retention import expired_ids
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
-from compactor.worker.partition import KeyIndex, copy_partition, phase2_windows
+from compactor.worker.partition import (
+    KeyIndex,
+    copy_partition,
+    counted,
+    drop_expired_prefix,
+    phase2_windows,
+)
 from compactor.worker.pipeline import Partition, Phase1Inline, Phase1Thread, pipelined
 from compactor.worker.stats import (
     CompactionStats,
@@ -202,9 +209,11 @@ def run_job(
     to another worker is reported (``committed`` false), not raised.
     """
     started = time.monotonic()
-    use_lean_memory_pool()
     snap = catalog.snapshot()
     inputs = check_job(snap, job)
+    if job.drop:
+        return _drop(store, catalog, job, inputs, now_ms, started)
+    use_lean_memory_pool()
     threaded = pipelined(inputs) if phase1_thread is None else bool(phase1_thread)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
     stats = CompactionStats()
@@ -236,6 +245,38 @@ def run_job(
         committed=committed,
         note=note,
         phase1_thread=threaded,
+    )
+
+
+def _drop(
+    store: ObjectStore,
+    catalog: Catalog,
+    job: Job,
+    inputs: tuple[LiveFile, ...],
+    now_ms: int,
+    started: float,
+) -> JobReport:
+    """A drop job: its inputs leave the catalog unread (no GET, no output), if every
+    record in them is past retention.ms (checked again at the commit)."""
+    stats = CompactionStats(
+        records_in=sum(f.record_count for f in inputs),
+        dropped_retention=sum(f.record_count for f in inputs),
+        tombstones_removed=sum(f.tombstones for f in inputs),
+        partitions=sum(f.section_count for f in inputs),
+    )
+    committed, note = _commit(store, catalog, job, {}, stats, now_ms)
+    return JobReport(
+        job_id=job.id,
+        rule=job.rule,
+        output_level=0,
+        outputs=[],
+        bytes_in=job.input_bytes,
+        bytes_out=0,
+        duration_s=time.monotonic() - started,
+        stats=stats,
+        inputs=[FileStats(i.key, i.size) for i in job.inputs],
+        committed=committed,
+        note=note,
     )
 
 
@@ -303,13 +344,18 @@ def _run_partition(
     progress: ProgressReporter,
 ) -> None:
     """One partition: its survivors (or, without deduplication, all its records) from the
-    phase-2 pointer's sections, written to the partition's output group."""
+    phase-2 pointer's sections, less what retention.ms removes from its start, written
+    to the partition's output group."""
     stats.partitions += 1
     sections2 = phase2.take(part.topic, part.partition)
-    if part.policy.deduplicate:
-        survivors = phase2_windows(_batches(sections2), phase1.windows(), part.policy, stats)
+    policy = part.policy
+    if policy.deduplicate:
+        survivors = phase2_windows(_batches(sections2), phase1.windows(), policy, stats)
     else:
         survivors = copy_partition(_batches(sections2), stats)
+    if policy.retention_cutoff_ms is not None:
+        survivors = drop_expired_prefix(survivors, policy.retention_cutoff_ms, stats)
+    survivors = counted(survivors, stats)
     output.write_partition(part.topic, part.partition, _polled(survivors, progress))
     progress.poll()
 
@@ -381,20 +427,17 @@ def _commit(
             "report": stats.to_json(),
         },
     )
-    try:
-        catalog.commit(
-            functools.partial(
-                replace_files,
-                input_ids=input_ids,
-                outputs=produced,
-                now_ms=now_ms,
-                full=job.is_full,
-                job_id=job.id,
-                wall_ms=catalog.clock(),
-            ),
-            record,
-            new_files=new_files,
+    wall_ms = catalog.clock()
+
+    def change(s: Snapshot) -> Snapshot:
+        if job.drop and (why := expired_ids(s, now_ms, input_ids)) is not None:
+            raise CommitConflict(f"job {job.id} drops files no longer past retention: {why}")
+        return replace_files(
+            s, input_ids, produced, now_ms, full=job.is_full, job_id=job.id, wall_ms=wall_ms
         )
+
+    try:
+        catalog.commit(change, record, new_files=new_files)
         return True, ""
     except CommitConflict as conflict:
         live_keys = {f.key for f in catalog.snapshot().files}
