@@ -18,6 +18,12 @@ def _summary(r: JobReport) -> str:
     s = r.stats
     gets = ",".join(str(f.gets) for f in r.inputs)
     state = "committed" if r.committed else r.note
+    if r.output_level == 0:  # a drop job
+        return (
+            f"{r.rule}: {len(r.inputs)} files dropped unread (every record past retention.ms); "
+            f"records {s.records_in:,} -> 0; bytes {r.bytes_in:,} -> 0; "
+            f"GETs per input [{gets}]; {state}"
+        )
     return (
         f"{r.rule}: {len(r.inputs)} files -> L{r.output_level} {len(r.outputs)} files; "
         f"records {s.records_in:,} -> {s.records_out:,}; bytes {r.bytes_in:,} -> {r.bytes_out:,}; "

@@ -26,9 +26,9 @@ from compactor.planner.full import daily_due_ms, daily_jobs, full_jobs
 from compactor.planner.job import MAX_LEVEL, Job
 from compactor.planner.levels import level_jobs, top_run_jobs
 from compactor.planner.maxlag import dirty_files, max_lag_jobs
-from compactor.planner.retention import retention_jobs
+from compactor.planner.retention import due, retention_jobs, retention_state
 from compactor.planner.sequence import too_large_ids
-from compactor.planner.tombstones import tombstone_jobs
+from compactor.planner.tombstones import passed_horizons, tombstone_jobs
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ def plan_notes(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None)
     if due is not None:
         when = "now" if due <= now_ms else f"in {(due - now_ms) / HOUR_MS:.1f} h"
         notes.append(f"daily compaction due {when}")
+    notes += _time_rule_notes(snap, now_ms, config)
     dirty = dirty_files(snap, now_ms)
     if dirty:
         oldest = (now_ms - min(dirty.values())) / MINUTE_MS
@@ -119,3 +120,37 @@ def full_plan(
     for job in drops:
         taken.update(i.id for i in job.inputs)
     return Plan(tuple(drops + full_jobs(snap, now_ms, taken)))
+
+
+def _time_rule_notes(snap: Snapshot, now_ms: int, config: PlannerConfig) -> list[str]:
+    notes = []
+    state = retention_state(snap, now_ms)
+    expired = sum(len(run) for run in state.drops)
+    if expired or state.rewrites:
+        waiting = [r for r in state.rewrites if r.removes and not due(r, now_ms, config)]
+        line = (
+            f"retention: {expired} files wholly past retention.ms (dropped unread), "
+            f"{len(state.rewrites)} holding some expired records"
+        )
+        if waiting:
+            soonest = min(r.expired_since_ms for r in waiting) + config.retention_max_delay_ms
+            line += (
+                f"; {len(waiting)} wait for retention.min.expired.ratio "
+                f"{config.retention_min_expired_ratio} or until {soonest} "
+                f"(in {(soonest - now_ms) / MINUTE_MS:.0f} min)"
+            )
+        notes.append(line)
+    horizons = [
+        s.min_delete_horizon
+        for f in snap.files
+        for s in passed_horizons(f, snap, now_ms)
+        if s.min_delete_horizon is not None
+    ]
+    if horizons:
+        since = (now_ms - min(horizons)) / MINUTE_MS
+        notes.append(
+            f"tombstones: {len(horizons)} file topics hold tombstones past their delete "
+            f"horizon, the earliest for {since:.0f} min (due after tombstone.buffer.ms "
+            f"{config.tombstone_buffer_ms / MINUTE_MS:.0f} min)"
+        )
+    return notes
