@@ -56,6 +56,8 @@ def section(
     uncompressed: int = 1000,
     min_ts: int = NOW_MS,
     max_ts: int | None = None,
+    tombstones: int = 0,
+    min_delete_horizon: int | None = None,
 ) -> SectionMeta:
     return SectionMeta(
         topic=topic_name,
@@ -66,9 +68,10 @@ def section(
         uncompressed_bytes=uncompressed,
         min_timestamp=min_ts,
         max_timestamp=min_ts if max_ts is None else max_ts,
-        tombstones=0,
+        tombstones=tombstones,
         position=8,
         length=max(1, uncompressed // 4),
+        min_delete_horizon=min_delete_horizon,
     )
 
 
@@ -181,7 +184,10 @@ def job_outputs(snap: Snapshot, job: Job, now_ms: int) -> list[LiveFile]:
     """What a worker would commit for ``job``: one file per output group (compacted,
     then plain, as ``worker.runner`` writes them) at the job's output level, its
     sections merged per partition, its size the group's share of the inputs' sizes
-    (a file's size split over its sections by uncompressed bytes), created now."""
+    (a file's size split over its sections by uncompressed bytes), created now. A drop
+    job has none."""
+    if job.drop:
+        return []
     by_id = {f.id: f for f in snap.files}
     inputs = [by_id[i.id] for i in job.inputs]
     parts: dict[str, dict[tuple[str, int], list[SectionMeta]]] = {g: {} for g in OUTPUT_GROUPS}

@@ -1,0 +1,246 @@
+"""The planner's time rules, one hand-built catalog per rule and edge: retention drops
+and rewrites, tombstones past their horizon, min lag's leftovers, and the full
+compaction's "already full" skip (planner.retention, planner.tombstones, planner.full,
+planner.maxlag)."""
+
+from __future__ import annotations
+
+from planner_catalogs import NOW_MS, live_file, section, snapshot, topic
+
+from compactor.catalog import LiveFile
+from compactor.fileformat import SectionMeta
+from compactor.planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
+from compactor.planner.job import Job
+from compactor.planner.maxlag import dirty_files
+from compactor.planner.plan import full_plan, plan, plan_notes
+
+RET = HOUR_MS
+CUT = NOW_MS - RET
+QUIET = PlannerConfig(full_compaction_interval_ms=1 << 50)
+"""No daily compaction: each test sees only the rule it is about."""
+
+LOGS = topic("logs", {"cleanup.policy": "delete", "retention.ms": str(RET)}, partitions=4)
+KV = topic(
+    "kv",
+    {"cleanup.policy": "compact,delete", "retention.ms": str(RET), "delete.retention.ms": "0"},
+    partitions=4,
+)
+FOREVER = topic("keep", {"cleanup.policy": "compact"}, partitions=4)
+BY_TIME = topic(
+    "bytime", {"cleanup.policy": "compact", "compaction.strategy": "timestamp"}, partitions=4
+)
+TOPICS = [LOGS, KV, FOREVER, BY_TIME]
+
+
+def _f(
+    fid: str, level: int, *sections: SectionMeta, created: int = NOW_MS - 10 * HOUR_MS
+) -> LiveFile:
+    return live_file(fid, level, *sections, created_ms=created)
+
+
+def _plan(files: list[LiveFile], now: int = NOW_MS, **settings: int | float) -> list[Job]:
+    config = PlannerConfig(full_compaction_interval_ms=1 << 50, **settings)  # type: ignore[arg-type]
+    return list(plan(snapshot(TOPICS, files), now, config).jobs)
+
+
+def _ids(job: Job) -> list[str]:
+    return [i.id for i in job.inputs]
+
+
+# --- retention: drops ---------------------------------------------------------------------
+
+
+def test_wholly_expired_files_are_dropped_unread_whatever_their_level() -> None:
+    files = [
+        _f("a", 4, section("logs", 0, max_ts=CUT - 1, min_ts=CUT - 9)),
+        _f("b", 0, section("logs", 0, max_ts=CUT - 1, min_ts=CUT - 2)),
+        _f("c", 0, section("logs", 0, max_ts=CUT, min_ts=CUT)),  # exactly at the cutoff
+    ]
+    (job,) = [j for j in _plan(files) if j.drop]
+    assert _ids(job) == ["a", "b"]
+    assert (job.rule, job.output_level, job.deduplicate) == ("retention", 0, False)
+    assert dict(job.numbers)["files"] == 2
+    assert not [j for j in _plan(files, now=NOW_MS - 1) if j.drop and "b" in _ids(j)]
+
+
+def test_an_older_file_within_retention_blocks_a_drop() -> None:
+    """Retention removes partitions from their start: an expired file behind live data
+    of the same partition stays (Kafka never deletes a segment before an older one)."""
+    files = [
+        _f("young", 0, section("logs", 1, min_ts=NOW_MS)),
+        _f("old", 0, section("logs", 1, max_ts=CUT - 5, min_ts=CUT - 9)),
+        _f("other", 0, section("logs", 2, max_ts=CUT - 5, min_ts=CUT - 9)),
+    ]
+    drops = [_ids(j) for j in _plan(files) if j.drop]
+    assert drops == [["other"]]
+
+
+def test_later_runs_wait_for_earlier_runs_holding_their_partitions() -> None:
+    """Each drop job is safe alone: a run behind another run holding the same partition
+    (split by a busy file) waits for the next plan."""
+    files = [
+        _f("r1", 0, section("logs", 0, min_ts=CUT - 9, max_ts=CUT - 9)),
+        _f("busy", 0, section("logs", 3, min_ts=CUT - 9, max_ts=CUT - 9)),
+        _f("r2", 0, section("logs", 0, min_ts=CUT - 5, max_ts=CUT - 5)),
+        _f("r3", 0, section("logs", 1, min_ts=CUT - 5, max_ts=CUT - 5)),
+    ]
+    snap = snapshot(TOPICS, files)
+    jobs = plan(snap, NOW_MS, QUIET, frozenset({"busy"})).jobs
+    assert [_ids(j) for j in jobs if j.drop] == [["r1"], ["r3"]]
+
+
+def test_a_file_with_any_topic_within_retention_is_not_dropped() -> None:
+    files = [_f("mixed", 0, section("logs", 0, min_ts=CUT - 9, max_ts=CUT - 9), section("keep", 0))]
+    jobs = _plan(files)
+    assert [j.drop for j in jobs] == [False]
+    assert jobs[0].rule == "retention" and jobs[0].output_level == 1
+
+
+# --- retention: rewrites ------------------------------------------------------------------
+
+
+def test_a_clean_file_with_some_expired_sections_is_rewritten_when_worth_it() -> None:
+    """The expired share is estimated from the summary's time span (records spread
+    evenly): here three of its four hours are past retention."""
+    expired = section("kv", 0, min_ts=CUT - 3 * HOUR_MS, max_ts=CUT - 1)
+    live = section("kv", 1, min_ts=CUT - 3 * HOUR_MS, max_ts=NOW_MS - 1)
+    (job,) = _plan([_f("l4", 4, expired, live)])
+    assert (job.rule, job.output_level, job.deduplicate, job.drop) == ("retention", 4, True, False)
+    assert dict(job.numbers)["expired_share"] == 0.75
+    assert "retention.min.expired.ratio" in job.reason
+    # A sliver expired: under the ratio, so it waits for retention.max.delay.ms.
+    small = section("kv", 0, min_ts=CUT - 5, max_ts=CUT - 1)
+    big = section("kv", 1, min_ts=CUT - 5, max_ts=NOW_MS)
+    f = _f("l4b", 4, small, big)
+    assert _plan([f]) == []
+    # Its oldest record expired at NOW - 5: due an hour later (the ratio set out of reach,
+    # as the clock moving on expires more of it).
+    assert _plan([f], now=NOW_MS - 5 + HOUR_MS - 1, retention_min_expired_ratio=1.0) == []
+    (late,) = _plan([f], now=NOW_MS - 5 + HOUR_MS, retention_min_expired_ratio=1.0)
+    assert "retention.max.delay.ms" in late.reason
+    assert _plan([f], retention_max_delay_ms=0)[0].rule == "retention"
+
+
+def test_a_rewrite_waits_while_an_older_file_holds_the_partition() -> None:
+    older = _f("older", 4, section("kv", 0, min_ts=NOW_MS - 5, max_ts=NOW_MS))
+    f = _f(
+        "f",
+        4,
+        section("kv", 0, max_ts=CUT - 1, min_ts=CUT - 5),
+        section("kv", 1, min_ts=NOW_MS),
+    )
+    assert [j for j in _plan([older, f], retention_max_delay_ms=0) if j.rule == "retention"] == []
+
+
+def test_a_file_written_after_its_oldest_record_expired_is_not_rewritten_for_it() -> None:
+    """Records past retention inside a younger section may sit behind a younger record;
+    the job that wrote the file had its chance, so the planner does not loop on it."""
+    s = section("kv", 0, min_ts=CUT - 10, max_ts=NOW_MS)
+    assert _plan([_f("before", 4, s, created=CUT - 20 + RET)], retention_max_delay_ms=0)
+    assert _plan([_f("after", 4, s, created=NOW_MS)], retention_max_delay_ms=0) == []
+
+
+def test_retention_comes_before_size_rules() -> None:
+    files = [
+        _f(f"l0-{i}", 0, section("logs", 0, min_ts=CUT - 1, max_ts=CUT - 1)) for i in range(40)
+    ]
+    jobs = _plan(files)
+    assert [j.rule for j in jobs] == ["retention"] and len(jobs[0].inputs) == 40
+
+
+# --- tombstones -----------------------------------------------------------------------------
+
+
+def _tomb(topic_name: str, partition: int, horizon: int) -> SectionMeta:
+    return section(topic_name, partition, tombstones=1, min_delete_horizon=horizon)
+
+
+def test_tombstones_past_their_horizon_take_the_partitions_oldest_data() -> None:
+    files = [
+        _f("oldest", 4, section("keep", 0)),
+        _f("between", 2, section("keep", 3)),
+        _f("tomb", 2, _tomb("keep", 0, NOW_MS - 20 * MINUTE_MS)),
+        _f("after", 0, section("keep", 0)),
+    ]
+    (job,) = _plan(files)
+    assert (job.rule, _ids(job), job.deduplicate, job.output_level) == (
+        "tombstones",
+        ["oldest", "between", "tomb"],
+        True,
+        4,
+    )
+    # Before the horizon, and within tombstone.buffer.ms after it: nothing.
+    assert _plan(files, now=NOW_MS - 20 * MINUTE_MS - 1) == []
+    assert _plan(files, now=NOW_MS - 5 * MINUTE_MS - 1) == []
+    assert [j.rule for j in _plan(files, now=NOW_MS - 5 * MINUTE_MS)] == ["tombstones"]
+
+
+def test_tombstones_under_the_timestamp_strategy_take_the_newest_data_too() -> None:
+    files = [
+        _f("oldest", 4, section("bytime", 1)),
+        _f("tomb", 2, _tomb("bytime", 1, NOW_MS - HOUR_MS)),
+        _f("newest", 0, section("bytime", 1)),
+        _f("unrelated", 0, section("bytime", 2)),
+    ]
+    (job,) = _plan(files)
+    assert _ids(job) == ["oldest", "tomb", "newest"]
+
+
+def test_a_busy_file_in_the_span_makes_the_tombstones_wait() -> None:
+    files = [
+        _f("oldest", 4, section("keep", 0)),
+        _f("tomb", 2, _tomb("keep", 0, NOW_MS - HOUR_MS)),
+    ]
+    snap = snapshot(TOPICS, files)
+    assert plan(snap, NOW_MS, QUIET, frozenset({"oldest"})).jobs == ()
+    notes = plan_notes(snap, NOW_MS, QUIET)
+    assert any(n.startswith("tombstones: 1 file topics") for n in notes)
+
+
+# --- min.compaction.lag.ms and max.compaction.lag.ms ------------------------------------------
+
+
+def test_records_left_young_by_a_compaction_become_dirty_once_old_enough() -> None:
+    t = topic(
+        "lag",
+        {
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": str(HOUR_MS),
+            "max.compaction.lag.ms": str(2 * HOUR_MS),
+        },
+    )
+    written = NOW_MS - 10 * HOUR_MS
+    young = section("lag", 0, min_ts=written - 5 * HOUR_MS, max_ts=written - 30 * MINUTE_MS)
+    all_old = section("lag", 0, min_ts=written - 5 * HOUR_MS, max_ts=written - HOUR_MS)
+    f = live_file("young", 4, young, created_ms=written)
+    g = live_file("old", 4, all_old, created_ms=written)
+    snap = snapshot([t], [f, g])
+    # The young records (written - 1 h, written - 30 min] are dirty once they pass both lags.
+    assert dirty_files(snap, NOW_MS) == {"young": written - HOUR_MS + 1 + 2 * HOUR_MS}
+    assert dirty_files(snapshot([t], [f]), written + HOUR_MS) == {}
+
+
+# --- compact --full -------------------------------------------------------------------------
+
+
+def test_full_skips_an_already_full_file_only_without_due_work() -> None:
+    clean = _f("clean", 4, section("keep", 0), created=NOW_MS)
+    assert full_plan(snapshot(TOPICS, [clean]), NOW_MS).jobs == ()
+    tomb = _f("tomb", 4, _tomb("keep", 0, NOW_MS), created=NOW_MS - 1)
+    (job,) = full_plan(snapshot(TOPICS, [tomb]), NOW_MS).jobs
+    assert job.rule == "full"
+    assert full_plan(snapshot(TOPICS, [tomb]), NOW_MS - 1).jobs == ()
+    partly = _f("partly", 4, section("kv", 0, min_ts=CUT - 1, max_ts=NOW_MS), created=CUT)
+    assert [j.rule for j in full_plan(snapshot(TOPICS, [partly]), NOW_MS).jobs] == ["full"]
+
+
+def test_full_drops_expired_files_unread_and_compacts_the_rest() -> None:
+    files = [
+        _f("gone", 4, section("logs", 0, min_ts=CUT - 1, max_ts=CUT - 1)),
+        _f("kept", 0, section("keep", 0)),
+    ]
+    jobs = full_plan(snapshot(TOPICS, files), NOW_MS).jobs
+    assert [(j.rule, j.drop, _ids(j)) for j in jobs] == [
+        ("retention", True, ["gone"]),
+        ("full", False, ["kept"]),
+    ]
