@@ -36,13 +36,13 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         return 0
     if result.jobs:
         print(
-            f"{'#':>3}  {'rule':<10} {'inputs':>6} {'from':<8} {'to':<4} {'dedup':<5} "
+            f"{'#':>3}  {'rule':<8} {'inputs':>6} {'from':<8} {'to':<3} {'dedup':<5} "
             f"{'bytes':>14}  reason"
         )
         for n, job in enumerate(result.jobs, 1):
             print(
-                f"{n:>3}  {job.rule:<10} {len(job.inputs):>6} {_levels(job, levels):<8} "
-                f"{'drop' if job.drop else f'L{job.output_level}':<4} "
+                f"{n:>3}  {job.rule:<8} {len(job.inputs):>6} {_levels(job, levels):<8} "
+                f"{'--' if job.drop else f'L{job.output_level}':<3} "
                 f"{'yes' if job.deduplicate else 'no':<5} "
                 f"{job.input_bytes:>14,}  {job.reason}"
             )
