@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from compactor.catalog.config import CLEANUP_POLICIES
 from compactor.cli.context import Context, UsageError, positive_int
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
@@ -36,13 +37,15 @@ def _series(r: Result, rows: int = 12) -> None:
         picked.append(r.samples[-1])
     print(
         f"{'time':>8}  {'L0':>4} {'L1':>4} {'L2':>4} {'L3':>4} {'L4':>4}  "
-        f"{'live records':>14} {'duplicates':>14} {'write amp':>9} {'dirty':>6}"
+        f"{'live records':>14} {'live MB':>9} {'duplicates':>14} {'tombstones':>11} "
+        f"{'write amp':>9} {'dirty':>6}"
     )
     for s in picked:
         levels = " ".join(f"{n:>4}" for n in s.files_per_level)
         when = f"{s.t_s:>7,.0f}s" if r.samples[-1].t_s <= 7200 else f"{s.t_s / 3600:>7.2f}h"
         print(
-            f"{when}  {levels}  {s.live_records:>14,} {s.duplicates_live:>14,} "
+            f"{when}  {levels}  {s.live_records:>14,} {s.live_bytes / 1e6:>9,.1f} "
+            f"{s.duplicates_live:>14,} {s.tombstones_live:>11,} "
             f"{s.write_amplification:>9.2f} {s.dirty_files:>6}"
         )
 
@@ -63,7 +66,54 @@ def _summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             "dirty files late",
             f"{lag['late']} of {lag['dirty_files']} (max {lag['max_delay_s']:,.0f} s)",
         ),
+        *_time_rows(doc),
     ]
+
+
+def _minutes(ms: int) -> str:
+    return f"{ms / 60_000:,.1f} min"
+
+
+def _time_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """Retention and tombstone figures, for the workloads that exercise them."""
+    ret, tomb = doc["retention"], doc["tombstones"]
+    rows = [
+        ("live MB, peak", f"{ret['peak_live_bytes'] / 1e6:,.1f}"),
+        ("live MB, end", f"{ret['final_live_bytes'] / 1e6:,.1f}"),
+    ]
+    if ret["max_retention_lateness_ms"] is not None:
+        rows += [
+            ("live MB, last retention", f"{ret['steady_live_bytes'] / 1e6:,.1f}"),
+            ("ingest x retention, MB", f"{ret['ingest_per_retention_bytes'] / 1e6:,.1f}"),
+            (
+                "retention late by, max",
+                f"{_minutes(ret['max_retention_lateness_ms'])} "
+                f"(max delay {_minutes(ret['retention_max_delay_ms'])})",
+            ),
+            (
+                "retention jobs",
+                f"{ret['drop_jobs']:,} drops ({ret['files_dropped']:,} files), "
+                f"{ret['rewrite_jobs']:,} rewrites",
+            ),
+        ]
+    if tomb["ingested"]:
+        rows.append(("tombstones live, end", f"{tomb['live_end']:,} of {tomb['ingested']:,}"))
+    if tomb["max_past_horizon_ms"] is not None:
+        rows += [
+            (
+                "tombstone past horizon, max",
+                f"{_minutes(tomb['max_past_horizon_ms'])} "
+                f"(buffer {_minutes(tomb['tombstone_buffer_ms'])})",
+            ),
+            (
+                "tombstone since stamped, max",
+                f"{_minutes(tomb['max_since_horizon_set_ms'])} "
+                f"(bound {_minutes(tomb['bound_ms'])})",
+            ),
+        ]
+    if tomb["max_unstamped_age_ms"] is not None:
+        rows.append(("tombstone before stamped, max", _minutes(tomb["max_unstamped_age_ms"])))
+    return rows
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -78,6 +128,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             keys=args.keys,
             key_skew=args.key_skew,
             max_compaction_lag_ms=args.max_compaction_lag_ms,
+            cleanup_policy=args.cleanup_policy,
+            retention_ms=args.retention_ms,
+            tombstone_ratio=args.tombstone_ratio,
+            delete_retention_ms=args.delete_retention_ms,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -117,12 +171,17 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         f"for {workload.hours:g} h; {workload.records_per_file:,} records x "
         f"{workload.record_bytes} B per file; {workload.keys:,} keys, skew {workload.key_skew:g}"
     )
+    print(
+        f"cleanup.policy {workload.cleanup_policy}, retention.ms {workload.retention_ms}, "
+        f"tombstones {workload.tombstone_ratio:g} of records, "
+        f"delete.retention.ms {workload.delete_retention_ms}"
+    )
     if args.compare:
         rows = {name: dict(_summary_rows(doc)) for name, doc in results.items()}
         names = list(rows["planner"])
-        print(f"{'':<24} {'planner':>24} {'STCS':>24}")
+        print(f"{'':<30} {'planner':>34} {'STCS':>34}")
         for n in names:
-            print(f"{n:<24} {rows['planner'][n]:>24} {rows['stcs'][n]:>24}")
+            print(f"{n:<30} {rows['planner'][n]:>34} {rows['stcs'].get(n, '-'):>34}")
         return 0
     _series(runs["planner"])
     for label, value in _summary_rows(results["planner"]):
@@ -139,7 +198,8 @@ def register(
         parents=[common],
         description="Time-stepped simulation of ingest and compaction through the real "
         "planner, with a cost model of the worker: files per level, write amplification, "
-        "duplicates live, max-lag compliance, time to the first deduplication.",
+        "duplicates live, max-lag compliance, time to the first deduplication, live size "
+        "and lateness under retention.ms, tombstones past their delete horizon.",
     )
     w = Workload()
     m = WorkerModel()
@@ -159,6 +219,33 @@ def register(
         type=int,
         default=None,
         help="the simulated topic's max.compaction.lag.ms (raised to 2 h when lower)",
+    )
+    p.add_argument(
+        "--cleanup-policy",
+        choices=CLEANUP_POLICIES,
+        default=w.cleanup_policy,
+        help="the simulated topic's cleanup.policy",
+    )
+    p.add_argument(
+        "--retention-ms",
+        type=int,
+        default=w.retention_ms,
+        metavar="MS",
+        help="the topic's retention.ms (-1: forever; only with a delete policy)",
+    )
+    p.add_argument(
+        "--tombstone-ratio",
+        type=float,
+        default=w.tombstone_ratio,
+        metavar="R",
+        help="share of ingested records that are tombstones",
+    )
+    p.add_argument(
+        "--delete-retention-ms",
+        type=int,
+        default=w.delete_retention_ms,
+        metavar="MS",
+        help="the topic's delete.retention.ms",
     )
     p.add_argument("--workers", type=positive_int, default=m.workers)
     p.add_argument(

@@ -16,7 +16,8 @@ so it acts on what they prove; both rules run before every size-driven rule.
   older file holds, without being expired, is rewritten without them: a copy job (at L2
   and above, where every file is deduplicated, the job deduplicates too, so that its
   output is as clean as its input). It is due once the expired share of its bytes
-  (estimated from the summaries) reaches retention.min.expired.ratio, and in any case
+  (estimated from the summaries) reaches retention.min.expired.ratio (unless the whole
+  file expires within retention.max.delay.ms, to be dropped unread), and in any case
   retention.max.delay.ms after its oldest record expired.
 
 A rewrite certainly removes a section whose newest record is past retention. Records
@@ -55,7 +56,7 @@ def removable_if_oldest(f: LiveFile, s: TopicSummary, cutoff: int, now_ms: int) 
     tried, and the record sits behind a younger one)."""
     if s.min_timestamp >= cutoff:
         return False
-    return s.min_section_max_timestamp < cutoff or f.created_ms < s.min_timestamp + (
+    return s.min_section_max_timestamp < cutoff or f.created_ms <= s.min_timestamp + (
         now_ms - cutoff
     )
 
@@ -77,6 +78,8 @@ class Rewrite:
     between a summary's oldest and newest timestamps."""
     expired_since_ms: int
     """When the file's oldest record passed retention."""
+    wholly_expires_ms: int
+    """When its newest record will have (never, for a topic kept forever)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +147,10 @@ def _rewrite(
     expired_bytes = 0.0
     since: int | None = None
     removes = False
+    wholly = -(1 << 62)
     for s in f.topics:
         cutoff = cuts.get(s.topic)
+        wholly = max(wholly, 1 << 62 if cutoff is None else s.max_timestamp + now_ms - cutoff)
         if cutoff is None or s.min_timestamp >= cutoff:
             continue
         retention_ms = now_ms - cutoff
@@ -161,7 +166,7 @@ def _rewrite(
     if since is None:
         return None
     share = expired_bytes / max(1, f.uncompressed_bytes)
-    return Rewrite(f, removes, min(1.0, share), since)
+    return Rewrite(f, removes, min(1.0, share), since, wholly + 1)
 
 
 def expired_ids(snap: Snapshot, now_ms: int, ids: Collection[str]) -> str | None:
@@ -232,10 +237,14 @@ def _rewrite_job(r: Rewrite, now_ms: int, config: PlannerConfig) -> Job:
 
 
 def due(r: Rewrite, now_ms: int, config: PlannerConfig) -> bool:
-    return r.removes and (
-        r.expired_share >= config.retention_min_expired_ratio
-        or now_ms - r.expired_since_ms >= config.retention_max_delay_ms
-    )
+    """Worth it (the ratio), unless the whole file expires within the delay anyway and
+    will then be dropped unread; or late (the delay)."""
+    if not r.removes:
+        return False
+    waited = now_ms - r.expired_since_ms
+    soon_dropped = r.wholly_expires_ms - now_ms < config.retention_max_delay_ms
+    worth_it = r.expired_share >= config.retention_min_expired_ratio and not soon_dropped
+    return worth_it or waited >= config.retention_max_delay_ms
 
 
 def retention_jobs(

@@ -99,15 +99,22 @@ def test_a_file_with_any_topic_within_retention_is_not_dropped() -> None:
 # --- retention: rewrites ------------------------------------------------------------------
 
 
-def test_a_clean_file_with_some_expired_sections_is_rewritten_when_worth_it() -> None:
-    """The expired share is estimated from the summary's time span (records spread
-    evenly): here three of its four hours are past retention."""
-    expired = section("kv", 0, min_ts=CUT - 3 * HOUR_MS, max_ts=CUT - 1)
-    live = section("kv", 1, min_ts=CUT - 3 * HOUR_MS, max_ts=NOW_MS - 1)
-    (job,) = _plan([_f("l4", 4, expired, live)])
-    assert (job.rule, job.output_level, job.deduplicate, job.drop) == ("retention", 4, True, False)
+def test_a_file_with_some_expired_sections_is_rewritten_when_worth_it() -> None:
+    """The expired share, estimated from the summaries: here the logs section (three
+    quarters of the bytes) is wholly past retention, the other topic is kept forever."""
+    expired = section("logs", 0, min_ts=CUT - 1, max_ts=CUT - 1, uncompressed=3000)
+    kept = section("keep", 1, uncompressed=1000)
+    (job,) = _plan([_f("l0", 0, expired, kept)])
+    assert (job.rule, job.output_level, job.deduplicate, job.drop) == ("retention", 1, False, False)
     assert dict(job.numbers)["expired_share"] == 0.75
     assert "retention.min.expired.ratio" in job.reason
+    # Half of a kv file's time span has expired, but all of it will within the delay: it
+    # is left to be dropped unread.
+    half = section("kv", 0, min_ts=CUT - 20 * MINUTE_MS, max_ts=CUT + 20 * MINUTE_MS)
+    assert _plan([_f("soon", 4, half)]) == []
+    assert _plan([_f("soon", 4, half)], retention_max_delay_ms=20 * MINUTE_MS)[0].rule == (
+        "retention"
+    )
     # A sliver expired: under the ratio, so it waits for retention.max.delay.ms.
     small = section("kv", 0, min_ts=CUT - 5, max_ts=CUT - 1)
     big = section("kv", 1, min_ts=CUT - 5, max_ts=NOW_MS)

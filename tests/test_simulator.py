@@ -1,4 +1,6 @@
-"""compactor simulate: the documented first-dedup figure, max-lag compliance, STCS."""
+"""compactor simulate: the documented first-dedup figure, max-lag compliance, STCS,
+retention.ms and delete horizons (bounded live size, lateness within the planner's
+promises), and the file model behind them."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from hypothesis import strategies as st
 
 from compactor.planner.config import PlannerConfig
 from compactor.planner.plan import plan
+from compactor.planner.simulation.files import FileModel, deduplicate, expire
 from compactor.planner.simulation.keys import KeyModel
-from compactor.planner.simulation.sim import Simulation, WorkerModel, Workload
+from compactor.planner.simulation.sim import Result, Simulation, WorkerModel, Workload
 
 
 def _simulate(*args: str) -> dict[str, object]:
@@ -111,3 +114,161 @@ def test_key_model_matches_sampling() -> None:
 def test_bad_arguments_are_one_line() -> None:
     assert_one_line_error(run_cli("simulate", "--hours", "0"), "--hours")
     assert_one_line_error(run_cli("simulate", "--set", "no.such=1"), "unknown planner setting")
+
+
+def _run(workload: Workload, worker: WorkerModel, **settings: str) -> Result:
+    config = PlannerConfig.parse(settings)
+    policy = lambda s, n, b: plan(s, n, config, b)  # noqa: E731
+    return Simulation("planner", policy, workload, worker, config).run()
+
+
+def _slack_ms(result: Result, worker: WorkerModel) -> float:
+    """What a time bound allows on top of the planner's promise: the longest job (it
+    runs after the rule fires) and one step (the planner looks once per step)."""
+    return 1000 * (result.max_job_s + worker.step_s)
+
+
+def test_delete_topic_reaches_a_bounded_live_size() -> None:
+    """30 min of retention over 3 h of steady ingest: from the second hour on, the store
+    holds about ingest rate x retention.ms and no more, and no record outlives
+    retention.ms by more than retention.max.delay.ms (plus a job and a step)."""
+    worker = WorkerModel(step_s=5.0, sample_every_s=60.0)
+    workload = Workload(hours=3, cleanup_policy="delete", retention_ms=30 * 60_000)
+    result = _run(workload, worker)
+    ret = result.retention
+    target = ret.ingest_per_retention_bytes
+    assert target == 4 * 1000 * 100 * 1800
+    hour2 = [s.live_bytes for s in result.samples if 3600 < s.t_s <= 7200]
+    hour3 = [s.live_bytes for s in result.samples if s.t_s > 7200]
+    assert 0.95 * target <= min(hour3) and max(hour3) <= 1.25 * target, (min(hour3), max(hour3))
+    assert max(hour3) <= 1.02 * max(hour2)  # steady, not growing
+    assert ret.peak_live_bytes <= 1.25 * target
+    assert ret.drop_jobs > 0 and ret.records_removed > 0  # the rules were exercised
+    assert ret.max_lateness_ms is not None and ret.max_lateness_ms > 0
+    assert ret.max_lateness_ms <= ret.max_delay_ms + _slack_ms(result, worker)
+    assert result.first_dedup_seconds is None  # a delete topic is never deduplicated
+    assert result.tombstones.max_past_horizon_ms is None
+
+
+def test_retention_is_on_time_on_long_dense_files() -> None:
+    """Files of many records per millisecond spanning 17 min (trigger 8: L4 files of 8^4
+    L0 files) under a 5 min retention.max.delay.ms."""
+    worker = WorkerModel(step_s=5.0)
+    workload = Workload(hours=2, cleanup_policy="delete", retention_ms=30 * 60_000)
+    result = _run(
+        workload, worker, **{"level.trigger.files": "8", "retention.max.delay.ms": "300000"}
+    )
+    ret = result.retention
+    assert ret.max_lateness_ms is not None and ret.rewrite_jobs > 0
+    assert ret.max_lateness_ms <= ret.max_delay_ms + _slack_ms(result, worker), ret
+
+
+@pytest.mark.parametrize(
+    ("policy", "retention_ms", "delete_retention_ms"),
+    [("compact", -1, 30 * 60_000), ("compact", -1, 0), ("compact,delete", 3_600_000, 1_200_000)],
+)
+def test_tombstones_leave_within_delete_retention_and_buffer(
+    policy: str, retention_ms: int, delete_retention_ms: int
+) -> None:
+    """A tombstone gets its horizon (now + delete.retention.ms) from the first
+    deduplicating job that keeps it; it is gone tombstone.buffer.ms after that horizon,
+    give or take a job and a step."""
+    worker = WorkerModel(step_s=2.0)
+    workload = Workload(
+        hours=3,
+        cleanup_policy=policy,
+        retention_ms=retention_ms,
+        tombstone_ratio=0.05,
+        delete_retention_ms=delete_retention_ms,
+    )
+    result = _run(workload, worker)
+    tomb = result.tombstones.to_json()
+    assert result.jobs_by_rule["tombstones"] >= 1
+    assert tomb["stamped"] > 0 and tomb["dropped_past_horizon"] > 0
+    assert tomb["max_past_horizon_ms"] >= 0  # some horizon did pass
+    slack = _slack_ms(result, worker)
+    assert tomb["max_past_horizon_ms"] <= tomb["tombstone_buffer_ms"] + slack, tomb
+    assert tomb["max_since_horizon_set_ms"] <= tomb["bound_ms"] + slack, tomb
+    assert tomb["live_end"] < tomb["ingested"] / 10
+    if retention_ms > 0:
+        ret = result.retention
+        assert ret.max_lateness_ms is not None and ret.records_removed > 0
+        assert ret.max_lateness_ms <= ret.max_delay_ms + slack
+
+
+def test_simulate_cli_reports_retention_and_tombstones() -> None:
+    doc = _simulate(
+        "--hours",
+        "0.5",
+        "--cleanup-policy",
+        "compact,delete",
+        "--retention-ms",
+        "600000",
+        "--tombstone-ratio",
+        "0.1",
+        "--delete-retention-ms",
+        "60000",
+    )
+    assert doc["workload"]["cleanup_policy"] == "compact,delete"  # type: ignore[index]
+    ret, tomb = doc["retention"], doc["tombstones"]
+    assert isinstance(ret, dict) and isinstance(tomb, dict)
+    assert ret["retention_ms"] == 600000 and ret["records_removed"] > 0
+    assert ret["peak_live_bytes"] >= ret["final_live_bytes"] > 0
+    assert ret["max_retention_lateness_ms"] <= ret["retention_max_delay_ms"] + 10_000
+    # Retention (10 min) outruns the horizon (1 min + the 15 min buffer): the tombstones
+    # leave with their files, none stays past its horizon longer than the bound.
+    assert tomb["ingested"] == 7200 * 100 and tomb["removed_other"] > 0
+    assert tomb["max_past_horizon_ms"] <= tomb["bound_ms"]
+    assert tomb["bound_ms"] == 60000 + 900000
+    text = run_cli(
+        "simulate", "--hours", "0.5", "--cleanup-policy", "delete", "--retention-ms", "600000"
+    )
+    assert text.code == 0 and "retention late by, max" in text.out, text.err
+
+
+def test_default_topic_keeps_records_and_has_no_tombstones() -> None:
+    doc = _simulate("--hours", "0.2")
+    ret, tomb = doc["retention"], doc["tombstones"]
+    assert isinstance(ret, dict) and isinstance(tomb, dict)
+    assert ret["retention_ms"] == -1 and ret["max_retention_lateness_ms"] is None
+    assert ret["records_removed"] == 0 and tomb["ingested"] == 0
+    assert "retention" not in doc["jobs_by_rule"]  # type: ignore[operator]
+
+
+def test_bad_time_arguments_are_one_line() -> None:
+    assert_one_line_error(run_cli("simulate", "--tombstone-ratio", "2"), "--tombstone-ratio")
+    assert_one_line_error(run_cli("simulate", "--retention-ms", "-2"), "--retention-ms")
+    assert_one_line_error(run_cli("simulate", "--cleanup-policy", "x"), "--cleanup-policy")
+
+
+def _model(records: int, min_ts: int, max_ts: int, **kw: int) -> FileModel:
+    return FileModel(records, records * 100, records, 0, records - 1, min_ts, max_ts, **kw)
+
+
+def test_expire_removes_what_is_older_than_the_cutoff() -> None:
+    dense = _model(4001, 0, 1000, fresh=400)  # 4 records per ms
+    rest, gone = expire(dense, 250)
+    assert rest is not None and gone == 1000 and rest.records == 3001
+    assert rest.min_ts == 250  # the record at the cutoff stays
+    assert rest.fresh == 300 and rest.size == 300_100
+    sparse = _model(11, 0, 1000)  # one record every 100 ms
+    rest, gone = expire(sparse, 250)
+    assert rest is not None and gone == 3 and rest.min_ts == 300
+    assert expire(sparse, 1001) == (None, 11)
+    assert expire(sparse, 0) == (sparse, 0)
+
+
+def test_deduplicate_stamps_and_drops_tombstones() -> None:
+    keys = KeyModel(1000, 0.0)
+    m = _model(500, 0, 1000, fresh=50, stamped=((900, 50), (5000, 50)))
+    not_oldest = deduplicate(m, keys, 100, now_ms=2000, horizon_ms=3000, droppable=False)
+    out = not_oldest.output
+    assert out is not None and not_oldest.tombstones_dropped == 0
+    assert out.min_delete_horizon == 900  # kept with its passed horizon
+    assert [h for h, _ in out.stamped] == [900, 3000, 5000] and out.fresh == 0
+    oldest = deduplicate(m, keys, 100, now_ms=2000, horizon_ms=3000, droppable=True)
+    out = oldest.output
+    assert out is not None and oldest.tombstones_dropped > 0
+    assert out.min_delete_horizon == 3000
+    assert out.deleted == oldest.tombstones_dropped
+    assert out.records == keys.distinct(500) - oldest.tombstones_dropped
