@@ -135,9 +135,9 @@ def _time_rule_notes(snap: Snapshot, now_ms: int, config: PlannerConfig) -> list
         if waiting:
             soonest = min(r.expired_since_ms for r in waiting) + config.retention_max_delay_ms
             line += (
-                f"; {len(waiting)} wait for retention.min.expired.ratio "
-                f"{config.retention_min_expired_ratio} or until {soonest} "
-                f"(in {(soonest - now_ms) / MINUTE_MS:.0f} min)"
+                f"; {len(waiting)} wait (under retention.min.expired.ratio "
+                f"{config.retention_min_expired_ratio}, or dropped unread soon), "
+                f"at the latest until {soonest} (in {(soonest - now_ms) / MINUTE_MS:.0f} min)"
             )
         notes.append(line)
     horizons = [
