@@ -70,6 +70,12 @@ class TopicConfig:
             return None
         return now_ms - self.retention_ms
 
+    def delete_horizon_ms(self, now_ms: int) -> int:
+        """The delete horizon a compaction at ``now_ms`` gives a tombstone: now +
+        delete.retention.ms, at least 1 ms ahead, so that the job that sets a horizon never
+        finds it passed."""
+        return now_ms + max(1, self.delete_retention_ms)
+
     @property
     def effective_max_compaction_lag_ms(self) -> int | None:
         if self.max_compaction_lag_ms is None:

@@ -51,7 +51,7 @@ def plan(
             jobs.append(job)
             taken.update(i.id for i in job.inputs)
 
-    add(_retention)
+    add(retention_jobs)
     daily = daily_jobs(snap, now_ms, config, taken)
     if daily:
         return Plan(tuple(jobs + daily))
@@ -61,10 +61,6 @@ def plan(
 
 
 Rule = Callable[[Snapshot, int, PlannerConfig, set[str]], Iterable[Job]]
-
-
-def _retention(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
-    return list(retention_jobs(snap, now_ms, config, taken))
 
 
 def _levels(snap: Snapshot, now_ms: int, config: PlannerConfig, taken: set[str]) -> list[Job]:
@@ -116,7 +112,7 @@ def full_plan(
     running jobs) are left out."""
     config = config or PlannerConfig()
     taken = set(busy) | too_large_ids(snap.files, config)
-    drops = list(retention_jobs(snap, now_ms, config, taken, rewrites=False))
+    drops = retention_jobs(snap, now_ms, config, taken, rewrites=False)
     for job in drops:
         taken.update(i.id for i in job.inputs)
     return Plan(tuple(drops + full_jobs(snap, now_ms, taken)))

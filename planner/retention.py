@@ -28,7 +28,7 @@ before its oldest record expired, never twice for the same record.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from compactor.catalog import LiveFile, Snapshot, TopicSummary
@@ -86,6 +86,8 @@ class Rewrite:
 class RetentionState:
     """What retention can do to the live files now."""
 
+    cutoffs: Mapping[str, int]
+    """Topic -> retention cutoff (``cutoffs``)."""
     drops: tuple[tuple[LiveFile, ...], ...]
     """Runs of expired files, each one drop job."""
     rewrites: tuple[Rewrite, ...]
@@ -114,7 +116,7 @@ def retention_state(
     """Walks the live sequence oldest first (files in ``unavailable`` stay, and block)."""
     cuts = cutoffs(snap, now_ms)
     if not cuts:
-        return RetentionState((), ())
+        return RetentionState(cuts, (), ())
     blocked = _Blocked()
     drops: list[tuple[LiveFile, ...]] = []
     run: list[LiveFile] = []
@@ -138,7 +140,7 @@ def retention_state(
         blocked.add(f)
     if run:
         drops.append(tuple(run))
-    return RetentionState(tuple(drops), tuple(rewrites))
+    return RetentionState(cuts, tuple(drops), tuple(rewrites))
 
 
 def _rewrite(
@@ -169,13 +171,14 @@ def _rewrite(
     return Rewrite(f, removes, min(1.0, share), since, wholly + 1)
 
 
-def expired_ids(snap: Snapshot, now_ms: int, ids: Collection[str]) -> str | None:
+def why_not_droppable(snap: Snapshot, now_ms: int, ids: Collection[str]) -> str | None:
     """Why the contiguous run ``ids`` may not be dropped now, None if it may: a drop
     job's premise, checked again by the worker against the snapshot it commits to."""
     cuts = cutoffs(snap, now_ms)
+    in_run = frozenset(ids)
     blocked = _Blocked()
     for f in snap.files:
-        if f.id not in ids:
+        if f.id not in in_run:
             blocked.add(f)
             continue
         for s in f.topics:
@@ -254,13 +257,10 @@ def retention_jobs(
     unavailable: Collection[str],
     *,
     rewrites: bool = True,
-) -> Iterator[Job]:
+) -> list[Job]:
     """Drop jobs, then (``rewrites``) the rewrites that are due."""
     state = retention_state(snap, now_ms, unavailable)
-    cuts = cutoffs(snap, now_ms)
-    for run in state.drops:
-        yield _drop_job(run, cuts)
+    jobs = [_drop_job(run, state.cutoffs) for run in state.drops]
     if rewrites:
-        for r in state.rewrites:
-            if due(r, now_ms, config):
-                yield _rewrite_job(r, now_ms, config)
+        jobs += [_rewrite_job(r, now_ms, config) for r in state.rewrites if due(r, now_ms, config)]
+    return jobs

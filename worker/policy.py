@@ -24,8 +24,8 @@ class PartitionPolicy:
     None unless the inputs hold the partition's oldest live data."""
     horizon_ms: int
     """The delete horizon stamped on a tombstone this compaction keeps as a key's winner,
-    and on one past its horizon that it may drop yet keeps: now + delete.retention.ms,
-    at least 1 ms ahead, so that the job that sets a horizon never finds it passed."""
+    and on one past its horizon that it may drop yet keeps
+    (``TopicConfig.delete_horizon_ms``)."""
     tombstones_droppable: bool
     """The inputs hold every live record a tombstone here could outrank, so one past its
     delete horizon can go without an outranked value resurfacing (docs/ARCHITECTURE.md §4,
@@ -53,7 +53,7 @@ class PartitionPolicy:
             if config.min_compaction_lag_ms > 0
             else None,
             retention_cutoff_ms=config.retention_cutoff_ms(now_ms) if includes_oldest else None,
-            horizon_ms=now_ms + max(1, config.delete_retention_ms),
+            horizon_ms=config.delete_horizon_ms(now_ms),
             tombstones_droppable=includes_oldest
             and (config.compaction_strategy == "offset" or includes_newest),
         )

@@ -33,7 +33,7 @@ from compactor.fileformat import (
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from compactor.planner.job import OUTPUT_GROUPS, Job
-from compactor.planner.retention import expired_ids
+from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
@@ -430,7 +430,7 @@ def _commit(
     wall_ms = catalog.clock()
 
     def change(s: Snapshot) -> Snapshot:
-        if job.drop and (why := expired_ids(s, now_ms, input_ids)) is not None:
+        if job.drop and (why := why_not_droppable(s, now_ms, input_ids)) is not None:
             raise CommitConflict(f"job {job.id} drops files no longer past retention: {why}")
         return replace_files(
             s, input_ids, produced, now_ms, full=job.is_full, job_id=job.id, wall_ms=wall_ms

@@ -412,7 +412,7 @@ class Simulation:
                 self.keys,
                 self.workload.record_bytes,
                 now_ms=now_ms,
-                horizon_ms=now_ms + max(1, self.topic.delete_retention_ms),
+                horizon_ms=self.topic.delete_horizon_ms(now_ms),
                 droppable=run.holds_oldest,
             )
             output, dropped = dedup.output, dedup.tombstones_dropped
