@@ -5,6 +5,10 @@ it, since a reader may have planned its reads on an older snapshot. Objects are 
 before the catalog forgets them: a crash in between leaves entries whose deletion is
 simply repeated (deleting a missing key is not an error), never an object nobody tracks.
 
+Multipart uploads that a dead writer left pending (kill -9 mid-job) are aborted once
+older than the grace period, unless their key is the output of a job that holds an
+unexpired lease (a queue worker still running it).
+
 The catalog's own objects go the same way: checkpoints superseded for longer than the
 grace period, log entries that a checkpoint has folded and that are older than the
 history retention, and manifests of files that never became live (a crash between a
@@ -30,6 +34,19 @@ DEFAULT_HISTORY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 """``catalog.history.retention.ms``: how long a commit stays in ``compactor history``."""
 
 
+def collect_all_garbage(
+    catalog: Catalog,
+    now_ms: int,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
+) -> list[str]:
+    """Replaced files past the grace period (``now_ms``), uploads abandoned for longer,
+    then the catalog's own superseded objects; returns the keys deleted."""
+    deleted = collect_garbage(catalog, now_ms, grace_ms)
+    deleted += collect_abandoned_uploads(catalog, grace_ms)
+    return deleted + collect_catalog_garbage(catalog, grace_ms, history_retention_ms)
+
+
 def collect_garbage(catalog: Catalog, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS) -> list[str]:
     """Delete every replaced file (and its manifest) whose grace period has passed;
     returns their keys."""
@@ -44,6 +61,21 @@ def collect_garbage(catalog: Catalog, now_ms: int, grace_ms: int = DEFAULT_GRACE
         lambda s: forget_garbage(s, due), CommitRecord("garbage", {"deleted": [g.key for g in due]})
     )
     return [g.key for g in due]
+
+
+def collect_abandoned_uploads(catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS) -> list[str]:
+    """Abort every pending multipart upload begun more than ``grace_ms`` ago (on the wall
+    clock) whose key no leased job writes; returns their keys."""
+    now_ms = catalog.clock()
+    leased_jobs = {j for j, lease in catalog.snapshot().leases.items() if lease.active(now_ms)}
+    aborted: list[str] = []
+    for upload in list(catalog.store.pending_uploads()):
+        job_id = upload.key.rpartition("/")[2].partition("-")[0]
+        if upload.initiated_ms + grace_ms > now_ms or job_id in leased_jobs:
+            continue
+        catalog.store.abort_upload(upload)
+        aborted.append(upload.key)
+    return aborted
 
 
 def collect_catalog_garbage(

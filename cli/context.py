@@ -34,6 +34,9 @@ class Context:
     store_url: str
     endpoint_url: str | None
     now_ms: int
+    fixed_clock: bool = False
+    """Whether ``--now-ms`` (or COMPACTOR_NOW_MS) fixed the clock of the time rules; a
+    long-running command otherwise reads the wall clock afresh."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Context:
@@ -46,7 +49,12 @@ class Context:
                 now_ms = int(now_text)
             except ValueError:
                 raise UsageError(f"--now-ms must be an integer, got {now_text!r}") from None
-        return cls(store_url, args.endpoint_url, now_ms)
+        return cls(store_url, args.endpoint_url, now_ms, fixed_clock=now_text is not None)
+
+    def time_rules_now_ms(self) -> int:
+        """The clock of the planner's time rules, now: ``--now-ms`` if given, else the
+        wall clock."""
+        return self.now_ms if self.fixed_clock else int(time.time() * 1000)
 
     @cached_property
     def store(self) -> ObjectStore:

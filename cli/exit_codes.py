@@ -25,6 +25,8 @@ class ExitCode(IntEnum):
     byte position)."""
     WORKER = 7
     """A compaction job found one of its own invariants broken (WorkerError)."""
+    QUEUE = 8
+    """The job queue: unreachable, missing, or refusing a request (QueueError)."""
     INTERNAL = 70
     """An unexpected error: a bug (EX_SOFTWARE); ``--debug`` shows the traceback."""
     INTERRUPTED = 130

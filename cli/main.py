@@ -24,14 +24,17 @@ from compactor.cli import (
     history_cmd,
     ingest_cmd,
     plan_cmd,
+    schedule_cmd,
     simulate,
     stats,
     topic,
     verify_cmd,
+    worker_cmd,
 )
 from compactor.cli.context import Context, UsageError
 from compactor.cli.exit_codes import ExitCode
 from compactor.fileformat import FormatError
+from compactor.jobqueue.errors import QueueError
 from compactor.objectstore import StoreError
 from compactor.worker.errors import WorkerError
 
@@ -42,6 +45,7 @@ FAILURES: tuple[tuple[type[Exception], ExitCode], ...] = (
     (StoreError, ExitCode.STORE),
     (FormatError, ExitCode.FORMAT),
     (WorkerError, ExitCode.WORKER),
+    (QueueError, ExitCode.QUEUE),
 )
 """Each error family a user can act on, and its exit status; anything else is a bug
 (ExitCode.INTERNAL)."""
@@ -102,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         plan_cmd,
         compact,
         history_cmd,
+        schedule_cmd,
+        worker_cmd,
         simulate,
         demo,
     ):

@@ -38,6 +38,17 @@ class ObjectInfo:
     etag: str
 
 
+@dataclass(frozen=True, slots=True)
+class PendingUpload:
+    """A multipart upload begun and neither completed nor aborted (a writer that died, or
+    one still running). ``key`` is where it would land (a local store's temp file name
+    when it cannot know); ``upload_id`` names it to ``abort_upload``."""
+
+    key: str
+    upload_id: str
+    initiated_ms: int
+
+
 class GetCounter:
     """Thread-safe count of GET requests per key (each stream open or resume is one)."""
 
@@ -179,6 +190,14 @@ class ObjectStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Delete; deleting a missing key is not an error."""
+
+    @abstractmethod
+    def pending_uploads(self) -> Iterator[PendingUpload]:
+        """Every multipart upload not yet completed or aborted."""
+
+    @abstractmethod
+    def abort_upload(self, upload: PendingUpload) -> None:
+        """Discard a pending upload's parts; one already gone is not an error."""
 
     def close(self) -> None:  # noqa: B027 (optional: a store without resources keeps it)
         """Release clients and threads."""

@@ -35,6 +35,7 @@ from .base import (
     ObjectNotFound,
     ObjectStore,
     ObjectStream,
+    PendingUpload,
     PreconditionFailed,
     StoreError,
     check_buffer_size,
@@ -43,6 +44,7 @@ from .keys import RESERVED_PREFIX, check_conditions, check_key, check_prefix
 
 TMP_DIR = RESERVED_PREFIX + "tmp"
 LOCK_FILE = RESERVED_PREFIX + "lock"
+_UPLOAD_PREFIX = "u-"
 DEFAULT_ROOT = Path("./compactor-data")
 _READ_BUFFER = 1 << 20
 
@@ -101,10 +103,10 @@ class LocalStore(ObjectStore):
     def _commit_lock(self) -> _CommitLock:
         return _CommitLock(self._thread_lock, self._prepare())
 
-    def _new_temp(self, key: str) -> tuple[int, str]:
+    def _new_temp(self, key: str, prefix: str = "w-") -> tuple[int, str]:
         self._prepare()
         try:
-            return tempfile.mkstemp(dir=self._tmp, prefix="w-")
+            return tempfile.mkstemp(dir=self._tmp, prefix=prefix)
         except OSError as e:
             raise self._error("create a temp file for", key, e) from e
 
@@ -234,7 +236,7 @@ class LocalStore(ObjectStore):
 
     def open_multipart(self, key: str, *, if_none_match: bool = False) -> MultipartWriter:
         self._path(key)
-        fd, tmp = self._new_temp(key)
+        fd, tmp = self._new_temp(key, f"{_UPLOAD_PREFIX}{key.rpartition('/')[2]}.")
         return LocalMultipartWriter(self, key, fd, tmp, if_none_match)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -283,6 +285,27 @@ class LocalStore(ObjectStore):
                     parent = parent.parent
         except OSError as e:
             raise self._error("delete", key, e) from e
+
+    def pending_uploads(self) -> Iterator[PendingUpload]:
+        """Temp files of multipart writers (``u-<key's last part>.<random>`` in the temp
+        dir: a local upload's parts are the file itself). ``key`` is the key's last part
+        and ``initiated_ms`` the file's last write."""
+        try:
+            names = sorted(os.listdir(self._tmp))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not name.startswith(_UPLOAD_PREFIX):
+                continue
+            try:
+                st = os.stat(self._tmp / name)
+            except FileNotFoundError:
+                continue  # completed or aborted meanwhile
+            key = name[len(_UPLOAD_PREFIX) : name.rindex(".")]
+            yield PendingUpload(key, str(self._tmp / name), st.st_mtime_ns // 1_000_000)
+
+    def abort_upload(self, upload: PendingUpload) -> None:
+        _unlink_quietly(upload.upload_id)
 
     def close(self) -> None:
         """Writes fail afterwards; reads still work."""

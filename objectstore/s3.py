@@ -19,6 +19,7 @@ from .base import (
     ObjectInfo,
     ObjectStore,
     ObjectStream,
+    PendingUpload,
     check_buffer_size,
 )
 from .keys import check_prefix
@@ -167,6 +168,32 @@ class S3Store(ObjectStore):
             raise self._conn.error(e, "delete", key) from e
         except Exception as e:
             raise self._conn.error(e, "delete", key) from e
+
+    def pending_uploads(self) -> Iterator[PendingUpload]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        pages = self._conn.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else ""
+        )
+        try:
+            for page in pages:
+                for up in page.get("Uploads", []):
+                    initiated = int(up["Initiated"].timestamp() * 1000)
+                    yield PendingUpload(up["Key"][strip:], up["UploadId"], initiated)
+        except Exception as e:
+            raise self._conn.error(e, "list multipart uploads in") from e
+
+    def abort_upload(self, upload: PendingUpload) -> None:
+        full = self._conn.full_key(upload.key)
+        try:
+            self._conn.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=full, UploadId=upload.upload_id
+            )
+        except ClientError as e:
+            if error_code(e)[0] in ("NoSuchUpload", "404"):
+                return
+            raise self._conn.error(e, "abort an upload of", upload.key) from e
+        except Exception as e:
+            raise self._conn.error(e, "abort an upload of", upload.key) from e
 
     def close(self) -> None:
         """Close open streams, the aiobotocore client, the loop thread and boto3's pool."""

@@ -4,13 +4,15 @@
 - a path, or ``file://<path>`` (``file:///abs/path``, percent-encoded as ``Path.as_uri``
   writes it): ``LocalStore``
 - ``s3://bucket[/prefix]``: ``S3Store`` (endpoint: ``endpoint_url``, else
-  ``AWS_ENDPOINT_URL``, else AWS)
+  ``AWS_ENDPOINT_URL``, else AWS; multipart part size: ``COMPACTOR_S3_PART_SIZE`` bytes,
+  else 8 MiB)
 
 ``store.url`` is the canonical form (``file:///abs/path`` or ``s3://bucket[/prefix]``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -20,6 +22,7 @@ from .local import DEFAULT_ROOT, LocalStore
 
 # S3 bucket naming rules (the general-purpose subset): 3-63 of [a-z0-9.-], alnum ends.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+PART_SIZE_ENV = "COMPACTOR_S3_PART_SIZE"
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -50,10 +53,25 @@ def open_store(url: str | None, *, endpoint_url: str | None = None) -> ObjectSto
             )
         from .s3 import S3Store  # boto3 and aiobotocore load only when S3 is used
 
-        return S3Store(bucket, prefix, endpoint_url)
+        return S3Store(bucket, prefix, endpoint_url, part_size=_part_size())
     raise StoreError(
         f"unsupported store URL {url!r}: use a directory path, file://PATH or s3://BUCKET[/PREFIX]"
     )
+
+
+def _part_size() -> int:
+    from .s3 import DEFAULT_PART_SIZE
+
+    text = os.environ.get(PART_SIZE_ENV)
+    if not text:
+        return DEFAULT_PART_SIZE
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise StoreError(f"{PART_SIZE_ENV} must be a positive number of bytes, got {text!r}")
+    return size
 
 
 def _no_endpoint(endpoint_url: str | None, what: str) -> None:

@@ -16,6 +16,10 @@ from typing import Any
 
 MAX_LEVEL = 4
 
+SCHEMA_VERSION = 1
+"""The job document's version (``schema_version``): what ``plan --json`` prints, what
+``schedule`` sends, what a worker and ``replay`` accept. A reader rejects any other."""
+
 FULL_RULES = ("full", "daily")
 """Rules whose jobs are full compactions: committing one restarts the daily clock."""
 
@@ -24,6 +28,10 @@ Numbers = tuple[tuple[str, int | float], ...]
 OUTPUT_GROUPS = ("compacted", "plain")
 """A job writes at most two files: one for compacted topics, one for the others, so the
 two never share a file above L0."""
+
+
+class JobDocumentError(ValueError):
+    """Text that is not a valid job document (its JSON, schema version or fields)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,7 @@ class Job:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "schema_version": SCHEMA_VERSION,
             "id": self.id,
             "inputs": [{"id": i.id, "key": i.key, "size": i.size} for i in self.inputs],
             "output_level": self.output_level,
@@ -94,11 +103,29 @@ class Job:
         }
 
     @classmethod
+    def loads(cls, text: str | bytes) -> Job:
+        """A job from its JSON document; JobDocumentError, naming what is wrong, if the text
+        is not one."""
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise JobDocumentError(f"not a job document: invalid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise JobDocumentError(f"not a job document: a JSON {type(data).__name__}")
+        return cls.from_json(data)
+
+    @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise JobDocumentError(
+                f"unsupported job document: schema_version {version!r} "
+                f"(this version of compactor reads {SCHEMA_VERSION})"
+            )
         if not isinstance(data.get("deduplicate"), bool):
-            raise ValueError("malformed job document: 'deduplicate' must be true or false")
+            raise JobDocumentError("malformed job document: 'deduplicate' must be true or false")
         if not isinstance(data.get("drop", False), bool):
-            raise ValueError("malformed job document: 'drop' must be true or false")
+            raise JobDocumentError("malformed job document: 'drop' must be true or false")
         try:
             job = cls(
                 inputs=tuple(
@@ -111,10 +138,12 @@ class Job:
                 numbers=tuple((str(k), v) for k, v in dict(data.get("numbers", {})).items()),
                 drop=bool(data.get("drop", False)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed job document: {exc}") from None
+        except KeyError as exc:
+            raise JobDocumentError(f"malformed job document: no field {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise JobDocumentError(f"malformed job document: {exc}") from None
         if "id" in data and data["id"] != job.id:
-            raise ValueError(f"job id {data['id']} does not match its inputs ({job.id})")
+            raise JobDocumentError(f"job id {data['id']} does not match its inputs ({job.id})")
         return job
 
     def dumps(self) -> str:

@@ -8,10 +8,10 @@ from compactor.catalog import Catalog
 from compactor.catalog.garbage import (
     DEFAULT_GRACE_MS,
     DEFAULT_HISTORY_RETENTION_MS,
-    collect_catalog_garbage,
-    collect_garbage,
+    collect_all_garbage,
 )
 from compactor.objectstore import ObjectStore
+from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
@@ -45,7 +45,11 @@ class Compactor:
         job: Job,
         now_ms: int,
         on_progress: Callable[[JobProgress], None] | None = None,
+        *,
+        read_throttle: ReadThrottle | None = None,
+        guard: Callable[[], None] = lambda: None,
     ) -> JobReport:
+        """Runs ``job`` with this process's key buffer (``worker.runner.run_job``)."""
         return run_job(
             self.store,
             self.catalog,
@@ -54,15 +58,14 @@ class Compactor:
             now_ms=now_ms,
             compression=self.compression,
             on_progress=on_progress,
+            read_throttle=read_throttle,
+            guard=guard,
         )
 
     def collect_garbage(self, now_ms: int) -> list[str]:
-        """Replaced files past the grace period, then the catalog's own superseded
-        objects; returns the keys deleted."""
-        deleted = collect_garbage(self.catalog, now_ms, self.grace_ms)
-        return deleted + collect_catalog_garbage(
-            self.catalog, self.grace_ms, self.history_retention_ms
-        )
+        """Everything deleteable (``catalog.garbage.collect_all_garbage``); returns the
+        keys deleted."""
+        return collect_all_garbage(self.catalog, now_ms, self.grace_ms, self.history_retention_ms)
 
     def run_planned(
         self,

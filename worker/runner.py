@@ -32,6 +32,7 @@ from compactor.fileformat import (
 )
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
+from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
@@ -194,11 +195,16 @@ def run_job(
     phase1_thread: bool | None = None,
     on_progress: Callable[[JobProgress], None] | None = None,
     progress_interval_s: float = 0.5,
+    read_throttle: ReadThrottle | None = None,
+    guard: Callable[[], None] = lambda: None,
 ) -> JobReport:
     """Runs ``job`` and commits its outputs. ``phase1_thread``: run phase 1 on a thread of
     its own, a window ahead of phase 2 (None: when the job's sections are big enough to
     gain from it, ``worker.pipeline.pipelined``). ``on_progress`` hears how far phase 2
-    has got, at most every ``progress_interval_s``.
+    has got, at most every ``progress_interval_s``. ``read_throttle`` paces every GET
+    stream's reads. ``guard`` is called after every output batch and before the uploads
+    complete: whatever it raises stops the job as any failure does (a queue worker whose
+    heartbeat failed no longer owns the job).
 
     Steps: check the inputs (StaleJob unless they are a live, contiguous run), open the
     pointers, run the partitions, finish the outputs, commit, report. Invariants: each
@@ -212,22 +218,26 @@ def run_job(
     snap = catalog.snapshot()
     inputs = check_job(snap, job)
     if job.drop:
+        guard()
         return _drop(store, catalog, job, inputs, now_ms, started)
     use_lean_memory_pool()
     threaded = pipelined(inputs) if phase1_thread is None else bool(phase1_thread)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
     stats = CompactionStats()
     total = sum(f.record_count for f in inputs)
-    progress = ProgressReporter(job.id, job.rule, total, stats, on_progress, progress_interval_s)
+    progress = ProgressReporter(
+        job.id, job.rule, total, stats, on_progress, progress_interval_s, guard
+    )
     outputs = {g: _GroupOutput(store, job, g, compression) for g in OUTPUT_GROUPS}
     with _aborted_on_failure(outputs):
         with ExitStack() as stack:
-            pointers = _open_pointers(stack, store, job)
+            pointers = _open_pointers(stack, store, job, read_throttle)
             phase1 = (Phase1Thread if threaded else Phase1Inline)(
                 snap, job, pointers.phase1, buffer, now_ms
             )
             with phase1:
                 _run_partitions(job, phase1, pointers.phase2, outputs, stats, progress)
+        guard()  # the last moment an upload can still be aborted
         new_files = _finish_outputs(outputs, now_ms)
     produced = [live for live, _ in new_files.values()]
     files = _input_stats(store, job, gets_before, pointers.streams)
@@ -289,9 +299,11 @@ class _Pointers:
     streams: list[ObjectStream]
 
 
-def _open_pointers(stack: ExitStack, store: ObjectStore, job: Job) -> _Pointers:
+def _open_pointers(
+    stack: ExitStack, store: ObjectStore, job: Job, throttle: ReadThrottle | None
+) -> _Pointers:
     """One GET stream per input file for each phase (closed with ``stack``), each phase's
-    streams merged into one pointer."""
+    streams merged into one pointer; all of them paced by ``throttle``, if any."""
     buffer_size = stream_buffer_size(len(job.inputs))
     streams: list[ObjectStream] = []
     merges = []
@@ -300,7 +312,8 @@ def _open_pointers(stack: ExitStack, store: ObjectStore, job: Job) -> _Pointers:
         for inp in job.inputs:
             stream = stack.enter_context(store.open_stream(inp.key, buffer_size=buffer_size))
             streams.append(stream)
-            readers.append(StreamReader(stream, object_name=inp.key, size=inp.size))
+            source = stream if throttle is None else ThrottledStream(stream, throttle)
+            readers.append(StreamReader(source, object_name=inp.key, size=inp.size))
         merges.append(SectionMerge(readers))
     return _Pointers(merges[0], merges[1], streams)
 

@@ -109,7 +109,7 @@ class JobProgress:
 
 class ProgressReporter:
     """Calls ``callback`` with the job's progress when polled, at most every
-    ``interval_s``: cheap enough to poll for every batch."""
+    ``interval_s``, and ``guard`` at every poll: cheap enough to poll for every batch."""
 
     def __init__(
         self,
@@ -119,14 +119,17 @@ class ProgressReporter:
         stats: CompactionStats,
         callback: Callable[[JobProgress], None] | None,
         interval_s: float = 0.5,
+        guard: Callable[[], None] = lambda: None,
     ) -> None:
         self._job_id, self._rule, self._total = job_id, rule, records_total
+        self._guard = guard
         self._stats = stats
         self._callback = callback
         self._interval_s = interval_s
         self._started = self._last = time.monotonic()
 
     def poll(self) -> None:
+        self._guard()
         if self._callback is None:
             return
         now = time.monotonic()

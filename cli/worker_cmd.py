@@ -1,0 +1,100 @@
+"""compactor worker --queue-url URL [--key-buffer-bytes B] [--visibility-timeout-s S]
+[--exit-when-idle S] [--max-jobs N] [--max-bytes-per-second R] [--metrics-port P]
+[--log-format text|json]"""
+
+from __future__ import annotations
+
+import argparse
+
+from compactor.cli.context import Context, UsageError, positive_int
+from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
+from compactor.jobqueue.events import FORMATS, EventLog
+from compactor.jobqueue.metrics import WorkerMetrics
+from compactor.jobqueue.sqs import JobQueue
+from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from compactor.worker.kernel import ENTRY_BYTES
+
+MAX_VISIBILITY_S = 12 * 60 * 60
+"""SQS's ceiling on a visibility timeout."""
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.key_buffer_bytes < ENTRY_BYTES:
+        raise UsageError(
+            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
+            f"got {args.key_buffer_bytes}"
+        )
+    log = EventLog(args.log_format, source="worker")
+    metrics = WorkerMetrics()
+    queue = JobQueue(args.queue_url, ctx.endpoint_url)
+    try:
+        compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes)
+        if args.metrics_port is not None:
+            metrics.serve(args.metrics_port)
+            log("metrics_serving", port=args.metrics_port)
+        worker = QueueWorker(
+            compactor, queue, settings, metrics=metrics, log=log, now_ms=ctx.time_rules_now_ms
+        )
+        try:
+            worker.serve()
+        finally:
+            log("worker_stopped", **worker.outcomes)
+    finally:
+        queue.close()
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> WorkerSettings:
+    if not 1 <= args.visibility_timeout_s <= MAX_VISIBILITY_S:
+        raise UsageError(
+            f"--visibility-timeout-s must be in 1..{MAX_VISIBILITY_S}, "
+            f"got {args.visibility_timeout_s}"
+        )
+    if args.exit_when_idle is not None and args.exit_when_idle < 0:
+        raise UsageError(f"--exit-when-idle must not be negative, got {args.exit_when_idle}")
+    if args.max_bytes_per_second is not None and not args.max_bytes_per_second > 0:
+        raise UsageError(
+            f"--max-bytes-per-second must be positive, got {args.max_bytes_per_second}"
+        )
+    return WorkerSettings(
+        visibility_timeout_s=args.visibility_timeout_s,
+        exit_when_idle_s=args.exit_when_idle,
+        max_jobs=args.max_jobs,
+        max_bytes_per_second=args.max_bytes_per_second,
+    )
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("worker", help="run jobs from an SQS queue, one at a time", parents=[common])
+    p.add_argument("--queue-url", required=True, help="the SQS queue jobs come from")
+    p.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
+    p.add_argument(
+        "--visibility-timeout-s",
+        type=int,
+        default=300,
+        help="how long a received job stays invisible to other workers, renewed at a third "
+        "of it while the job runs; also the job lease's duration (default 300)",
+    )
+    p.add_argument(
+        "--exit-when-idle",
+        type=float,
+        default=None,
+        metavar="S",
+        help="exit 0 after S seconds without a message",
+    )
+    p.add_argument("--max-jobs", type=positive_int, default=None, help="exit after N messages")
+    p.add_argument(
+        "--max-bytes-per-second",
+        type=float,
+        default=None,
+        metavar="R",
+        help="throttle the job's reads to R bytes/s (log.cleaner.io.max.bytes.per.second)",
+    )
+    p.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
+    )
+    p.add_argument("--log-format", choices=FORMATS, default="text")
+    p.set_defaults(run=run)

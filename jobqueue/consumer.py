@@ -1,0 +1,202 @@
+"""``QueueWorker``: receives job documents one at a time and runs each with the process's
+one key buffer.
+
+For each message, in order: parse the job (a message that is not a job document is
+logged and left for the queue's redrive policy); take the job's lease (a job whose inputs
+are gone or held by another job is stale: the message is deleted as a no-op); run it
+under a heartbeat; delete the message once the commit landed, or once the job proved
+stale. A failing job has aborted its uploads and committed nothing; its message stays,
+to reappear after the visibility timeout. SIGTERM (any BaseException) aborts the job the
+same way and makes the message visible again at once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from compactor.catalog import CommitConflict
+from compactor.catalog.leases import JobLeases
+from compactor.jobqueue.errors import LostJob, ReceiptInvalid
+from compactor.jobqueue.events import EventLog
+from compactor.jobqueue.heartbeat import Heartbeat
+from compactor.jobqueue.metrics import WorkerMetrics
+from compactor.jobqueue.scheduler import process_owner
+from compactor.jobqueue.sqs import LONG_POLL_S, JobQueue, Message
+from compactor.objectstore.throttle import ReadThrottle
+from compactor.planner.job import Job, JobDocumentError
+from compactor.worker.compactor import Compactor
+from compactor.worker.runner import StaleJob
+from compactor.worker.stats import JobReport
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    visibility_timeout_s: int = 300
+    """How long a received message stays invisible, renewed by the heartbeat; also each
+    lease's duration."""
+    exit_when_idle_s: float | None = None
+    max_jobs: int | None = None
+    max_bytes_per_second: float | None = None
+
+
+class QueueWorker:
+    def __init__(
+        self,
+        compactor: Compactor,
+        queue: JobQueue,
+        settings: WorkerSettings,
+        *,
+        metrics: WorkerMetrics,
+        log: EventLog,
+        now_ms: Callable[[], int],
+    ) -> None:
+        """``now_ms``: the clock of the time rules a job applies (the wall clock unless
+        the operator fixed one)."""
+        self.compactor, self.queue, self.settings = compactor, queue, settings
+        self.metrics, self.log, self.now_ms = metrics, log, now_ms
+        self.leases = JobLeases(compactor.catalog, process_owner("worker"))
+        self.throttle = ReadThrottle(settings.max_bytes_per_second, on_read=metrics.read_bytes.inc)
+        self.outcomes: dict[str, int] = {}
+
+    def serve(self) -> None:
+        """Poll and run jobs until ``max_jobs`` messages were handled, or none came for
+        ``exit_when_idle_s``."""
+        s = self.settings
+        handled = 0
+        idle_since = time.monotonic()
+        self.log(
+            "worker_started", queue=self.queue.url, visibility_timeout_s=s.visibility_timeout_s
+        )
+        while s.max_jobs is None or handled < s.max_jobs:
+            wait = LONG_POLL_S
+            if s.exit_when_idle_s is not None:
+                left = s.exit_when_idle_s - (time.monotonic() - idle_since)
+                wait = min(LONG_POLL_S, max(0, math.ceil(left)))
+            message = self.queue.receive(wait, s.visibility_timeout_s)
+            if message is None:
+                idle_s = time.monotonic() - idle_since
+                if s.exit_when_idle_s is not None and idle_s >= s.exit_when_idle_s:
+                    self.log("worker_idle", idle_s=round(idle_s, 1))
+                    return
+                continue
+            self.metrics.messages_received.inc()
+            handled += 1
+            self.handle(message)
+            idle_since = time.monotonic()
+
+    def handle(self, message: Message) -> str:
+        """Runs one message's job; returns its outcome (metrics.OUTCOMES, or "poison")."""
+        try:
+            job = Job.loads(message.body)
+        except JobDocumentError as e:
+            self.metrics.poison_messages.inc()
+            self.log(
+                "poison_message",
+                message_id=message.message_id,
+                receive_count=message.receive_count,
+                error=str(e),
+            )
+            return "poison"
+        try:
+            outcome = self._run(job, message)
+        except BaseException:
+            self._finish("aborted", job, message, error="stopped (SIGTERM or interrupt)")
+            self._release(message)
+            raise
+        return outcome
+
+    def _run(self, job: Job, message: Message) -> str:
+        timeout_s = self.settings.visibility_timeout_s
+        self.log(
+            "job_received",
+            job=job.id,
+            rule=job.rule,
+            inputs=len(job.inputs),
+            message_id=message.message_id,
+            receive_count=message.receive_count,
+        )
+        heartbeat = Heartbeat(
+            self.queue,
+            message,
+            self.leases,
+            job.id,
+            timeout_s,
+            on_failure=lambda e: self._heartbeat_failed(job, e),
+        )
+        try:
+            self.leases.take(job.id, [i.id for i in job.inputs], timeout_s * 1000)
+            delay_s = self._compaction_delay_s(job)
+            with heartbeat:
+                report = self.compactor.run(
+                    job, self.now_ms(), read_throttle=self.throttle, guard=heartbeat.check
+                )
+        except (StaleJob, CommitConflict) as e:  # inputs gone, or another job's lease
+            return self._stale(job, message, str(e))
+        except LostJob as e:
+            return self._finish("aborted", job, message, error=str(e))
+        except Exception as e:  # noqa: BLE001 (the worker lives on; the message reappears)
+            return self._finish("failed", job, message, error=f"{type(e).__name__}: {e}")
+        if delay_s is not None:
+            self.metrics.compaction_delay_seconds.set(delay_s)
+        self.metrics.observe(report)
+        if not report.committed:
+            return self._stale(job, message, report.note, report)
+        self._delete(message)
+        return self._finish("committed", job, message, report=report)
+
+    def _stale(self, job: Job, message: Message, why: str, report: JobReport | None = None) -> str:
+        self._delete(message)
+        return self._finish("stale", job, message, report=report, note=why)
+
+    def _finish(
+        self,
+        outcome: str,
+        job: Job,
+        message: Message,
+        *,
+        report: JobReport | None = None,
+        **fields: object,
+    ) -> str:
+        self.metrics.jobs.labels(outcome).inc()
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if report is not None:
+            fields = {
+                **fields,
+                "records_in": report.stats.records_in,
+                "records_out": report.stats.records_out,
+                "bytes_in": report.bytes_in,
+                "bytes_out": report.bytes_out,
+                "gets": [f.gets for f in report.inputs],
+                "duration_s": round(report.duration_s, 3),
+            }
+        self.log(
+            f"job_{outcome}", job=job.id, rule=job.rule, message_id=message.message_id, **fields
+        )
+        return outcome
+
+    def _compaction_delay_s(self, job: Job) -> float | None:
+        snap = self.compactor.catalog.snapshot()
+        created = {f.id: f.created_ms for f in snap.files}
+        times = [created[i.id] for i in job.inputs if i.id in created]
+        if not times:
+            return None
+        return max(0.0, (self.compactor.catalog.clock() - min(times)) / 1000)
+
+    def _heartbeat_failed(self, job: Job, error: LostJob) -> None:
+        self.metrics.heartbeat_failures.inc()
+        self.log("heartbeat_failed", job=job.id, error=str(error))
+
+    def _delete(self, message: Message) -> None:
+        try:
+            self.queue.delete(message)
+        except ReceiptInvalid as e:  # another consumer holds it now: it will find it stale
+            self.log("delete_failed", message_id=message.message_id, error=str(e))
+
+    def _release(self, message: Message) -> None:
+        try:
+            self.queue.release(message)
+        except Exception as e:  # noqa: BLE001 (it reappears after its timeout anyway)
+            self.log("release_failed", message_id=message.message_id, error=str(e))
