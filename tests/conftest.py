@@ -10,6 +10,8 @@
 - ``s3_store`` (function): an S3Store on that bucket (closed afterwards).
 - ``s3_url`` (function): ``.url`` ("s3://bucket"), ``.endpoint_url``, ``.bucket``, ``.env``
   (environment for a CLI subprocess), on the same bucket as ``s3_store``.
+- ``job_queues`` (function): an SQS job queue with a dead-letter queue on the same
+  endpoint (``make_job_queues`` for other timeouts and receive counts).
 - ``local_store`` (function): a LocalStore in tmp_path.
 - ``store`` (function): parametrized over ``local`` and ``s3``.
 - ``any_store_url`` (function): CLI arguments naming a fresh store, parametrized over
@@ -19,6 +21,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -287,7 +290,13 @@ def s3_url(s3_endpoint: S3Endpoint, s3_bucket: str) -> S3Url:
         )
         if name in os.environ
     }
-    env.update({"AWS_ENDPOINT_URL": s3_endpoint.url, "COMPACTOR_STORE": url})
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": s3_endpoint.url,
+            "COMPACTOR_STORE": url,
+            "COMPACTOR_S3_PART_SIZE": str(s3_endpoint.part_size),
+        }
+    )
     return S3Url(bucket=s3_bucket, endpoint_url=s3_endpoint.url, url=url, env=env)
 
 
@@ -312,3 +321,61 @@ def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
         return ["--store", str(tmp_path / "store")]
     s3: S3Url = request.getfixturevalue("s3_url")
     return s3.cli_args
+
+
+@dataclass
+class JobQueues:
+    """A job queue and its dead-letter queue (redrive after ``max_receive_count``)."""
+
+    url: str
+    dlq_url: str
+    endpoint_url: str
+    max_receive_count: int
+
+    def client(self) -> Any:
+        return boto3.client("sqs", endpoint_url=self.endpoint_url)
+
+    def count(self, url: str) -> int:
+        """Messages in ``url``, visible or in flight (approximate, as SQS reports)."""
+        attrs = self.client().get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
+
+
+def make_job_queues(
+    endpoint: S3Endpoint, visibility_timeout_s: int = 30, max_receive_count: int = 3
+) -> JobQueues:
+    """Fresh queues on the test endpoint (moto's server, or an external one)."""
+    client = boto3.client("sqs", endpoint_url=endpoint.url)
+    name = f"jobs-{uuid.uuid4().hex[:12]}"
+    dlq_url = client.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dlq_arn = client.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
+    url = client.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": str(visibility_timeout_s),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    return JobQueues(url, dlq_url, endpoint.url, max_receive_count)
+
+
+@pytest.fixture
+def job_queues(s3_endpoint: S3Endpoint) -> Iterator[JobQueues]:
+    queues = make_job_queues(s3_endpoint)
+    try:
+        yield queues
+    finally:
+        client = queues.client()
+        for url in (queues.url, queues.dlq_url):
+            try:
+                client.delete_queue(QueueUrl=url)
+            except Exception as e:  # clean-up must not mask the test's own outcome
+                print(f"warning: could not delete test queue {url}: {e}")
