@@ -25,7 +25,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"--lease-ms must be at least 1, got {args.lease_ms}")
     config = planner_config(args)
     log = EventLog(args.log_format, source="scheduler")
-    queue = JobQueue(args.queue_url, ctx.endpoint_url)
+    queue = JobQueue(args.queue_url)
     scheduler = Scheduler(ctx.catalog, queue, config, lease_ms=args.lease_ms)
     try:
         while True:

@@ -27,8 +27,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         )
     log = EventLog(args.log_format, source="worker")
     metrics = WorkerMetrics()
-    queue = JobQueue(args.queue_url, ctx.endpoint_url)
+    queue = JobQueue(args.queue_url)
     try:
+        queue.visibility_timeout_s()  # the queue exists and answers, before anything starts
         compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes)
         if args.metrics_port is not None:
             metrics.serve(args.metrics_port)

@@ -1,8 +1,10 @@
 """``JobQueue``: one SQS queue of job documents, through boto3.
 
-Endpoint: the ``endpoint_url`` argument, else ``AWS_ENDPOINT_URL_SQS`` or
-``AWS_ENDPOINT_URL`` (boto3 reads them), else, for a queue URL outside amazonaws.com
-(LocalStack, a moto server), the queue URL's own origin. Region: the standard chain, else
+Endpoint: ``AWS_ENDPOINT_URL_SQS`` if set; else, for a queue URL outside amazonaws.com
+(LocalStack, ElasticMQ, a moto server), the queue URL's own origin, since the URL says
+where the queue is; else boto3's choice for AWS (which honours ``AWS_ENDPOINT_URL``).
+The store's ``--endpoint-url`` does not apply: S3 and SQS may live apart (MinIO and
+ElasticMQ). Region: the standard chain, else
 the one the queue URL names, else us-east-1. Credentials: the standard chain; they never
 appear in a message or a log line.
 """
@@ -50,12 +52,13 @@ class Message:
 
 
 class JobQueue:
-    def __init__(self, url: str, endpoint_url: str | None = None) -> None:
+    def __init__(self, url: str) -> None:
         self.url = url
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise QueueError(f"not a queue URL: {url!r} (expected http(s)://host/.../name)")
-        if endpoint_url is None and not _env_endpoint() and not _is_aws(parts.netloc):
+        endpoint_url = os.environ.get("AWS_ENDPOINT_URL_SQS") or None
+        if endpoint_url is None and not _is_aws(parts.netloc):
             endpoint_url = f"{parts.scheme}://{parts.netloc}"
         self._client: SQSClient = boto3.session.Session().client(
             "sqs",
@@ -159,10 +162,6 @@ class JobQueue:
             raise QueueUnreachable(f"queue {self.url} is unreachable: {e}") from None
         except BotoCoreError as e:
             raise QueueError(f"cannot {what} queue {self.url}: {e}") from None
-
-
-def _env_endpoint() -> bool:
-    return bool(os.environ.get("AWS_ENDPOINT_URL_SQS") or os.environ.get("AWS_ENDPOINT_URL"))
 
 
 def _is_aws(netloc: str) -> bool:

@@ -1,0 +1,269 @@
+"""The queue worker's pieces in one process, against real SQS and S3 endpoints (moto's
+server; LocalStack in CI): the read throttle's rate, a lost heartbeat, a redelivered
+message under a longer lease, and the Prometheus metrics, scraped and parsed."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+from clirunner import assert_one_line_error, run_cli
+from conftest import JobQueues, S3Url
+from prometheus_client.parser import text_string_to_metric_families
+from worker_scenarios import add_file, make_topics, read_live
+
+from compactor.catalog import Catalog
+from compactor.catalog.leases import JobLeases
+from compactor.catalog.verify import verify_store
+from compactor.fileformat import Record
+from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
+from compactor.jobqueue.events import EventLog
+from compactor.jobqueue.metrics import WorkerMetrics
+from compactor.jobqueue.scheduler import Scheduler
+from compactor.jobqueue.sqs import JobQueue
+from compactor.objectstore.s3 import S3Store
+from compactor.objectstore.throttle import ReadThrottle
+from compactor.planner.config import PlannerConfig
+from compactor.planner.job import Job, JobInput
+from compactor.worker.compactor import Compactor
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import run_job
+
+NOW = 1_700_000_000_000
+CONFIG = PlannerConfig.parse({"level.trigger.files": "4"})
+
+
+def _four_files(store: S3Store, records_per_partition: int = 50) -> Catalog:
+    catalog = Catalog(store)
+    make_topics(catalog, {"t": (16, {"cleanup.policy": "compact"})})
+    n = records_per_partition
+    for i in range(4):
+        sections = {
+            ("t", p): [Record(i * n + j, NOW, b"k%d" % (j % 40), b"v" * 200) for j in range(n)]
+            for p in range(16)
+        }
+        add_file(store, catalog, f"f{i}", sections)
+    return catalog
+
+
+def _job(catalog: Catalog) -> Job:
+    files = catalog.snapshot().files
+    return Job(tuple(JobInput(f.id, f.key, f.size) for f in files), 1, True)
+
+
+def _worker(
+    store: S3Store, queue: JobQueue, *, visibility_s: int = 30, rate: float | None = None
+) -> tuple[QueueWorker, io.StringIO]:
+    log = io.StringIO()
+    worker = QueueWorker(
+        Compactor(store, key_buffer_bytes=1 << 20),
+        queue,
+        WorkerSettings(visibility_timeout_s=visibility_s, max_bytes_per_second=rate),
+        metrics=WorkerMetrics(),
+        log=EventLog("json", log, source="worker"),
+        now_ms=lambda: NOW,
+    )
+    return worker, log
+
+
+def test_the_throttle_bounds_bytes_in_every_window_on_a_fake_clock() -> None:
+    clock = [0.0]
+    throttle = ReadThrottle(
+        1000, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)
+    )
+    reads: list[tuple[float, int]] = []
+    for n in [10, 500, 3, 2000, 70] * 40:
+        throttle.consume(n)
+        reads.append((clock[0], n))
+    total = sum(n for _, n in reads)
+    assert clock[0] == pytest.approx((total - throttle.burst) / 1000, rel=0.01)
+    for start in range(int(clock[0])):
+        window = sum(n for t, n in reads if start <= t < start + 2)
+        assert window <= 1000 * 2 + throttle.burst + 2000
+
+
+def test_a_throttled_job_reads_at_the_configured_rate(s3_store: S3Store) -> None:
+    """Bytes per window of a real job's GET streams, counted as they are read: never above
+    the rate by more than the bucket and one read, and the job is not starved."""
+    catalog = _four_files(s3_store)
+    rate = 400_000
+    reads: list[tuple[float, int]] = []
+    lock = threading.Lock()
+
+    def on_read(n: int) -> None:
+        with lock:
+            reads.append((time.monotonic(), n))
+
+    throttle = ReadThrottle(rate, on_read=on_read)
+    job = _job(catalog)
+    report = run_job(s3_store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, read_throttle=throttle)
+    assert report.committed
+    total = sum(n for _, n in reads)
+    assert total == throttle.bytes_total >= 2 * job.input_bytes  # both pointers read it all
+    biggest = max(n for _, n in reads)
+    start, end = reads[0][0], reads[-1][0]
+    assert end - start >= (total - throttle.burst - biggest) / rate * 0.99
+    t = start
+    while t < end:
+        in_window = sum(n for at, n in reads if t <= at < t + 1.0)
+        assert in_window <= rate * 1.0 + throttle.burst + 2 * biggest, (t - start, in_window)
+        t += 0.25
+
+
+def test_a_lost_heartbeat_stops_the_job_without_committing(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """Another job takes the inputs once this job's lease is gone (as after a long stall):
+    the next renewal fails, and the job aborts its upload and commits nothing."""
+    catalog = _four_files(s3_store, records_per_partition=400)
+    queue = JobQueue(job_queues.url)
+    job = _job(catalog)
+    queue.send(job)
+    worker, log = _worker(s3_store, queue, visibility_s=3, rate=150_000)
+    message = queue.receive(5, 3)
+    assert message is not None
+    outcome: list[str] = []
+    runner = threading.Thread(target=lambda: outcome.append(worker.handle(message)))
+    runner.start()
+    time.sleep(0.5)
+    thief = JobLeases(catalog, "thief")
+    thief.release(job.id)
+    thief.take("another-job", [i.id for i in job.inputs], 60_000)
+    runner.join(timeout=120)
+    assert outcome == ["aborted"]
+    failures = worker.metrics.registry.get_sample_value("compactor_worker_heartbeat_failures_total")
+    assert failures == 1
+    assert [f.id for f in catalog.snapshot().files] == [i.id for i in job.inputs]
+    assert not list(s3_store.pending_uploads())
+    assert '"event": "heartbeat_failed"' in log.getvalue()
+    queue.close()
+
+
+def test_a_redelivered_message_runs_at_once_under_the_jobs_own_lease(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """The scheduler's lease lasts 10 minutes; the first receiver dies without a word; the
+    message, visible again, is run by the next worker at once."""
+    catalog = _four_files(s3_store)
+    before = read_live(s3_store, catalog)
+    queue = JobQueue(job_queues.url)
+    (published,) = Scheduler(catalog, queue, CONFIG, lease_ms=600_000).publish_due(NOW)
+    first = queue.receive(5, 30)
+    assert first is not None
+    JobLeases(catalog, "worker@dead-host:1").take(
+        published.job.id, [i.id for i in published.job.inputs], 30_000
+    )
+    queue.release(first)  # as if its visibility timed out
+    worker, _ = _worker(s3_store, queue)
+    second = queue.receive(5, 30)
+    assert second is not None and second.receive_count == 2
+    assert worker.handle(second) == "committed"
+    assert (
+        read_live(s3_store, catalog)
+        == {tp: [r for r in recs if r.key is not None] for tp, recs in before.items()}
+        or verify_store(catalog, catalog.snapshot()).ok
+    )
+    assert verify_store(catalog, catalog.snapshot()).ok
+    assert queue.receive(1, 30) is None
+    queue.close()
+
+
+def _latest(live: dict[tuple[str, int], list[Record]]) -> dict[tuple[str, int], dict[bytes, bytes]]:
+    """The materialized view: the latest value per key."""
+    out: dict[tuple[str, int], dict[bytes, bytes]] = {}
+    for tp, records in live.items():
+        view: dict[bytes, bytes | None] = {}
+        for r in sorted(records, key=lambda r: r.offset):
+            view[r.key] = r.value  # type: ignore[index]
+        out[tp] = {k: v for k, v in view.items() if v is not None}
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_metrics_are_served_and_parse(s3_store: S3Store, job_queues: JobQueues) -> None:
+    catalog = _four_files(s3_store)
+    queue = JobQueue(job_queues.url)
+    job = _job(catalog)
+    queue.send(job)
+    queue.send(job)  # a stale copy
+    worker, _ = _worker(s3_store, queue)
+    port = _free_port()
+    worker.metrics.serve(port, addr="127.0.0.1")
+    for _ in range(2):
+        message = queue.receive(5, 30)
+        assert message is not None
+        worker.metrics.messages_received.inc()
+        worker.handle(message)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("compactor_worker_jobs_total", outcome="committed") == 1
+    assert value("compactor_worker_jobs_total", outcome="stale") == 1
+    assert value("compactor_worker_jobs_total", outcome="failed") == 0
+    assert value("compactor_worker_messages_received_total") == 2
+    assert value("compactor_worker_records_in_total") == 4 * 16 * 50
+    assert value("compactor_worker_records_out_total") == 16 * 40
+    assert value("compactor_worker_get_streams_total") == 2 * len(job.inputs)
+    assert value("compactor_worker_get_resumes_total") == 0
+    assert value("compactor_worker_bytes_in_total") == job.input_bytes
+    assert value("compactor_worker_read_bytes_total") >= 2 * job.input_bytes
+    assert 0 < value("compactor_worker_max_buffer_utilization_percent") <= 100
+    assert 0 < value("compactor_worker_recopy_percent") < 100
+    assert value("compactor_worker_max_job_seconds") > 0
+    assert value("compactor_worker_compaction_delay_seconds") > 0
+    assert value("compactor_worker_heartbeat_failures_total") == 0
+    queue.close()
+
+
+def test_the_event_log_never_prints_a_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-Value/xyz")
+    out = io.StringIO()
+    log = EventLog("json", out, source="worker")
+    log("job_failed", error="signature for key s3cr3t-Value/xyz did not match")
+    EventLog("text", out, source="worker")("job_failed", error="s3cr3t-Value/xyz")
+    assert "s3cr3t" not in out.getvalue()
+    assert out.getvalue().count("***") == 2
+    assert json.loads(out.getvalue().splitlines()[0])["event"] == "job_failed"
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://127.0.0.1:9/123456789012/jobs", "unreachable"),
+        ("not-a-url", "not a queue URL"),
+    ],
+)
+def test_worker_and_schedule_fail_in_one_line_on_a_bad_queue(
+    s3_url: S3Url, url: str, fragment: str
+) -> None:
+    for command in (
+        ("worker", "--queue-url", url, "--exit-when-idle", "0"),
+        ("schedule", "--queue-url", url, "--once"),
+    ):
+        result = run_cli(*s3_url.cli_args, *command)
+        assert_one_line_error(result, fragment)
+        assert result.code == 8
+
+
+def test_a_queue_that_does_not_exist_is_named(s3_url: S3Url, job_queues: JobQueues) -> None:
+    missing = job_queues.url + "-missing"
+    result = run_cli(*s3_url.cli_args, "worker", "--queue-url", missing, "--exit-when-idle", "0")
+    assert_one_line_error(result, missing, "does not exist")
+    assert result.code == 8
