@@ -25,8 +25,13 @@ from queue_scenarios import (
 
 from compactor.objectstore.s3 import S3Store
 
-SLOW = ("--max-bytes-per-second", "100000")
-"""A throttle that makes a job of a few MB last tens of seconds."""
+
+def big_job(s3_endpoint: S3Endpoint) -> tuple[int, tuple[str, ...]]:
+    """Records to ingest and worker options for a job whose output spans several multipart
+    parts, read slowly enough (a throttle) to be caught mid-upload: about 4 parts of
+    output at 100 kB/s per 256 KiB of part size (LocalStack's parts are 5 MiB)."""
+    scale = max(1, s3_endpoint.part_size // (256 << 10))
+    return 12_000 * scale, ("--max-bytes-per-second", str(100_000 * scale))
 
 
 def wait_for_upload(
@@ -137,10 +142,11 @@ def test_sigterm_releases_the_message_and_exits_143(
     s3_url: S3Url, s3_store: S3Store, s3_endpoint: S3Endpoint
 ) -> None:
     queues = make_job_queues(s3_endpoint, visibility_timeout_s=60)
-    populate(s3_url, s3_store, records=12000, agents=4, file_bytes=4 << 20)
+    records, slow = big_job(s3_endpoint)
+    populate(s3_url, s3_store, records=records, agents=4, file_bytes=64 << 20)
     (job,) = schedule(s3_url, queues)
     before = views(s3_url)
-    worker = start_worker(s3_url, queues, "--visibility-timeout-s", "60", *SLOW)
+    worker = start_worker(s3_url, queues, "--visibility-timeout-s", "60", *slow)
     wait_for_upload(s3_endpoint, s3_url, worker)
     os.kill(worker.pid, signal.SIGTERM)
     _, err = worker.communicate(timeout=60)
@@ -160,10 +166,11 @@ def test_kill_9_mid_job_another_worker_completes_it(
     s3_url: S3Url, s3_store: S3Store, s3_endpoint: S3Endpoint
 ) -> None:
     queues = make_job_queues(s3_endpoint, visibility_timeout_s=3)
-    populate(s3_url, s3_store, records=12000, agents=4, file_bytes=4 << 20)
+    records, slow = big_job(s3_endpoint)
+    populate(s3_url, s3_store, records=records, agents=4, file_bytes=64 << 20)
     (job,) = schedule(s3_url, queues)
     before = views(s3_url)
-    doomed = start_worker(s3_url, queues, "--visibility-timeout-s", "3", *SLOW)
+    doomed = start_worker(s3_url, queues, "--visibility-timeout-s", "3", *slow)
     wait_for_upload(s3_endpoint, s3_url, doomed)
     doomed.kill()
     doomed.wait()
@@ -192,11 +199,12 @@ def test_visibility_expiring_mid_job_while_another_worker_takes_it_commits_once(
     """A worker frozen mid-job (SIGSTOP: no heartbeat) past its visibility timeout; a
     second worker receives the message and runs the job; then the first one resumes."""
     queues = make_job_queues(s3_endpoint, visibility_timeout_s=3)
-    populate(s3_url, s3_store, records=12000, agents=4, file_bytes=4 << 20)
+    records, slow = big_job(s3_endpoint)
+    populate(s3_url, s3_store, records=records, agents=4, file_bytes=64 << 20)
     (job,) = schedule(s3_url, queues)
     before = views(s3_url)
     frozen = start_worker(
-        s3_url, queues, "--visibility-timeout-s", "3", "--exit-when-idle", "5", *SLOW
+        s3_url, queues, "--visibility-timeout-s", "3", "--exit-when-idle", "5", *slow
     )
     wait_for_upload(s3_endpoint, s3_url, frozen)
     os.kill(frozen.pid, signal.SIGSTOP)
