@@ -31,11 +31,17 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         while True:
             started = time.monotonic()
             now_ms = ctx.time_rules_now_ms()
-            published = scheduler.publish_due(now_ms)
-            deleted = collect_all_garbage(
-                ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms
-            )
-            _report(args, log, published, deleted)
+            try:
+                published = scheduler.publish_due(now_ms)
+                deleted = collect_all_garbage(
+                    ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms
+                )
+            except Exception as e:  # noqa: BLE001 (looping: the next pass tries again)
+                if args.interval_s is None:
+                    raise
+                log("pass_failed", error=f"{type(e).__name__}: {e}")
+            else:
+                _report(args, log, published, deleted)
             if args.interval_s is None:
                 return 0
             time.sleep(max(0.0, args.interval_s - (time.monotonic() - started)))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from compactor.catalog import CommitConflict
 from compactor.catalog.leases import JobLeases
-from compactor.jobqueue.errors import LostJob, ReceiptInvalid
+from compactor.jobqueue.errors import LostJob, QueueError, ReceiptInvalid
 from compactor.jobqueue.events import EventLog
 from compactor.jobqueue.heartbeat import Heartbeat
 from compactor.jobqueue.metrics import WorkerMetrics
@@ -30,6 +30,8 @@ from compactor.planner.job import Job, JobDocumentError
 from compactor.worker.compactor import Compactor
 from compactor.worker.runner import StaleJob
 from compactor.worker.stats import JobReport
+
+RECEIVE_BACKOFF_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class QueueWorker:
         self.leases = JobLeases(compactor.catalog, process_owner("worker"))
         self.throttle = ReadThrottle(settings.max_bytes_per_second, on_read=metrics.read_bytes.inc)
         self.outcomes: dict[str, int] = {}
+        self._backoff_s = 0.0
 
     def serve(self) -> None:
         """Poll and run jobs until ``max_jobs`` messages were handled, or none came for
@@ -75,7 +78,7 @@ class QueueWorker:
             if s.exit_when_idle_s is not None:
                 left = s.exit_when_idle_s - (time.monotonic() - idle_since)
                 wait = min(LONG_POLL_S, max(0, math.ceil(left)))
-            message = self.queue.receive(wait, s.visibility_timeout_s)
+            message = self._receive(wait)
             if message is None:
                 idle_s = time.monotonic() - idle_since
                 if s.exit_when_idle_s is not None and idle_s >= s.exit_when_idle_s:
@@ -86,6 +89,19 @@ class QueueWorker:
             handled += 1
             self.handle(message)
             idle_since = time.monotonic()
+
+    def _receive(self, wait_s: int) -> Message | None:
+        """One long poll; a failure (the endpoint away for a while) is logged and retried
+        after a pause that doubles up to RECEIVE_BACKOFF_MAX_S, counting as idle time."""
+        try:
+            message = self.queue.receive(wait_s, self.settings.visibility_timeout_s)
+        except QueueError as e:
+            self._backoff_s = min(RECEIVE_BACKOFF_MAX_S, self._backoff_s * 2 or 1.0)
+            self.log("receive_failed", error=str(e), retry_in_s=self._backoff_s)
+            time.sleep(self._backoff_s)
+            return None
+        self._backoff_s = 0.0
+        return message
 
     def handle(self, message: Message) -> str:
         """Runs one message's job; returns its outcome (metrics.OUTCOMES, or "poison")."""

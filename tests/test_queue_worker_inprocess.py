@@ -267,3 +267,23 @@ def test_a_queue_that_does_not_exist_is_named(s3_url: S3Url, job_queues: JobQueu
     result = run_cli(*s3_url.cli_args, "worker", "--queue-url", missing, "--exit-when-idle", "0")
     assert_one_line_error(result, missing, "does not exist")
     assert result.code == 8
+
+
+def test_a_worker_outlives_its_queue_going_away(s3_store: S3Store, job_queues: JobQueues) -> None:
+    """Receives that fail are logged and retried after a pause, counted as idle time."""
+    queue = JobQueue(job_queues.url)
+    job_queues.client().delete_queue(QueueUrl=job_queues.url)
+    log = io.StringIO()
+    worker = QueueWorker(
+        Compactor(s3_store, key_buffer_bytes=1 << 20),
+        queue,
+        WorkerSettings(visibility_timeout_s=30, exit_when_idle_s=2),
+        metrics=WorkerMetrics(),
+        log=EventLog("json", log, source="worker"),
+        now_ms=lambda: NOW,
+    )
+    worker.serve()
+    events = [json.loads(line)["event"] for line in log.getvalue().splitlines()]
+    assert "receive_failed" in events
+    assert events[-1] == "worker_idle"
+    queue.close()
