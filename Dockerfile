@@ -1,0 +1,27 @@
+# The compactor CLI in an image, for the scheduler and workers of localstack/*.yml:
+#   docker build -t compactor:local .
+#   docker run --rm compactor:local worker --help
+# build-essential compiles the key-buffer kernel (worker/kernel/_keybuffer.c); with
+# libssl-dev its SHA-512/256 uses OpenSSL, without it the portable C (setup.py).
+FROM python:3.11-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential libssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+# The pinned closure first (its own layer, rebuilt only when the lock changes), then the
+# package alone, as the Makefile does (but not editable: the wheel copies every layer
+# folder under compactor/).
+COPY requirements.lock ./
+RUN pip install --no-cache-dir "pip==26.3" \
+    && pip install --no-cache-dir -r requirements.lock
+COPY . .
+RUN pip install --no-cache-dir --no-deps . \
+    && cd / && compactor --help >/dev/null
+
+RUN useradd --create-home compactor
+USER compactor
+WORKDIR /home/compactor
+ENTRYPOINT ["compactor"]
+CMD ["--help"]
