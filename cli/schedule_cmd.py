@@ -14,7 +14,7 @@ from compactor.catalog.garbage import (
 from compactor.cli.context import Context, UsageError
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.jobqueue.events import FORMATS, EventLog
-from compactor.jobqueue.scheduler import Published, Scheduler
+from compactor.jobqueue.scheduler import Pass, Published, Scheduler
 from compactor.jobqueue.sqs import JobQueue
 
 
@@ -32,21 +32,36 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             started = time.monotonic()
             now_ms = ctx.time_rules_now_ms()
             try:
-                published = scheduler.publish_due(now_ms)
-                deleted = collect_all_garbage(
-                    ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms
-                )
+                done = scheduler.publish_due(now_ms)
             except Exception as e:  # noqa: BLE001 (looping: the next pass tries again)
                 if args.interval_s is None:
                     raise
                 log("pass_failed", error=f"{type(e).__name__}: {e}")
-            else:
-                _report(args, log, published, deleted)
+                done = Pass([], [])
+            for unsent in done.unsent:
+                log(
+                    "job_unsent",
+                    job=unsent.job.id,
+                    inputs=len(unsent.job.inputs),
+                    error=unsent.error,
+                )
+            deleted = _collect(ctx, args, log, now_ms)
+            _report(args, log, done.published, deleted)
             if args.interval_s is None:
                 return 0
             time.sleep(max(0.0, args.interval_s - (time.monotonic() - started)))
     finally:
         queue.close()
+
+
+def _collect(ctx: Context, args: argparse.Namespace, log: EventLog, now_ms: int) -> list[str]:
+    try:
+        return collect_all_garbage(ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms)
+    except Exception as e:  # noqa: BLE001 (garbage waits for the next pass)
+        if args.interval_s is None:
+            raise
+        log("garbage_collection_failed", error=f"{type(e).__name__}: {e}")
+        return []
 
 
 def _report(

@@ -29,7 +29,16 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     metrics = WorkerMetrics()
     queue = JobQueue(args.queue_url)
     try:
-        queue.visibility_timeout_s()  # the queue exists and answers, before anything starts
+        queue_timeout_s = queue.visibility_timeout_s()  # the queue answers, before anything
+        if queue_timeout_s != settings.visibility_timeout_s:
+            log(
+                "visibility_timeout_differs",
+                queue_s=queue_timeout_s,
+                worker_s=settings.visibility_timeout_s,
+                note="a received job stays invisible for the worker's; a job waiting in the "
+                "queue keeps its scheduler lease for the queue's, and is published again "
+                "(a stale duplicate) if it waits longer",
+            )
         compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes)
         if args.metrics_port is not None:
             metrics.serve(args.metrics_port)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from compactor.catalog import CommitConflict
 from compactor.catalog.leases import JobLeases
-from compactor.jobqueue.errors import LostJob, QueueError, ReceiptInvalid
+from compactor.jobqueue.errors import LostJob, QueueError
 from compactor.jobqueue.events import EventLog
 from compactor.jobqueue.heartbeat import Heartbeat
 from compactor.jobqueue.metrics import WorkerMetrics
@@ -208,7 +208,9 @@ class QueueWorker:
     def _delete(self, message: Message) -> None:
         try:
             self.queue.delete(message)
-        except ReceiptInvalid as e:  # another consumer holds it now: it will find it stale
+        except QueueError as e:
+            # Receipt invalid: another consumer holds it now. Any other failure: it
+            # reappears after its timeout. Either way whoever runs it next finds it stale.
             self.log("delete_failed", message_id=message.message_id, error=str(e))
 
     def _release(self, message: Message) -> None:

@@ -34,6 +34,20 @@ class Published:
     lease_expires_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Unsent:
+    """A due job the queue refused (too big for one message, say); its lease is released."""
+
+    job: Job
+    error: str
+
+
+@dataclass
+class Pass:
+    published: list[Published]
+    unsent: list[Unsent]
+
+
 class Scheduler:
     def __init__(
         self,
@@ -60,14 +74,16 @@ class Scheduler:
             )
         return timeout_s * 1000
 
-    def publish_due(self, now_ms: int) -> list[Published]:
+    def publish_due(self, now_ms: int) -> Pass:
         """Plan on the current snapshot (the time rules at ``now_ms``; leases on the wall
-        clock), then lease and publish each due job; returns those published."""
+        clock), then lease and publish each due job. A job the queue refuses is released
+        and reported, and the others go on; the pass fails (QueueError) only if the queue
+        refused every job."""
         ttl_ms = self.lease_ms()
         self.leases.expire()
         snap = self.catalog.snapshot()
         leased = frozenset(snap.leased_inputs(self.catalog.clock()))
-        published: list[Published] = []
+        done = Pass([], [])
         for job in plan(snap, now_ms, self.config, leased).jobs:
             try:
                 lease = self.leases.take(job.id, [i.id for i in job.inputs], ttl_ms)
@@ -75,8 +91,14 @@ class Scheduler:
                 continue  # leased or replaced since the snapshot: the next pass replans
             try:
                 message_id = self.queue.send(job)
-            except BaseException:
+            except BaseException as e:
                 self.leases.release(job.id)  # unpublished: its inputs are plannable again
-                raise
-            published.append(Published(job, message_id, lease.expires_ms))
-        return published
+                if not isinstance(e, QueueError):
+                    raise
+                done.unsent.append(Unsent(job, str(e)))
+                continue
+            done.published.append(Published(job, message_id, lease.expires_ms))
+        if done.unsent and not done.published:
+            first = done.unsent[0]
+            raise QueueError(f"{len(done.unsent)} jobs could not be published: {first.error}")
+        return done

@@ -152,7 +152,7 @@ def test_a_redelivered_message_runs_at_once_under_the_jobs_own_lease(
     catalog = _four_files(s3_store)
     before = read_live(s3_store, catalog)
     queue = JobQueue(job_queues.url)
-    (published,) = Scheduler(catalog, queue, CONFIG, lease_ms=600_000).publish_due(NOW)
+    (published,) = Scheduler(catalog, queue, CONFIG, lease_ms=600_000).publish_due(NOW).published
     first = queue.receive(5, 30)
     assert first is not None
     JobLeases(catalog, "worker@dead-host:1").take(
