@@ -17,6 +17,9 @@
 - ``any_store_url`` (function): CLI arguments naming a fresh store, parametrized over
   ``local`` (``["--store", DIR]``) and ``s3`` (``["--store", "s3://bucket",
   "--endpoint-url", URL]``; subprocesses also find the endpoint in the environment).
+
+Tests that reach ``s3_endpoint`` are marked ``aws`` (see ``pytest_collection_modifyitems``):
+``pytest -m aws`` runs them against an external endpoint (``make test-localstack``).
 """
 
 from __future__ import annotations
@@ -230,6 +233,28 @@ def request_log(s3_endpoint: S3Endpoint) -> RequestLog:
         )
     s3_endpoint.log.reset()
     return s3_endpoint.log
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``aws`` every test that reaches ``s3_endpoint``: through its fixture closure,
+    or as the ``"s3"`` variant of a local/S3 parametrization (``store``, ``any_store_url``
+    and tests' own ``"s3"`` params, which request S3 fixtures with getfixturevalue)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if "s3_endpoint" in getattr(item, "fixturenames", ()) or "s3" in params:
+            item.add_marker(pytest.mark.aws)
+
+
+@pytest.fixture(autouse=True)
+def _aws_marker_is_complete(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that reached ``s3_endpoint`` unmarked: ``-m aws`` would skip it."""
+    yield
+    if "s3_endpoint" in request.fixturenames and request.node.get_closest_marker("aws") is None:
+        pytest.fail(
+            "this test used s3_endpoint but is not marked aws, so make test-localstack "
+            "would not run it: add @pytest.mark.aws"
+        )
 
 
 @pytest.fixture
