@@ -190,7 +190,8 @@ cmd_test() {
     ) || rc=$?
     say "pytest against LocalStack: exit $rc after $((SECONDS - t0)) s (start included)"
     if ((rc == 5)); then
-        say "error: pytest collected no tests marked aws (is the marker hook in tests/conftest.py?)"
+        say "error: pytest selected no tests marked aws" \
+            "(see the hook in tests/conftest.py, and any -k given)"
         rc=1
     fi
     return "$rc"
