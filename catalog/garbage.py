@@ -17,6 +17,8 @@ manifest and its commit) once older than the grace period.
 
 from __future__ import annotations
 
+import re
+
 from compactor.catalog.catalog import Catalog
 from compactor.catalog.changes import expired_garbage, forget_garbage
 from compactor.catalog.log import (
@@ -28,6 +30,10 @@ from compactor.catalog.log import (
     version_of,
 )
 from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_key, manifest_written_ms
+
+_JOB_OUTPUT = re.compile(r"(data/L\d/)?[0-9a-f]{32}-(compacted|plain)\.cf")
+"""A job's output key (``Job.output_key``; a local store's pending upload knows only its
+last part)."""
 
 DEFAULT_GRACE_MS = 10 * 60 * 1000
 DEFAULT_HISTORY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
@@ -70,6 +76,8 @@ def collect_abandoned_uploads(catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS
     leased_jobs = {j for j, lease in catalog.snapshot().leases.items() if lease.active(now_ms)}
     aborted: list[str] = []
     for upload in list(catalog.store.pending_uploads()):
+        if not _JOB_OUTPUT.fullmatch(upload.key):
+            continue  # not a job's output: another writer's upload, not ours to abort
         job_id = upload.key.rpartition("/")[2].partition("-")[0]
         if upload.initiated_ms + grace_ms > now_ms or job_id in leased_jobs:
             continue

@@ -14,19 +14,29 @@ import functools
 from collections.abc import Sequence
 
 from compactor.catalog.catalog import Catalog
-from compactor.catalog.changes import check_unleased, live_run_start
+from compactor.catalog.changes import Leased, check_unleased, live_run_start
 from compactor.catalog.errors import CatalogError, CommitConflict
 from compactor.catalog.log import CommitRecord
 from compactor.catalog.snapshot import Lease, Snapshot
 
 
 def take_lease(
-    s: Snapshot, job_id: str, owner: str, inputs: Sequence[str], now_ms: int, ttl_ms: int
+    s: Snapshot,
+    job_id: str,
+    owner: str,
+    inputs: Sequence[str],
+    now_ms: int,
+    ttl_ms: int,
+    fresh: bool = False,
 ) -> Snapshot:
     """Claim ``inputs`` (live, contiguous, in order) for ``job_id`` until now + ttl. Taking
-    a job's lease again renews it."""
+    a job's lease again renews it, unless ``fresh`` (a scheduler about to publish the job):
+    then an unexpired lease of the same job is a Leased conflict."""
     if ttl_ms <= 0:
         raise CatalogError(f"a lease needs a positive duration, got {ttl_ms} ms")
+    held = s.leases.get(job_id)
+    if fresh and held is not None and held.active(now_ms):
+        raise Leased(f"job {job_id} is already leased until {held.expires_ms}")
     live_run_start(s, inputs)
     check_unleased(s, inputs, job_id, now_ms)
     lease = Lease(job_id, owner, tuple(inputs), now_ms, now_ms + ttl_ms)
@@ -63,7 +73,9 @@ class JobLeases:
     def __init__(self, catalog: Catalog, owner: str) -> None:
         self.catalog, self.owner = catalog, owner
 
-    def take(self, job_id: str, inputs: Sequence[str], ttl_ms: int) -> Lease:
+    def take(
+        self, job_id: str, inputs: Sequence[str], ttl_ms: int, *, fresh: bool = False
+    ) -> Lease:
         now = self.catalog.clock()
         expired = self._expired(now)
         snap = self.catalog.commit(
@@ -74,6 +86,7 @@ class JobLeases:
                 inputs=inputs,
                 now_ms=now,
                 ttl_ms=ttl_ms,
+                fresh=fresh,
             ),
             self._record("taken", job_id, now + ttl_ms, expired),
         )

@@ -107,7 +107,9 @@ class QueueWorker:
         """Runs one message's job; returns its outcome (metrics.OUTCOMES, or "poison")."""
         try:
             job = Job.loads(message.body)
-        except JobDocumentError as e:
+        except Exception as e:  # noqa: BLE001 (whatever the body does, it is poison)
+            if not isinstance(e, JobDocumentError):
+                e = JobDocumentError(f"not a job document: {type(e).__name__}: {e}")
             self.metrics.poison_messages.inc()
             self.log(
                 "poison_message",

@@ -5,6 +5,7 @@ to the full timeout again."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -37,8 +38,11 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
         self.beats = 0
         self.lost: LostJob | None = None
+        self._stale_after_s = timeout_s * 2 / BEATS_PER_TIMEOUT
+        self._last_ok = time.monotonic()
 
     def __enter__(self) -> Heartbeat:
+        self._last_ok = time.monotonic()
         self._thread.start()
         return self
 
@@ -52,6 +56,13 @@ class Heartbeat:
         self._thread.join()
 
     def check(self) -> None:
+        """LostJob after a failed beat, or once no beat has succeeded for 2/3 of the
+        timeout (a beat stuck in a slow call: the message may be visible to others)."""
+        if self.lost is None and time.monotonic() - self._last_ok > self._stale_after_s:
+            self.lost = LostJob(
+                f"job {self._job_id}: no heartbeat succeeded for {self._stale_after_s:.1f} s"
+            )
+            self._on_failure(self.lost)
         if self.lost is not None:
             raise self.lost
 
@@ -62,7 +73,10 @@ class Heartbeat:
                 self._queue.extend(self._message, self._timeout_s)
                 self._leases.renew(self._job_id, self._timeout_s * 1000)
             except Exception as e:  # noqa: BLE001 (any failure means the job is not ours)
+                if self.lost is not None:
+                    return  # check() already declared it lost
                 self.lost = LostJob(f"job {self._job_id}: heartbeat failed: {e}")
                 self._on_failure(self.lost)
                 return
             self.beats += 1
+            self._last_ok = time.monotonic()

@@ -86,7 +86,7 @@ class Scheduler:
         done = Pass([], [])
         for job in plan(snap, now_ms, self.config, leased).jobs:
             try:
-                lease = self.leases.take(job.id, [i.id for i in job.inputs], ttl_ms)
+                lease = self.leases.take(job.id, [i.id for i in job.inputs], ttl_ms, fresh=True)
             except CommitConflict:
                 continue  # leased or replaced since the snapshot: the next pass replans
             try:

@@ -108,8 +108,8 @@ class Job:
         is not one."""
         try:
             data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise JobDocumentError(f"not a job document: invalid JSON ({exc})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise JobDocumentError(f"not a job document: invalid JSON ({exc!r})") from None
         if not isinstance(data, dict):
             raise JobDocumentError(f"not a job document: a JSON {type(data).__name__}")
         return cls.from_json(data)
@@ -140,7 +140,7 @@ class Job:
             )
         except KeyError as exc:
             raise JobDocumentError(f"malformed job document: no field {exc}") from None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise JobDocumentError(f"malformed job document: {exc}") from None
         if "id" in data and data["id"] != job.id:
             raise JobDocumentError(f"job id {data['id']} does not match its inputs ({job.id})")

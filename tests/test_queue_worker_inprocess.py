@@ -13,19 +13,22 @@ import urllib.request
 
 import pytest
 from clirunner import assert_one_line_error, run_cli
-from conftest import JobQueues, S3Url
+from conftest import JobQueues, S3Endpoint, S3Url
 from prometheus_client.parser import text_string_to_metric_families
 from worker_scenarios import add_file, make_topics, read_live
 
-from compactor.catalog import Catalog
+from compactor.catalog import Catalog, CommitConflict
+from compactor.catalog.garbage import collect_abandoned_uploads
 from compactor.catalog.leases import JobLeases
 from compactor.catalog.verify import verify_store
 from compactor.fileformat import Record
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
+from compactor.jobqueue.errors import LostJob
 from compactor.jobqueue.events import EventLog
+from compactor.jobqueue.heartbeat import Heartbeat
 from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.jobqueue.scheduler import Scheduler
-from compactor.jobqueue.sqs import JobQueue
+from compactor.jobqueue.sqs import JobQueue, Message
 from compactor.objectstore.s3 import S3Store
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.config import PlannerConfig
@@ -286,4 +289,72 @@ def test_a_worker_outlives_its_queue_going_away(s3_store: S3Store, job_queues: J
     events = [json.loads(line)["event"] for line in log.getvalue().splitlines()]
     assert "receive_failed" in events
     assert events[-1] == "worker_idle"
+    queue.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * 200_000,
+        '{"schema_version": 1, "inputs": [{"id": "a", "key": "k", "size": 1e400}], '
+        '"output_level": 1, "deduplicate": true}',
+        '{"schema_version": 2}',
+        "[]",
+    ],
+)
+def test_any_body_that_is_not_a_job_document_is_poison(
+    s3_store: S3Store, job_queues: JobQueues, body: str
+) -> None:
+    queue = JobQueue(job_queues.url)
+    job_queues.client().send_message(QueueUrl=job_queues.url, MessageBody=body)
+    worker, log = _worker(s3_store, queue)
+    message = queue.receive(5, 30)
+    assert message is not None
+    assert worker.handle(message) == "poison"
+    assert '"event": "poison_message"' in log.getvalue()
+    queue.close()
+
+
+def test_two_schedulers_never_lease_one_job_twice(s3_store: S3Store) -> None:
+    catalog = _four_files(s3_store)
+    job = _job(catalog)
+    inputs = [i.id for i in job.inputs]
+    JobLeases(catalog, "scheduler-a").take(job.id, inputs, 60_000, fresh=True)
+    with pytest.raises(CommitConflict, match="already leased"):
+        JobLeases(catalog, "scheduler-b").take(job.id, inputs, 60_000, fresh=True)
+    # A worker holding the job's message takes the same job's lease again: allowed.
+    JobLeases(catalog, "worker").take(job.id, inputs, 60_000)
+
+
+def test_garbage_collection_aborts_only_job_outputs(
+    s3_store: S3Store, s3_endpoint: S3Endpoint, s3_url: S3Url
+) -> None:
+    catalog = _four_files(s3_store)
+    s3 = s3_endpoint.client()
+    ours = f"data/L1/{'ab' * 16}-compacted.cf"
+    for key in (ours, "other-app/upload.bin", "data/L1/not-a-job.cf"):
+        s3.create_multipart_upload(Bucket=s3_url.bucket, Key=key)
+    aborted = collect_abandoned_uploads(catalog, grace_ms=0)
+    assert aborted == [ours]
+    left = {u["Key"] for u in s3.list_multipart_uploads(Bucket=s3_url.bucket)["Uploads"]}
+    assert left == {"other-app/upload.bin", "data/L1/not-a-job.cf"}
+    for u in s3.list_multipart_uploads(Bucket=s3_url.bucket)["Uploads"]:
+        s3.abort_multipart_upload(Bucket=s3_url.bucket, Key=u["Key"], UploadId=u["UploadId"])
+
+
+def test_a_heartbeat_that_has_not_succeeded_for_two_thirds_of_the_timeout_is_lost(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """A beat stuck in a slow call never fails, but the job must stop before the message
+    can have become visible to another worker."""
+    catalog = _four_files(s3_store)
+    queue = JobQueue(job_queues.url)
+    message = Message("", "receipt", "id", 1)
+    lost: list[LostJob] = []
+    beat = Heartbeat(queue, message, JobLeases(catalog, "w"), "job", 3, lost.append)
+    beat.check()  # fresh
+    beat._last_ok -= 2.1  # as if no beat had come back for 2.1 s of a 3 s timeout
+    with pytest.raises(LostJob, match="no heartbeat succeeded"):
+        beat.check()
+    assert len(lost) == 1
     queue.close()

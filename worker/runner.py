@@ -219,7 +219,7 @@ def run_job(
     inputs = check_job(snap, job)
     if job.drop:
         guard()
-        return _drop(store, catalog, job, inputs, now_ms, started)
+        return _drop(store, catalog, job, inputs, now_ms, started, guard)
     use_lean_memory_pool()
     threaded = pipelined(inputs) if phase1_thread is None else bool(phase1_thread)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
@@ -241,7 +241,7 @@ def run_job(
         new_files = _finish_outputs(outputs, now_ms)
     produced = [live for live, _ in new_files.values()]
     files = _input_stats(store, job, gets_before, pointers.streams)
-    committed, note = _commit(store, catalog, job, new_files, stats, now_ms)
+    committed, note = _commit(store, catalog, job, new_files, stats, now_ms, guard)
     return JobReport(
         job_id=job.id,
         rule=job.rule,
@@ -265,6 +265,7 @@ def _drop(
     inputs: tuple[LiveFile, ...],
     now_ms: int,
     started: float,
+    guard: Callable[[], None],
 ) -> JobReport:
     """A drop job: its inputs leave the catalog unread (no GET, no output), if every
     record in them is past retention.ms (checked again at the commit)."""
@@ -274,7 +275,7 @@ def _drop(
         tombstones_removed=sum(f.tombstones for f in inputs),
         partitions=sum(f.section_count for f in inputs),
     )
-    committed, note = _commit(store, catalog, job, {}, stats, now_ms)
+    committed, note = _commit(store, catalog, job, {}, stats, now_ms, guard)
     return JobReport(
         job_id=job.id,
         rule=job.rule,
@@ -426,9 +427,12 @@ def _commit(
     new_files: NewFiles,
     stats: CompactionStats,
     now_ms: int,
+    guard: Callable[[], None] = lambda: None,
 ) -> tuple[bool, str]:
-    """Swap inputs for outputs. If another worker won (the inputs are gone), our outputs
-    are removed unless they are the very objects that worker committed (same job)."""
+    """Swap inputs for outputs (``guard`` is called again inside the change: a worker that
+    lost the job meanwhile commits nothing). If another worker won (the inputs are gone),
+    our outputs are removed unless they are the very objects that worker committed (same
+    job)."""
     input_ids = [i.id for i in job.inputs]
     produced = [f for f, _ in new_files.values()]
     record = CommitRecord(
@@ -443,6 +447,7 @@ def _commit(
     wall_ms = catalog.clock()
 
     def change(s: Snapshot) -> Snapshot:
+        guard()
         if job.drop and (why := why_not_droppable(s, now_ms, input_ids)) is not None:
             raise CommitConflict(f"job {job.id} drops files no longer past retention: {why}")
         return replace_files(
