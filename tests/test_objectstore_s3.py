@@ -144,7 +144,7 @@ def test_stream_fails_if_object_changed_before_resume(
             while chunk := s.read(100_000):
                 out += chunk
         assert s.resumes == 1
-    assert proxy.cuts == 1
+    assert proxy.cuts <= 1  # LocalStack may end the old body itself when it is replaced
     assert 1000 <= len(out) < len(old)
     assert bytes(out) == old[: len(out)]  # never a byte of the new version
 
@@ -161,7 +161,10 @@ def test_stream_fails_if_object_deleted_before_resume(
         with pytest.raises(ObjectNotFound, match="deleted while streaming"):
             while s.read(100_000):
                 pass
-    assert proxy.cuts == 1
+        assert s.resumes == 1
+    # moto keeps serving the deleted body, so the proxy's cut ends it; LocalStack may end the
+    # body early itself when the object goes. Either way the one resume finds it gone.
+    assert proxy.cuts <= 1
 
 
 # -- multipart ---------------------------------------------------------------------------
