@@ -122,6 +122,35 @@ class Catalog:
             ) from None
         return entry_from_bytes(body, key)
 
+    def snapshot_at(self, version: int) -> Snapshot:
+        """The state right after commit ``version`` (0: before the first), replayed from the
+        newest checkpoint at or before it, or from the start of the log. CatalogError if
+        what that needs has been collected (checkpoints superseded for longer than the
+        grace period, log entries past the history retention)."""
+        newest = self.snapshot()
+        if not 0 <= version <= newest.version:
+            raise CatalogError(
+                f"no version {version} in the catalog of {self.store.url} "
+                f"(its versions run to {newest.version})"
+            )
+        if version == newest.version:
+            return newest
+        older = [
+            v
+            for v in (version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX))
+            if v is not None and v <= version
+        ]
+        state = self._read_checkpoint(max(older)) if older else Snapshot()
+        for v in range(state.version + 1, version + 1):
+            entry = self._read_entry(v)
+            if entry is None:
+                raise CatalogError(
+                    f"the catalog of {self.store.url} can no longer rebuild version {version}: "
+                    f"log entry {v} was collected (older than the history retention)"
+                )
+            state = apply(state, entry.delta, v)
+        return state
+
     def history(self, limit: int | None = None) -> list[LogEntry]:
         """The commits still in the log, newest first (at most ``limit``)."""
         versions = sorted(

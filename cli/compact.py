@@ -14,7 +14,7 @@ from compactor.worker.kernel import ENTRY_BYTES
 from compactor.worker.stats import JobProgress, JobReport
 
 
-def _summary(r: JobReport) -> str:
+def job_summary(r: JobReport) -> str:
     s = r.stats
     gets = ",".join(str(f.gets) for f in r.inputs)
     state = "committed" if r.committed else r.note
@@ -58,7 +58,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     def on_report(r: JobReport) -> None:
         progress.done()
         if not args.json:
-            print(_summary(r))
+            print(job_summary(r))
 
     try:
         reports = compactor.run_planned(

@@ -56,6 +56,8 @@ _HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)
 class KeyIndex(Protocol):
     """The key buffer as phase 1 and phase 2 use it (worker.kernel.KeyBuffer)."""
 
+    capacity_bytes: int
+
     def reset(self, strategy: str, base_offset: int) -> None: ...
 
     def insert(

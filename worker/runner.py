@@ -79,9 +79,11 @@ class StaleJob(CommitConflict):
 class _GroupOutput:
     """One output file, opened at its first record."""
 
-    def __init__(self, store: ObjectStore, job: Job, group: str, compression: str | None):
+    def __init__(
+        self, store: ObjectStore, job: Job, group: str, compression: str | None, key: str
+    ) -> None:
         self.store, self.job, self.group, self.compression = store, job, group, compression
-        self.key = job.output_key(group)
+        self.key = key
         self.upload: MultipartWriter | None = None
         self.writer: FileWriter | None = None
 
@@ -217,9 +219,97 @@ def run_job(
     started = time.monotonic()
     snap = catalog.snapshot()
     inputs = check_job(snap, job)
+    run = RunSettings(snap.version, now_ms, buffer.capacity_bytes, compression)
     if job.drop:
         guard()
-        return _drop(store, catalog, job, inputs, now_ms, started, guard)
+        return _drop(store, catalog, job, inputs, run, started, guard)
+    written = write_outputs(
+        store,
+        snap,
+        job,
+        buffer,
+        now_ms=now_ms,
+        compression=compression,
+        phase1_thread=phase1_thread,
+        on_progress=on_progress,
+        progress_interval_s=progress_interval_s,
+        read_throttle=read_throttle,
+        guard=guard,
+    )
+    committed, note = _commit(store, catalog, job, written.new_files, written.stats, run, guard)
+    produced = written.produced
+    return JobReport(
+        job_id=job.id,
+        rule=job.rule,
+        output_level=job.output_level,
+        outputs=[f.key for f in produced],
+        bytes_in=job.input_bytes,
+        bytes_out=sum(f.size for f in produced),
+        duration_s=time.monotonic() - started,
+        stats=written.stats,
+        inputs=written.inputs,
+        committed=committed,
+        note=note,
+        phase1_thread=written.phase1_thread,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What, besides the job document and its inputs, decides a job's output bytes;
+    recorded in the commit (``run``) so ``compactor replay --verify`` can run it again
+    exactly: the catalog version the job read, the time rules' clock, the key buffer's
+    size (it sets the windows, hence the batch frames) and the compression."""
+
+    snapshot_version: int
+    now_ms: int
+    key_buffer_bytes: int
+    compression: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "snapshot_version": self.snapshot_version,
+            "now_ms": self.now_ms,
+            "key_buffer_bytes": self.key_buffer_bytes,
+            "compression": self.compression,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenOutputs:
+    """A job's outputs, complete in the store and not yet in the catalog."""
+
+    new_files: NewFiles
+    stats: CompactionStats
+    inputs: list[FileStats]
+    """Per input: its GETs during the job and its streams' resumes."""
+    phase1_thread: bool
+
+    @property
+    def produced(self) -> list[LiveFile]:
+        return [live for live, _ in self.new_files.values()]
+
+
+def write_outputs(
+    store: ObjectStore,
+    snap: Snapshot,
+    job: Job,
+    buffer: KeyIndex,
+    *,
+    now_ms: int,
+    compression: str | None = "zstd",
+    phase1_thread: bool | None = None,
+    on_progress: Callable[[JobProgress], None] | None = None,
+    progress_interval_s: float = 0.5,
+    read_throttle: ReadThrottle | None = None,
+    guard: Callable[[], None] = lambda: None,
+    output_key: Callable[[str], str] | None = None,
+) -> WrittenOutputs:
+    """Everything of ``run_job`` but the commit: reads the job's inputs as ``snap`` holds
+    them (two GET streams each) and completes its output files, at ``output_key(group)``
+    (default ``job.output_key``; ``replay --verify`` writes to a scratch prefix). On any
+    failure the uploads are aborted and nothing is left behind."""
+    inputs = check_job(snap, job)
     use_lean_memory_pool()
     threaded = pipelined(inputs) if phase1_thread is None else bool(phase1_thread)
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
@@ -228,7 +318,8 @@ def run_job(
     progress = ProgressReporter(
         job.id, job.rule, total, stats, on_progress, progress_interval_s, guard
     )
-    outputs = {g: _GroupOutput(store, job, g, compression) for g in OUTPUT_GROUPS}
+    key_of = output_key or job.output_key
+    outputs = {g: _GroupOutput(store, job, g, compression, key_of(g)) for g in OUTPUT_GROUPS}
     with _aborted_on_failure(outputs):
         with ExitStack() as stack:
             pointers = _open_pointers(stack, store, job, read_throttle)
@@ -239,23 +330,8 @@ def run_job(
                 _run_partitions(job, phase1, pointers.phase2, outputs, stats, progress)
         guard()  # the last moment an upload can still be aborted
         new_files = _finish_outputs(outputs, now_ms)
-    produced = [live for live, _ in new_files.values()]
     files = _input_stats(store, job, gets_before, pointers.streams)
-    committed, note = _commit(store, catalog, job, new_files, stats, now_ms, guard)
-    return JobReport(
-        job_id=job.id,
-        rule=job.rule,
-        output_level=job.output_level,
-        outputs=[f.key for f in produced],
-        bytes_in=job.input_bytes,
-        bytes_out=sum(f.size for f in produced),
-        duration_s=time.monotonic() - started,
-        stats=stats,
-        inputs=files,
-        committed=committed,
-        note=note,
-        phase1_thread=threaded,
-    )
+    return WrittenOutputs(new_files, stats, files, threaded)
 
 
 def _drop(
@@ -263,7 +339,7 @@ def _drop(
     catalog: Catalog,
     job: Job,
     inputs: tuple[LiveFile, ...],
-    now_ms: int,
+    run: RunSettings,
     started: float,
     guard: Callable[[], None],
 ) -> JobReport:
@@ -275,7 +351,7 @@ def _drop(
         tombstones_removed=sum(f.tombstones for f in inputs),
         partitions=sum(f.section_count for f in inputs),
     )
-    committed, note = _commit(store, catalog, job, {}, stats, now_ms, guard)
+    committed, note = _commit(store, catalog, job, {}, stats, run, guard)
     return JobReport(
         job_id=job.id,
         rule=job.rule,
@@ -426,7 +502,7 @@ def _commit(
     job: Job,
     new_files: NewFiles,
     stats: CompactionStats,
-    now_ms: int,
+    run: RunSettings,
     guard: Callable[[], None] = lambda: None,
 ) -> tuple[bool, str]:
     """Swap inputs for outputs (``guard`` is called again inside the change: a worker that
@@ -442,8 +518,10 @@ def _commit(
             "inputs": input_ids,
             "outputs": [f.key for f in produced],
             "report": stats.to_json(),
+            "run": run.to_json(),
         },
     )
+    now_ms = run.now_ms
     wall_ms = catalog.clock()
 
     def change(s: Snapshot) -> Snapshot:
