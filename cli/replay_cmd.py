@@ -126,7 +126,7 @@ def _print_outcome(
     elif report is not None and report.committed:
         print(job_summary(report))
     else:
-        print(f"stale: job {job.id} is a no-op: {note}")
+        print(f"stale: job {job.id} is a no-op: {note.removeprefix(f'job {job.id}: ')}")
 
 
 def _verify(ctx: Context, args: argparse.Namespace) -> int:

@@ -86,7 +86,7 @@ def _status(snap: Snapshot, job: Job, now_ms: int) -> tuple[str, str]:
     try:
         check_job(snap, job)
     except CommitConflict as stale:
-        return STALE, str(stale)
+        return STALE, str(stale).removeprefix(f"job {job.id}: ")
     try:
         check_unleased(snap, [i.id for i in job.inputs], job.id, now_ms)
     except CommitConflict as leased:

@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("catalog", "cli", "fileformat", "ingest", "objectstore", "planner", "worker")
+LAYERS = (
+    "catalog",
+    "cli",
+    "fileformat",
+    "ingest",
+    "jobqueue",
+    "objectstore",
+    "planner",
+    "replay",
+    "worker",
+)
 
 
 @pytest.fixture(scope="module")
