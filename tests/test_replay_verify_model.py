@@ -8,20 +8,11 @@ from __future__ import annotations
 import tempfile
 
 from hypothesis import HealthCheck, given, settings
-from test_worker_model import (
-    NOW,
-    Scenario,
-    _buffer,
-    _chunks,
-    plain_settings,
-    scenarios,
-    settings_of,
-)
-from worker_scenarios import add_file, make_topics
+from test_worker_model import NOW, Scenario, _buffer, scenarios, set_up
+from worker_scenarios import add_file
 
 from compactor.catalog import Catalog
 from compactor.objectstore import LocalStore
-from compactor.planner.job import Job, JobInput
 from compactor.replay.verify import SCRATCH_PREFIX, verify_commit
 from compactor.worker.runner import run_job
 
@@ -32,25 +23,7 @@ def test_a_verified_re_run_writes_the_committed_bytes(sc: Scenario) -> None:
     with tempfile.TemporaryDirectory() as root:
         store = LocalStore(root)
         catalog = Catalog(store)
-        make_topics(
-            catalog,
-            {
-                "t": (len(sc.partitions), settings_of(sc.rules)),
-                "d": (1, plain_settings(sc.plain_rules)),
-            },
-        )
-        chunked = {("t", p): _chunks(recs, sc.files) for p, recs in enumerate(sc.partitions)}
-        chunked[("d", 0)] = _chunks(sc.plain, sc.files)
-        files = [
-            add_file(store, catalog, f"f{i}", {tp: chunks[i] for tp, chunks in chunked.items()})
-            for i in range(sc.files)
-        ]
-        inputs = files[sc.first : sc.last]
-        job = Job(
-            inputs=tuple(JobInput(f.id, f.key, f.size) for f in inputs),
-            output_level=2 if sc.deduplicate else 1,
-            deduplicate=sc.deduplicate,
-        )
+        chunked, _, job = set_up(store, catalog, sc)
         buffer = _buffer(sc.buffer_entries)
         report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1_thread=sc.phase1_thread)
         assert report.committed

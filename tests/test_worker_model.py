@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -141,32 +142,41 @@ def _chunks(records: list[Record], n: int) -> list[list[Record]]:
     return [records[i * size : (i + 1) * size] for i in range(n)]
 
 
+Chunked = dict[tuple[str, int], list[list[Record]]]
+
+
+def set_up(store: LocalStore, catalog: Catalog, sc: Scenario) -> tuple[Chunked, list[Any], Job]:
+    """The scenario's topics and files in the store; each partition's records per file,
+    the files, and the job over files ``first`` to ``last``."""
+    make_topics(
+        catalog,
+        {
+            "t": (len(sc.partitions), settings_of(sc.rules)),
+            "d": (1, plain_settings(sc.plain_rules)),
+        },
+    )
+    chunked = {("t", p): _chunks(recs, sc.files) for p, recs in enumerate(sc.partitions)}
+    chunked[("d", 0)] = _chunks(sc.plain, sc.files)
+    files = [
+        add_file(store, catalog, f"f{i}", {tp: chunks[i] for tp, chunks in chunked.items()})
+        for i in range(sc.files)
+    ]
+    job = Job(
+        inputs=tuple(JobInput(f.id, f.key, f.size) for f in files[sc.first : sc.last]),
+        output_level=2 if sc.deduplicate else 1,
+        deduplicate=sc.deduplicate,
+    )
+    return chunked, files, job
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_worker_matches_kafka_model(sc: Scenario) -> None:
     with tempfile.TemporaryDirectory() as root:
         store = LocalStore(root)
         catalog = Catalog(store)
-        make_topics(
-            catalog,
-            {
-                "t": (len(sc.partitions), settings_of(sc.rules)),
-                "d": (1, plain_settings(sc.plain_rules)),
-            },
-        )
-        chunked = {("t", p): _chunks(recs, sc.files) for p, recs in enumerate(sc.partitions)}
-        chunked[("d", 0)] = _chunks(sc.plain, sc.files)
-        files = [
-            add_file(store, catalog, f"f{i}", {tp: chunks[i] for tp, chunks in chunked.items()})
-            for i in range(sc.files)
-        ]
+        chunked, files, job = set_up(store, catalog, sc)
         before = read_live(store, catalog)
-        inputs = files[sc.first : sc.last]
-        job = Job(
-            inputs=tuple(JobInput(f.id, f.key, f.size) for f in inputs),
-            output_level=2 if sc.deduplicate else 1,
-            deduplicate=sc.deduplicate,
-        )
         buffer = _buffer(sc.buffer_entries)
         report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1_thread=sc.phase1_thread)
         assert report.committed
