@@ -5,15 +5,19 @@ Reads the footer (one or two ranged GETs; its CRC is checked) and prints the fil
 totals. ``--sections`` adds each section's byte range, offsets, counts, bytes, timestamps
 and delete horizon, and its offset bitmap's cardinality (one or two ranged GETs of the
 section's trailer each; a cardinality that is not the section's record count is a
-FormatError). ``--check`` then streams the whole file once and checks everything the
+FormatError). ``--check`` first streams the whole file once and checks everything the
 format defines (every frame's CRC, every batch decoded, trailers and footer against the
-records): any problem exits 6 with ``compactor: KEY: byte N: reason``.
+records) before the trailers are read again, so the byte it names is the first bad one
+after the footer and tail (which are read first): any problem exits 6 with
+``compactor: KEY: byte N: reason``. A corrupt footer or tail exits 6 without it.
 
-``--json`` prints one object: ``key``, ``size``, ``format_version``, ``section_count``,
-``topics``, ``partitions``, ``records``, ``tombstones``, ``uncompressed_bytes``,
-``min_timestamp``, ``max_timestamp`` (null without sections), ``footer_crc`` ("ok"),
+``--json`` prints one object: ``key``, ``size``, ``format_version``, ``section_count``, ``topics``,
+``partitions``, ``records``, ``tombstones``, ``uncompressed_bytes``, ``min_timestamp``,
+``max_timestamp`` (null without sections), ``footer_position`` and ``footer_length`` (the
+``FOOT`` frame's byte range; the 20-byte tail follows it), ``footer_crc`` ("ok"),
 ``checked`` (whether ``--check`` ran and passed) and, with ``--sections``, ``sections``:
-``SectionMeta.to_json()`` plus ``bitmap_cardinality``.
+``SectionMeta.to_json()`` (``min_delete_horizon`` null when no tombstone has one) plus
+``bitmap_cardinality``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from compactor.fileformat import (
     read_section_offsets,
     verify_stream,
 )
-from compactor.objectstore import ObjectStore
+from compactor.fileformat.framing import FILE_HEADER, FILE_TAIL
+from compactor.fileformat.ranged import ReadRange
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -40,10 +45,12 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     size = store.head(key).size
     read_range = functools.partial(store.get_range, key)
     meta = read_footer(read_range, size, object_name=key)
-    cardinalities = [_cardinality(store, key, s) for s in meta.sections] if args.sections else []
-    if args.check:
+    if args.check:  # before the trailer reads, so an error names the first bad byte
         with store.open_stream(key) as stream:
             verify_stream(stream, object_name=key, size=size)
+    cardinalities = (
+        [_cardinality(read_range, key, s) for s in meta.sections] if args.sections else []
+    )
     summary = _summary(key, meta, checked=args.check)
     if args.json:
         if args.sections:
@@ -57,11 +64,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _cardinality(store: ObjectStore, key: str, section: SectionMeta) -> int:
-    offsets = read_section_offsets(
-        functools.partial(store.get_range, key), section, object_name=key
-    )
-    n = len(offsets)
+def _cardinality(read_range: ReadRange, key: str, section: SectionMeta) -> int:
+    """How many offsets the section's trailer bitmap holds. A fetch by offset trusts that
+    bitmap, so one that disagrees with the footer's record count is a corrupt file."""
+    n = len(read_section_offsets(read_range, section, object_name=key))
     if n != section.record_count:
         raise FormatError(
             key,
@@ -72,8 +78,18 @@ def _cardinality(store: ObjectStore, key: str, section: SectionMeta) -> int:
     return n
 
 
+def _footer_position(meta: FileMeta) -> int:
+    """Where the ``FOOT`` frame starts: ``read_footer`` has checked that the sections tile
+    the file from the file header up to it (FORMAT.md §7), so the last one ends there."""
+    if not meta.sections:
+        return FILE_HEADER.size
+    last = meta.sections[-1]
+    return last.position + last.length
+
+
 def _summary(key: str, meta: FileMeta, *, checked: bool) -> dict[str, Any]:
     sections = meta.sections
+    footer_at = _footer_position(meta)
     return {
         "key": key,
         "size": meta.size,
@@ -86,6 +102,8 @@ def _summary(key: str, meta: FileMeta, *, checked: bool) -> dict[str, Any]:
         "uncompressed_bytes": sum(s.uncompressed_bytes for s in sections),
         "min_timestamp": min((s.min_timestamp for s in sections), default=None),
         "max_timestamp": max((s.max_timestamp for s in sections), default=None),
+        "footer_position": footer_at,
+        "footer_length": meta.size - FILE_TAIL.size - footer_at,
         "footer_crc": "ok",
         "checked": checked,
     }
@@ -101,6 +119,10 @@ def _print_text(
     )
     print(
         f"{summary['key']}: {summary['size']:,} bytes, format version {summary['format_version']}"
+    )
+    print(
+        f"  footer at byte {summary['footer_position']:,} (+{summary['footer_length']:,}), "
+        f"then the {FILE_TAIL.size}-byte tail"
     )
     print(
         f"  {summary['section_count']:,} sections ({summary['topics']} topics, "

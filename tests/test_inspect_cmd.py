@@ -4,11 +4,15 @@ naming the byte of a corrupt or truncated file (local store and moto's S3)."""
 from __future__ import annotations
 
 import json
+import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
 from clirunner import assert_one_line_error, run_cli
+from pyroaring import BitMap
 
+from compactor.fileformat import OffsetSet
 from compactor.objectstore import open_store
 
 
@@ -50,6 +54,7 @@ def test_inspect_prints_the_footer_and_every_section(
     assert doc["key"] == key and doc["format_version"] == 2
     assert doc["size"] == _store(args).head(key).size
     assert doc["records"] == records and doc["section_count"] == 3 and doc["partitions"] == 3
+    assert doc["section_count"] == 3 and doc["topics"] == 1
     assert doc["tombstones"] >= 1  # the tombstone of "gone", kept by a first compaction
     assert doc["footer_crc"] == "ok" and doc["checked"] is False
     sections = doc["sections"]
@@ -63,8 +68,44 @@ def test_inspect_prints_the_footer_and_every_section(
     text = run_cli(*args, "inspect", key, "--sections")
     assert text.code == 0 and f"{records:,} records" in text.out
     assert len([line for line in text.out.splitlines() if line.strip().startswith("t ")]) == 3
+    assert "footer CRC ok" in text.out and "every frame's CRC" not in text.out
     checked = run_cli(*args, "inspect", key, "--check", "--json")
     assert checked.code == 0 and json.loads(checked.out)["checked"] is True
+    checked_text = run_cli(*args, "inspect", key, "--check", "--sections")
+    assert checked_text.code == 0 and "checked: every frame's CRC" in checked_text.out
+
+
+def test_the_footer_range_is_where_the_bytes_say(compacted: tuple[list[str], str, int]) -> None:
+    args, key, _ = compacted
+    doc = json.loads(run_cli(*args, "inspect", key, "--json").out)
+    data, _ = _store(args).get(key)
+    at, length = doc["footer_position"], doc["footer_length"]
+    assert data[at : at + 4] == b"FOOT"  # the frame's tag (FORMAT.md §5, §7)
+    assert at + length + 20 == len(data)  # then the 20-byte tail (§8)
+    assert struct.unpack_from("<I", data, len(data) - 20)[0] == length  # the tail says so
+    assert f"footer at byte {at:,} (+{length:,})" in run_cli(*args, "inspect", key).out
+
+
+def test_an_ingested_file_counts_what_was_ingested(
+    any_store_url: list[str], tmp_path: Path
+) -> None:
+    args = any_store_url
+    create = ("topic", "create", "u", "--partitions", "2", "--config", "cleanup.policy=compact")
+    assert run_cli(*args, *create).code == 0
+    lines = [
+        {"topic": "u", "partition": i % 2, "key": f"k{i}", "value": None if i % 10 == 0 else "x"}
+        for i in range(57)
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    r = run_cli(*args, "ingest", str(path))
+    assert r.code == 0, r.err
+    (key,) = json.loads(r.out)["files"]
+    doc = json.loads(run_cli(*args, "inspect", key, "--sections", "--check", "--json").out)
+    assert doc["records"] == 57 and doc["tombstones"] == 6 and doc["checked"] is True
+    assert [(s["partition"], s["record_count"]) for s in doc["sections"]] == [(0, 29), (1, 28)]
+    assert [s["bitmap_cardinality"] for s in doc["sections"]] == [29, 28]
+    assert [s["min_delete_horizon"] for s in doc["sections"]] == [None, None]  # not compacted
 
 
 def _rewrite(args: list[str], key: str, change: Any) -> bytes:
@@ -91,6 +132,49 @@ def test_check_names_the_byte_of_a_corrupt_batch(compacted: tuple[list[str], str
     assert r.code == 6
     byte = int(r.err.split(": byte ")[1].split(":")[0])
     assert second["position"] <= byte <= at  # the frame holding the flipped byte
+
+
+def test_check_names_the_first_bad_byte_even_with_sections(
+    compacted: tuple[list[str], str, int],
+) -> None:
+    """A bad batch in the first section and a bad trailer in the last: the batch is named,
+    though ``--sections`` reads the trailers (the whole-file check runs first)."""
+    args, key, _ = compacted
+    first, *_, last = json.loads(run_cli(*args, "inspect", key, "--sections", "--json").out)[
+        "sections"
+    ]
+    batch_at = first["position"] + first["length"] // 2
+    trailer_at = last["position"] + last["length"] - 8 - 5  # before the 8-byte section end
+
+    def flip_both(data: bytearray) -> bytes:
+        data[batch_at] ^= 0xFF
+        data[trailer_at] ^= 0xFF
+        return bytes(data)
+
+    _rewrite(args, key, flip_both)
+    r = run_cli(*args, "inspect", key, "--sections", "--check")
+    assert_one_line_error(r, key, "checksum mismatch")
+    assert r.code == 6
+    byte = int(r.err.split(": byte ")[1].split(":")[0])
+    assert first["position"] <= byte <= batch_at
+    r = run_cli(*args, "inspect", key, "--sections")  # no --check: the trailer's CRC fails
+    assert_one_line_error(r, key)
+    assert r.code == 6
+    assert last["position"] <= int(r.err.split(": byte ")[1].split(":")[0]) <= trailer_at
+
+
+def test_a_bitmap_that_disagrees_with_the_footer_is_a_format_error(
+    compacted: tuple[list[str], str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A valid file cannot hold such a bitmap (its trailer's stats are checked against the
+    footer), so the ranged read is replaced by one returning a bitmap with one offset."""
+    args, key, _ = compacted
+    one = OffsetSet(0, BitMap([0]))
+    monkeypatch.setattr("compactor.cli.inspect_cmd.read_section_offsets", lambda *a, **k: one)
+    r = run_cli(*args, "inspect", key, "--sections")
+    assert_one_line_error(r, key, "byte 16: ", "offset bitmap holds 1 offsets")
+    assert r.code == 6
+    assert run_cli(*args, "inspect", key).code == 0  # the bitmaps are read for --sections
 
 
 def test_a_truncated_file_or_a_corrupt_footer_fails_without_check(
