@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Sequence
 
 from compactor.catalog.catalog import Catalog
@@ -133,3 +134,18 @@ class JobLeases:
         if expired:
             details["expired"] = expired
         return CommitRecord("lease", details)
+
+
+class LeaseKeeper:
+    """A running job's guard (``worker.runner.run_job``): renews the job's lease once a
+    third of its duration has passed since the last renewal. A renewal that fails
+    (CommitConflict: the lease was lost) stops the job."""
+
+    def __init__(self, leases: JobLeases, job_id: str, ttl_ms: int) -> None:
+        self.leases, self.job_id, self.ttl_ms = leases, job_id, ttl_ms
+        self._renewed = time.monotonic()
+
+    def __call__(self) -> None:
+        if (time.monotonic() - self._renewed) * 1000 >= self.ttl_ms / 3:
+            self.leases.renew(self.job_id, self.ttl_ms)
+            self._renewed = time.monotonic()

@@ -28,6 +28,7 @@ from compactor.cli import (
     replay_cmd,
     schedule_cmd,
     simulate,
+    spark_cmd,
     stats,
     topic,
     verify_cmd,
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         inspect_cmd,
         schedule_cmd,
         worker_cmd,
+        spark_cmd,
         simulate,
         demo,
     ):

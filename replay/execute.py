@@ -10,12 +10,11 @@ gives its lease back at once.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 
 from compactor.catalog import CommitConflict
 from compactor.catalog.changes import Leased
-from compactor.catalog.leases import JobLeases
+from compactor.catalog.leases import JobLeases, LeaseKeeper
 from compactor.jobqueue.scheduler import process_owner
 from compactor.planner.job import Job
 from compactor.worker.compactor import Compactor
@@ -23,19 +22,6 @@ from compactor.worker.runner import StaleJob
 from compactor.worker.stats import JobProgress, JobReport
 
 DEFAULT_LEASE_MS = 10 * 60 * 1000
-
-
-class _LeaseKeeper:
-    """The job's guard: renews its lease once a third of the duration has passed."""
-
-    def __init__(self, leases: JobLeases, job_id: str, ttl_ms: int) -> None:
-        self.leases, self.job_id, self.ttl_ms = leases, job_id, ttl_ms
-        self._renewed = time.monotonic()
-
-    def __call__(self) -> None:
-        if (time.monotonic() - self._renewed) * 1000 >= self.ttl_ms / 3:
-            self.leases.renew(self.job_id, self.ttl_ms)  # CommitConflict: the job stops
-            self._renewed = time.monotonic()
 
 
 def execute_job(
@@ -57,7 +43,7 @@ def execute_job(
         raise StaleJob(f"job {job.id}: {stale}") from None
     try:
         report = compactor.run(
-            job, now_ms, on_progress, guard=_LeaseKeeper(leases, job.id, lease_ms)
+            job, now_ms, on_progress, guard=LeaseKeeper(leases, job.id, lease_ms)
         )
     except BaseException:
         _give_back(leases, job.id)

@@ -1,0 +1,129 @@
+"""compactor spark compact [--master URL] [--until-idle | --full] [--max-concurrent-jobs N]
+[--key-buffer-bytes B] [--json]
+
+pyspark is imported only when this command runs (``spark.driver``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from compactor.catalog.garbage import DEFAULT_GRACE_MS, collect_all_garbage
+from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.planner_options import add_planner_options, planner_config
+from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
+from compactor.worker.kernel import ENTRY_BYTES
+
+FAULT_ENV = "COMPACTOR_SPARK_INJECT_FAULT"
+
+
+def compact(ctx: Context, args: argparse.Namespace) -> int:
+    if args.key_buffer_bytes < ENTRY_BYTES:
+        raise UsageError(
+            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
+            f"got {args.key_buffer_bytes}"
+        )
+    from compactor.spark.driver import (  # pyspark only now
+        SparkCompaction,
+        compact_on_spark,
+        spark_session,
+    )
+    from compactor.spark.task import FAULTS, TaskSettings
+
+    fault = os.environ.get(FAULT_ENV) or None
+    if fault is not None and fault not in FAULTS:
+        raise UsageError(f"{FAULT_ENV} must be one of {', '.join(FAULTS)}, got {fault!r}")
+    settings = TaskSettings(
+        store_url=ctx.store.url,  # absolute: executors may run elsewhere
+        endpoint_url=getattr(ctx.store, "endpoint_url", None),  # as the driver resolved it
+        key_buffer_bytes=args.key_buffer_bytes,
+        now_ms=ctx.now_ms,
+        lease_ms=args.lease_ms,
+        inject_fault=fault,
+    )
+    run = SparkCompaction(
+        settings,
+        planner_config(args),
+        until_idle=args.until_idle,
+        full=args.full,
+        max_concurrent_jobs=args.max_concurrent_jobs,
+    )
+    conf = dict(_spark_setting(item) for item in args.conf)
+    spark = spark_session(args.master, conf)
+    try:
+        reports = compact_on_spark(spark, run, ctx.catalog)
+    finally:
+        spark.stop()
+    deleted = collect_all_garbage(ctx.catalog, ctx.now_ms, args.grace_ms)
+    if args.json:
+        print(json.dumps({"jobs": reports, "deleted": deleted}))
+    elif not reports:
+        print("nothing to compact")
+    else:
+        for r in reports:
+            print(_summary(r))
+    return 0
+
+
+def _spark_setting(item: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name.startswith("spark."):
+        raise UsageError(f"--conf takes spark.NAME=VALUE, got {item!r}")
+    return name, value
+
+
+def _summary(r: dict[str, Any]) -> str:
+    state = "committed" if r.get("committed") else f"not committed: {r.get('note', '')}"
+    if "inputs" not in r:
+        return f"{r.get('rule')} {r.get('job_id')}: {state}"
+    gets = ",".join(str(i["gets"]) for i in r["inputs"])
+    return (
+        f"{r['rule']}: {len(r['inputs'])} files -> L{r['output_level']} "
+        f"{len(r['outputs'])} files; records {r['records_in']:,} -> {r['records_out']:,}; "
+        f"bytes {r['bytes_in']:,} -> {r['bytes_out']:,}; GETs per input [{gets}]; "
+        f"executor pid {r['executor']['pid']}; {state}"
+    )
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("spark", help="compaction on a Spark cluster", parents=[common])
+    actions = p.add_subparsers(dest="spark_command", required=True, metavar="compact")
+    c = actions.add_parser(
+        "compact", help="plan, lease, and run one Spark task per job", parents=[common]
+    )
+    c.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL (default: spark-submit's, else local[*])",
+    )
+    c.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="spark.NAME=VALUE",
+        help="a Spark setting, as spark-submit --conf takes it (repeatable)",
+    )
+    mode = c.add_mutually_exclusive_group()
+    mode.add_argument("--until-idle", action="store_true", help="plan again after each wave")
+    mode.add_argument("--full", action="store_true", help="the full compaction, now")
+    c.add_argument(
+        "--max-concurrent-jobs",
+        type=positive_int,
+        default=None,
+        help="at most N jobs' tasks at a time (default: the whole wave)",
+    )
+    c.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
+    c.add_argument(
+        "--lease-ms",
+        type=positive_int,
+        default=30 * 60 * 1000,
+        help="each job's lease, taken by the driver, renewed by its task at a third",
+    )
+    c.add_argument("--grace-ms", type=int, default=DEFAULT_GRACE_MS)
+    add_planner_options(c)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(run=compact)

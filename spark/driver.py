@@ -1,0 +1,133 @@
+"""The driver of ``compactor spark compact``: plan, lease, fan out one task per job,
+collect the reports; with ``until_idle``, plan again after each wave.
+
+Steps of a wave: plan on the newest snapshot (inputs another job has leased are left
+out); take each job's lease (``fresh``: a job someone else is running is skipped); hand
+the leased jobs to Spark, one task per job, at most ``max_concurrent_jobs`` at a time;
+collect each task's report. Each job commits on its own in its task, so a cluster that
+dies halfway keeps every job it finished, and the leases of the others expire.
+
+Invariants: the driver never hands the same inputs out twice (a job is published to
+tasks only once its lease is committed, and a lease refuses inputs another job holds);
+no client crosses the wire (tasks get ``spark.task.TaskSettings``, plain values).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.catalog import Catalog, CommitConflict
+from compactor.catalog.leases import JobLeases
+from compactor.jobqueue.scheduler import process_owner
+from compactor.planner.config import PlannerConfig
+from compactor.planner.job import Job
+from compactor.planner.plan import full_plan, plan
+from compactor.spark.task import TaskSettings, run_task
+from compactor.worker.errors import WorkerError
+
+DEFAULT_LEASE_MS = 30 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SparkCompaction:
+    settings: TaskSettings
+    config: PlannerConfig | None = None
+    until_idle: bool = False
+    full: bool = False
+    max_concurrent_jobs: int | None = None
+
+
+def use_this_python() -> None:
+    """Executors run the driver's Python (this virtualenv, activated or not) unless the
+    user chose another (PYSPARK_PYTHON, spark.pyspark.python)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def spark_session(master: str | None, conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession whose executors run this Python: ``master``, else spark-submit's,
+    else ``local[*]``; ``conf``: more Spark settings."""
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    use_this_python()
+    builder = SparkSession.builder.appName("compactor").config(
+        "spark.ui.showConsoleProgress", "false"
+    )
+    for name, value in (conf or {}).items():
+        builder = builder.config(name, value)
+    if master is not None:
+        builder = builder.master(master)
+    elif not SparkConf().contains("spark.master"):  # not under spark-submit
+        builder = builder.master("local[*]")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def compact_on_spark(
+    spark: Any,
+    run: SparkCompaction,
+    catalog: Catalog,
+    *,
+    on_wave: Callable[[list[Job]], None] = lambda jobs: None,
+) -> list[dict[str, Any]]:
+    """Runs the planner's jobs on ``spark`` (a SparkSession); every task's report."""
+    sc = spark.sparkContext
+    broadcast = sc.broadcast(run.settings.to_json())
+    leases = JobLeases(catalog, process_owner("spark-driver"))
+    reports: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    while True:
+        jobs = _leased(leases, _planned(catalog, run), run.settings.lease_ms)
+        if not jobs:
+            return reports
+        for job in jobs:
+            if job.id in seen:
+                raise WorkerError("the planner proposed this job twice; stopping", job_id=job.id)
+            seen.add(job.id)
+        on_wave(jobs)
+        step = run.max_concurrent_jobs or len(jobs)
+        for start in range(0, len(jobs), step):
+            wave = [job.dumps() for job in jobs[start : start + step]]
+            reports += _fan_out(sc, broadcast, wave)
+        if run.full or not run.until_idle:
+            return reports
+
+
+def _planned(catalog: Catalog, run: SparkCompaction) -> list[Job]:
+    snap = catalog.snapshot()
+    leased = frozenset(snap.leased_inputs(catalog.clock()))
+    choose = full_plan if run.full else plan
+    return list(choose(snap, run.settings.now_ms, run.config, leased).jobs)
+
+
+def _leased(leases: JobLeases, jobs: list[Job], lease_ms: int) -> list[Job]:
+    """The jobs whose lease this driver took (others are held, or already stale)."""
+    taken = []
+    for job in jobs:
+        try:
+            leases.take(job.id, [i.id for i in job.inputs], lease_ms, fresh=True)
+        except CommitConflict:
+            continue
+        taken.append(job)
+    return taken
+
+
+def _fan_out(sc: Any, broadcast: Any, documents: list[str]) -> list[dict[str, Any]]:
+    """One task per job document; each task's report, in the documents' order."""
+
+    def task(document: str) -> dict[str, Any]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context is not None else 0
+        return run_task(broadcast.value, document, attempt)
+
+    rdd = sc.parallelize(documents, len(documents))
+    result: list[dict[str, Any]] = rdd.map(task).collect()
+    return result

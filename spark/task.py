@@ -1,0 +1,108 @@
+"""What one Spark task runs: one job, with its executor process's key buffer.
+
+A task receives the job document and the settings the driver broadcast (never a
+client: each executor process opens its own store, and allocates one key buffer, on
+its first task and reuses both for every task it runs). The job runs exactly as
+anywhere else (``worker.runner.run_job``): two GET streams per input, a multipart
+upload under the job-derived key with If-None-Match, then its own commit. So a retried
+or speculative attempt adopts the output an earlier attempt completed, and of two
+attempts at most one commits; the other reports ``committed: false``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from compactor.catalog import Catalog
+from compactor.catalog.leases import JobLeases, LeaseKeeper
+from compactor.jobqueue.scheduler import process_owner
+from compactor.objectstore import ObjectStore, open_store
+from compactor.planner.job import OUTPUT_GROUPS, Job
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import StaleJob, run_job
+
+FAULTS = ("before-commit", "after-commit")
+"""Faults a first attempt can be told to inject (``COMPACTOR_SPARK_INJECT_FAULT``), to
+show that retries and speculation never leave two outputs or two commits: fail just
+before the uploads complete, or just after the commit landed."""
+
+
+class InjectedFault(RuntimeError):
+    """The fault a first attempt was asked to inject."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """What the driver broadcasts: plain values only."""
+
+    store_url: str
+    endpoint_url: str | None
+    key_buffer_bytes: int
+    now_ms: int
+    lease_ms: int
+    inject_fault: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_process: dict[str, Any] = {}
+"""This executor process's store and key buffer, made by its first task."""
+
+
+def _store(settings: TaskSettings) -> ObjectStore:
+    key = ("store", settings.store_url, settings.endpoint_url)
+    if _process.get("store_key") != key:
+        _process["store"] = open_store(settings.store_url, endpoint_url=settings.endpoint_url)
+        _process["store_key"] = key
+    store: ObjectStore = _process["store"]
+    return store
+
+
+def _buffer(settings: TaskSettings) -> KeyBuffer:
+    buffer = _process.get("buffer")
+    if buffer is None or buffer.capacity_bytes != settings.key_buffer_bytes:
+        buffer = _process["buffer"] = KeyBuffer(settings.key_buffer_bytes)
+        _process["buffers"] = _process.get("buffers", 0) + 1
+    assert isinstance(buffer, KeyBuffer)
+    return buffer
+
+
+def _executor() -> dict[str, int]:
+    """Which executor process ran the task, and how many key buffers it has allocated."""
+    return {"pid": os.getpid(), "key_buffers_allocated": int(_process.get("buffers", 0))}
+
+
+def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str, Any]:
+    """Runs one job document; its report as ``compact --json`` prints it (``committed``
+    false, with a note, if another attempt or job got there first)."""
+    s = TaskSettings(**settings)
+    job = Job.loads(document)
+    store = _store(s)
+    catalog = Catalog(store)
+    fault = s.inject_fault if attempt == 0 else None
+    keeper = LeaseKeeper(JobLeases(catalog, process_owner("spark")), job.id, s.lease_ms)
+
+    def guard() -> None:
+        keeper()
+        if fault == "before-commit" and not job.drop:
+            raise InjectedFault(f"job {job.id}: injected fault before the commit (attempt 0)")
+
+    try:
+        report = run_job(store, catalog, job, _buffer(s), now_ms=s.now_ms, guard=guard)
+    except StaleJob as stale:
+        live = {f.id for f in catalog.snapshot().files}
+        earlier = any(job.output_file_id(g) in live for g in OUTPUT_GROUPS)
+        note = "an earlier attempt of this job committed it" if earlier else str(stale)
+        return {
+            "job_id": job.id,
+            "rule": job.rule,
+            "committed": False,
+            "note": note,
+            "executor": _executor(),
+        }
+    if fault == "after-commit":
+        raise InjectedFault(f"job {job.id}: injected fault after the commit (attempt 0)")
+    return {**report.to_json(), "executor": _executor()}
