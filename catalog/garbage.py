@@ -30,6 +30,7 @@ from compactor.catalog.log import (
     version_of,
 )
 from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_key, manifest_written_ms
+from compactor.fileformat.offset_index import index_key
 
 _JOB_OUTPUT = re.compile(r"(data/L\d/)?[0-9a-f]{32}-(compacted|plain)\.cf")
 """A job's output key (``Job.output_key``; a local store's pending upload knows only its
@@ -61,6 +62,7 @@ def collect_garbage(catalog: Catalog, now_ms: int, grace_ms: int = DEFAULT_GRACE
         return []
     for g in due:
         catalog.store.delete(g.key)
+        catalog.store.delete(index_key(g.key))
         if g.file_id is not None:
             catalog.store.delete(manifest_key(g.file_id))
     catalog.commit(

@@ -320,6 +320,16 @@ class SectionReader:
         self._builder: OffsetSetBuilder | None = None
         self._done = False
 
+    @property
+    def batch_positions(self) -> list[int]:
+        """The positions, relative to the section, of the batch frames read so far."""
+        return list(self._positions)
+
+    @property
+    def batch_firsts(self) -> list[int]:
+        """The first offsets of the batches decoded so far."""
+        return list(self._firsts)
+
     def batches(self, fields: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The rest of the section's batches, whole, or with only ``fields`` (and the
         offset) decoded."""

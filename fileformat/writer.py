@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -20,6 +20,7 @@ from compactor.fileformat.bitmap import OffsetSetBuilder
 from compactor.fileformat.footer import encode_footer, encode_tail
 from compactor.fileformat.framing import (
     FORMAT_VERSION,
+    FRAME_HEADER,
     TAG_BATCH,
     TAG_FOOTER,
     TAG_SECTION_HEADER,
@@ -31,6 +32,9 @@ from compactor.fileformat.framing import (
 from compactor.fileformat.ipc import BatchEncoder
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.section import encode_section_end, encode_section_header, encode_trailer
+
+if TYPE_CHECKING:
+    from compactor.fileformat.offset_index import IndexBuilder
 
 MAX_BATCH_BYTES_LIMIT = 64 << 20
 MIN_COMPRESS_BYTES = 8 << 10
@@ -90,7 +94,10 @@ class FileWriter:
         max_batch_bytes: int = 1 << 20,
         min_compress_bytes: int = MIN_COMPRESS_BYTES,
         encode_ahead: bool = False,
+        index: IndexBuilder | None = None,
     ) -> None:
+        """``index``: told of every batch frame and section as they are written, so the
+        file's offset index (FORMAT.md section 12) needs no read of the file."""
         if not 1 <= max_batch_bytes <= MAX_BATCH_BYTES_LIMIT:
             raise ValueError(f"max_batch_bytes must be in 1..{MAX_BATCH_BYTES_LIMIT}")
         self.object_name = object_name
@@ -99,8 +106,12 @@ class FileWriter:
         self._encode_ahead = encode_ahead and compression is not None
         self._executor: ThreadPoolExecutor | None = None
         # Batches of the open section waiting for their frames to be written, in order:
-        # (first offset, payload being encoded or ready). end_section drains it.
-        self._pending: deque[tuple[int, Future[bytes] | bytes]] = deque()
+        # (first offset, largest timestamp, payload being encoded or ready). end_section
+        # drains it.
+        self._pending: deque[tuple[int, int, Future[bytes] | bytes]] = deque()
+        self._index = index
+        self.footer_crc: int | None = None
+        """The footer frame's CRC (also in the tail), once ``finish`` has run."""
         self._in_flight = 0
         self._max_batch_bytes = max_batch_bytes
         self._position = 0
@@ -177,7 +188,8 @@ class FileWriter:
             stats = batch_stats(chunk, logical)
             section.offsets.add(chunk.column(0), stats.first_offset, stats.last_offset)
             section.stats = stats if section.stats is None else section.stats.then(stats)
-            self._pending.append((stats.first_offset, self._encode(chunk, logical)))
+            encoded = self._encode(chunk, logical)
+            self._pending.append((stats.first_offset, stats.max_timestamp, encoded))
             self._flush(ENCODE_AHEAD)
 
     def _encode(self, chunk: pa.RecordBatch, logical: int) -> Future[bytes] | bytes:
@@ -194,7 +206,7 @@ class FileWriter:
         pending = self._pending
         section = self._open
         while pending:
-            first_offset, payload = pending[0]
+            first_offset, max_timestamp, payload = pending[0]
             if not isinstance(payload, bytes):
                 if self._in_flight <= in_flight and not payload.done():
                     return
@@ -202,7 +214,10 @@ class FileWriter:
                 self._in_flight -= 1
             pending.popleft()
             assert section is not None and section.position is not None
-            section.index.append((first_offset, self._position - section.position))
+            relative = self._position - section.position
+            section.index.append((first_offset, relative))
+            if self._index is not None:
+                self._index.batch(first_offset, relative, max_timestamp)
             self._emit(encode_frame_header(TAG_BATCH, payload))
             self._emit(payload)
 
@@ -228,9 +243,10 @@ class FileWriter:
             raise ValueError(
                 f"{self.object_name}: section {section.topic}/{section.partition} has no records"
             )
-        trailer = encode_frame(
-            TAG_TRAILER, encode_trailer(section.stats, section.index, section.offsets.build())
-        )
+        offsets = section.offsets.build()
+        trailer = encode_frame(TAG_TRAILER, encode_trailer(section.stats, section.index, offsets))
+        if self._index is not None:
+            self._index.end_section(offsets)
         self._emit(trailer)
         self._emit(encode_section_end(len(trailer)))
         s = section.stats
@@ -255,6 +271,7 @@ class FileWriter:
         self._state(want_open=False)
         self.close()
         footer = encode_frame(TAG_FOOTER, encode_footer(self._sections))
+        self.footer_crc = FRAME_HEADER.unpack_from(footer)[2]
         self._emit(footer)
         self._emit(encode_tail(footer, FORMAT_VERSION))
         self._finished = True

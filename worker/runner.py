@@ -30,6 +30,7 @@ from compactor.fileformat import (
     StreamReader,
     read_footer,
 )
+from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
@@ -86,6 +87,7 @@ class _GroupOutput:
         self.key = key
         self.upload: MultipartWriter | None = None
         self.writer: FileWriter | None = None
+        self.index = IndexBuilder()
 
     def write_partition(
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
@@ -99,6 +101,7 @@ class _GroupOutput:
                     object_name=self.key,
                     compression=self.compression,
                     encode_ahead=True,
+                    index=self.index,
                 )
             if not started:
                 self.writer.begin_section(topic, partition)
@@ -117,8 +120,13 @@ class _GroupOutput:
             self.upload.complete()
         except PreconditionFailed:
             # An earlier attempt of this same job completed this output and died before
-            # committing: adopt that object (a full compaction of the same inputs).
+            # committing: adopt that object (a full compaction of the same inputs), and
+            # leave its index to that attempt or to `compactor spark index`.
             meta = self._existing_meta()
+        else:
+            assert self.writer.footer_crc is not None
+            index = self.index.build(meta, self.writer.footer_crc)
+            self.store.put(index_key(self.key), encode_index(index))
         live = LiveFile.of_sections(
             self.job.output_file_id(self.group),
             self.key,
@@ -540,4 +548,5 @@ def _commit(
         for f in produced:
             if f.key not in live_keys:
                 store.delete(f.key)
+                store.delete(index_key(f.key))
         return False, f"not committed: {conflict}"

@@ -1,0 +1,209 @@
+"""The offset index sidecar (FORMAT.md section 12): per section, its byte range, its
+offset bitmap and a sparse offset and time index of its batches, in an object of its own
+at the data file's key + ``.idx``.
+
+``build_index`` makes one from a whole data file read once front to back (the Spark
+backfill); ``IndexBuilder`` from what a ``FileWriter`` reports as it writes (a compaction
+output, no read at all). ``decode_index`` checks every byte it reads and raises
+FormatError; ``OffsetIndex.matches`` ties an index to one version of its file.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+import pyarrow.compute as pc
+
+from compactor.fileformat.bitmap import OffsetSet
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.framing import U16, Cursor, encode_frame, parse_frame
+from compactor.fileformat.meta import FileMeta
+from compactor.fileformat.reader import Source, StreamReader
+
+INDEX_SUFFIX: Final = ".idx"
+INDEX_MAGIC: Final = b"CFOIDX\r\n"
+INDEX_VERSION: Final = 1
+TAG_INDEX: Final = b"OIDX"
+
+_HEADER = struct.Struct("<8sII")
+_PAYLOAD_HEAD = struct.Struct("<QII")
+_ENTRY_FIXED = struct.Struct("<iQQqqIB3sI")  # after the topic
+_BATCH = struct.Struct("<qQq")
+
+
+def index_key(data_key: str) -> str:
+    return data_key + INDEX_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    first_offset: int
+    position: int
+    """The batch frame's position relative to its section."""
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class SectionIndex:
+    topic: str
+    partition: int
+    position: int
+    length: int
+    offsets: OffsetSet
+    batches: tuple[BatchEntry, ...]
+
+    @property
+    def first_offset(self) -> int:
+        return self.offsets.first()
+
+    @property
+    def last_offset(self) -> int:
+        return self.offsets.last()
+
+    def seek_offset(self, offset: int) -> tuple[int, int] | None:
+        """(the next present offset >= ``offset``, the index of the batch holding it);
+        None if the section holds none."""
+        present = self.offsets.next_present(offset)
+        if present is None:
+            return None
+        batch = max(i for i, b in enumerate(self.batches) if b.first_offset <= present)
+        return present, batch
+
+    def seek_timestamp(self, timestamp: int) -> int | None:
+        """The index of the first batch holding a record whose timestamp >= ``timestamp``;
+        None if no record of the section is that recent."""
+        return next((i for i, b in enumerate(self.batches) if b.max_timestamp >= timestamp), None)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetIndex:
+    data_size: int
+    data_footer_crc: int
+    sections: tuple[SectionIndex, ...]
+
+    def section(self, topic: str, partition: int) -> SectionIndex | None:
+        return next(
+            (s for s in self.sections if s.topic == topic and s.partition == partition), None
+        )
+
+    def matches(self, size: int, footer_crc: int) -> bool:
+        """Whether the index describes the data file of this size and footer CRC."""
+        return (self.data_size, self.data_footer_crc) == (size, footer_crc)
+
+
+def encode_index(index: OffsetIndex) -> bytes:
+    parts = [_PAYLOAD_HEAD.pack(index.data_size, index.data_footer_crc, len(index.sections))]
+    for s in index.sections:
+        topic = s.topic.encode()
+        bitmap = s.offsets.serialize()
+        parts.append(U16.pack(len(topic)) + topic)
+        parts.append(
+            _ENTRY_FIXED.pack(
+                s.partition,
+                s.position,
+                s.length,
+                s.first_offset,
+                s.last_offset,
+                len(s.batches),
+                s.offsets.kind,
+                b"\0\0\0",
+                len(bitmap),
+            )
+        )
+        parts.append(bitmap)
+        parts += [_BATCH.pack(b.first_offset, b.position, b.max_timestamp) for b in s.batches]
+    header = _HEADER.pack(INDEX_MAGIC, INDEX_VERSION, 0)
+    return header + encode_frame(TAG_INDEX, b"".join(parts))
+
+
+def decode_index(data: bytes, object_name: str) -> OffsetIndex:
+    """The index in ``data``; FormatError naming the byte of any problem."""
+    cur = Cursor(data, 0, object_name)
+    magic, version, flags = cur.unpack(_HEADER, "index header")
+    if magic != INDEX_MAGIC:
+        raise FormatError(object_name, 0, f"bad magic {magic!r}: not an offset index")
+    if version != INDEX_VERSION:
+        raise FormatError(object_name, 8, f"unsupported offset index version {version}")
+    if flags != 0:
+        raise FormatError(object_name, 12, f"index flags must be zero, got {flags}")
+    payload = parse_frame(cur, TAG_INDEX, "offset index")
+    if cur.remaining:
+        raise FormatError(object_name, cur.position, "bytes after the index frame")
+    p = Cursor(payload, _HEADER.size + 12, object_name)
+    size, footer_crc, count = p.unpack(_PAYLOAD_HEAD, "index payload")
+    sections = tuple(_section(p, object_name) for _ in range(count))
+    if p.remaining:
+        raise FormatError(object_name, p.position, "bytes after the last index entry")
+    return OffsetIndex(size, footer_crc, sections)
+
+
+def _section(p: Cursor, object_name: str) -> SectionIndex:
+    at = p.position
+    (n,) = p.unpack(U16, "index entry")
+    if not n:
+        raise FormatError(object_name, at, "index entry with an empty topic")
+    topic_bytes = p.take(n, "topic")
+    try:
+        topic = topic_bytes.decode()
+    except UnicodeDecodeError:
+        raise FormatError(object_name, at, "topic is not valid UTF-8") from None
+    partition, position, length, first, last, batches, kind, reserved, nbitmap = p.unpack(
+        _ENTRY_FIXED, "index entry"
+    )
+    if reserved != b"\0\0\0" or batches < 1 or partition < 0:
+        raise FormatError(object_name, at, f"malformed index entry for {topic}/{partition}")
+    bitmap_at = p.position
+    try:
+        offsets = OffsetSet.deserialize(kind, p.take(nbitmap, "offset bitmap"), first)
+    except ValueError as e:
+        raise FormatError(object_name, bitmap_at, f"bad offset bitmap: {e}") from None
+    if not len(offsets) or offsets.first() != first or offsets.last() != last:
+        raise FormatError(object_name, bitmap_at, "bitmap disagrees with the entry's offsets")
+    entries = tuple(BatchEntry(*p.unpack(_BATCH, "batch entry")) for _ in range(batches))
+    return SectionIndex(topic, partition, position, length, offsets, entries)
+
+
+class IndexBuilder:
+    """Collects a file's index while it is written: the writer reports each batch frame
+    (first offset, position in its section, the batch's largest timestamp) and each
+    finished section; ``build`` takes the finished file's meta and footer CRC."""
+
+    def __init__(self) -> None:
+        self._batches: list[BatchEntry] = []
+        self._sections: list[tuple[list[BatchEntry], OffsetSet]] = []
+
+    def batch(self, first_offset: int, position: int, max_timestamp: int) -> None:
+        self._batches.append(BatchEntry(first_offset, position, max_timestamp))
+
+    def end_section(self, offsets: OffsetSet) -> None:
+        self._sections.append((self._batches, offsets))
+        self._batches = []
+
+    def build(self, meta: FileMeta, footer_crc: int) -> OffsetIndex:
+        sections = tuple(
+            SectionIndex(m.topic, m.partition, m.position, m.length, offsets, tuple(batches))
+            for m, (batches, offsets) in zip(meta.sections, self._sections, strict=True)
+        )
+        return OffsetIndex(meta.size, footer_crc, sections)
+
+
+def build_index(source: Source, *, object_name: str, size: int, footer_crc: int) -> OffsetIndex:
+    """The index of a whole data file read once, front to back (only each batch's offset
+    and timestamp columns are decoded)."""
+    reader = StreamReader(source, object_name=object_name, size=size)
+    builder = IndexBuilder()
+    for section in reader.sections():
+        maxima = [
+            int(pc.max(batch.column("timestamp")).as_py())
+            for batch in section.batches(["timestamp"])
+        ]
+        assert section.offsets is not None and section.meta is not None
+        for first, position, latest in zip(
+            section.batch_firsts, section.batch_positions, maxima, strict=True
+        ):
+            builder.batch(first, position, latest)
+        builder.end_section(section.offsets)
+    assert reader.footer is not None
+    return builder.build(reader.footer, footer_crc)
