@@ -19,7 +19,14 @@ from compactor.catalog.errors import CatalogError
 from compactor.catalog.snapshot import LiveFile, Snapshot
 from compactor.catalog.summary import summarize
 from compactor.fileformat import FormatError, SectionMeta, verify_stream
-from compactor.objectstore import ObjectStore, StoreError
+from compactor.fileformat.offset_index import (
+    OffsetIndex,
+    decode_index,
+    encode_index,
+    index_key,
+    read_and_index,
+)
+from compactor.objectstore import ObjectNotFound, ObjectStore, StoreError
 
 Sections = dict[str, tuple[SectionMeta, ...]]
 
@@ -107,13 +114,30 @@ def _check_file(
         if info.size != live.size:
             yield f"{live.key}: {info.size} bytes in the store, catalog says {live.size}"
             return
+        stored = _stored_index(store, live.key)
         with store.open_stream(live.key) as stream:
-            meta = verify_stream(stream, object_name=live.key, size=info.size)
+            if stored is None:
+                meta = verify_stream(stream, object_name=live.key, size=info.size)
+            else:
+                index, meta = read_and_index(
+                    stream, object_name=live.key, size=info.size, verify=True
+                )
     except (StoreError, FormatError) as exc:
         yield str(exc)
         return
     if meta.sections != sections:
         yield f"{live.key}: footer does not match the catalog's sections"
+    if stored is not None and encode_index(stored) != encode_index(index):
+        yield f"{index_key(live.key)}: the offset index does not describe its file"
+
+
+def _stored_index(store: ObjectStore, key: str) -> OffsetIndex | None:
+    """The file's offset index, None if it has none (FormatError if it is corrupt)."""
+    try:
+        body, _ = store.get(index_key(key))
+    except ObjectNotFound:
+        return None
+    return decode_index(body, index_key(key))
 
 
 def _check_partitions(s: Snapshot, sections: Sections) -> Iterator[str]:

@@ -1,12 +1,16 @@
-"""compactor dump --topic T --partition P [--from-offset O]"""
+"""compactor dump --topic T --partition P [--from-offset O | --from-timestamp T]
+
+From an offset or a time, a file with an offset index costs one GET of the index and one
+ranged GET of its data (``catalog.partition_reader``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from compactor.catalog.partition_reader import read_partition
 from compactor.cli.context import Context, UsageError
-from compactor.fileformat import batch_to_records, read_section
+from compactor.fileformat import batch_to_records
 from compactor.ingest.jsonl import format_record
 
 
@@ -19,21 +23,18 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(
             f"topic {args.topic!r} has partitions 0..{topic.partitions - 1}, not {args.partition}"
         )
-    from_offset = args.from_offset
     out = sys.stdout
-    for live in snap.files_holding(args.topic, args.partition):
-        section = ctx.catalog.section(live, args.topic, args.partition)
-        if from_offset is not None and section.last_offset < from_offset:
-            continue
-        key = live.key
-
-        def read_range(start: int, end: int, key: str = key) -> bytes:
-            return ctx.store.get_range(key, start, end)
-
-        for batch in read_section(read_range, section, object_name=key, from_offset=from_offset):
-            out.writelines(
-                format_record(args.topic, args.partition, r) + "\n" for r in batch_to_records(batch)
-            )
+    batches = read_partition(
+        ctx.catalog,
+        args.topic,
+        args.partition,
+        from_offset=args.from_offset,
+        from_timestamp=args.from_timestamp,
+    )
+    for batch in batches:
+        out.writelines(
+            format_record(args.topic, args.partition, r) + "\n" for r in batch_to_records(batch)
+        )
     out.flush()
     return 0
 
@@ -44,5 +45,15 @@ def register(
     p = sub.add_parser("dump", help="print a partition's records as JSON Lines", parents=[common])
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, required=True)
-    p.add_argument("--from-offset", type=int, default=None)
+    start = p.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-offset", type=int, default=None, help="from the next present offset >= O"
+    )
+    start.add_argument(
+        "--from-timestamp",
+        type=int,
+        default=None,
+        metavar="T",
+        help="from the first record whose timestamp >= T (ms), as offsetsForTimes",
+    )
     p.set_defaults(run=run)

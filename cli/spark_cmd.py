@@ -67,6 +67,32 @@ def compact(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def index(ctx: Context, args: argparse.Namespace) -> int:
+    from compactor.spark.driver import index_on_spark, spark_session  # pyspark only now
+    from compactor.spark.task import TaskSettings
+
+    settings = TaskSettings(
+        store_url=ctx.store.url,
+        endpoint_url=getattr(ctx.store, "endpoint_url", None),
+        key_buffer_bytes=DEFAULT_KEY_BUFFER_BYTES,
+        now_ms=ctx.now_ms,
+        lease_ms=1,
+    )
+    spark = spark_session(args.master, dict(_spark_setting(item) for item in args.conf))
+    try:
+        reports = index_on_spark(spark, settings, ctx.catalog)
+    finally:
+        spark.stop()
+    if args.json:
+        print(json.dumps({"indexed": reports}))
+    else:
+        for r in reports:
+            state = "written" if r["written"] else "already there"
+            print(f"{r['index']}: {r['sections']} sections, {r['gets']} GET; {state}")
+        print(f"{sum(r['written'] for r in reports)} indexes written")
+    return 0
+
+
 def _spark_setting(item: str) -> tuple[str, str]:
     name, sep, value = item.partition("=")
     if not sep or not name.startswith("spark."):
@@ -91,22 +117,11 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("spark", help="compaction on a Spark cluster", parents=[common])
-    actions = p.add_subparsers(dest="spark_command", required=True, metavar="compact")
+    actions = p.add_subparsers(dest="spark_command", required=True, metavar="compact|index")
     c = actions.add_parser(
         "compact", help="plan, lease, and run one Spark task per job", parents=[common]
     )
-    c.add_argument(
-        "--master",
-        default=None,
-        help="Spark master URL (default: spark-submit's, else local[*])",
-    )
-    c.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        metavar="spark.NAME=VALUE",
-        help="a Spark setting, as spark-submit --conf takes it (repeatable)",
-    )
+    _spark_options(c)
     mode = c.add_mutually_exclusive_group()
     mode.add_argument("--until-idle", action="store_true", help="plan again after each wave")
     mode.add_argument("--full", action="store_true", help="the full compaction, now")
@@ -127,3 +142,24 @@ def register(
     add_planner_options(c)
     c.add_argument("--json", action="store_true")
     c.set_defaults(run=compact)
+    i = actions.add_parser(
+        "index",
+        help="write the offset index of every live file that lacks one, one task per file",
+        parents=[common],
+    )
+    _spark_options(i)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(run=index)
+
+
+def _spark_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--master", default=None, help="Spark master URL (default: spark-submit's, else local[*])"
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="spark.NAME=VALUE",
+        help="a Spark setting, as spark-submit --conf takes it (repeatable)",
+    )

@@ -11,15 +11,26 @@ FormatError; ``OffsetIndex.matches`` ties an index to one version of its file.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.fileformat.bitmap import OffsetSet
 from compactor.fileformat.errors import FormatError
-from compactor.fileformat.framing import U16, Cursor, encode_frame, parse_frame
+from compactor.fileformat.framing import (
+    FRAME_HEADER,
+    TAG_BATCH,
+    U16,
+    Cursor,
+    encode_frame,
+    parse_frame,
+)
+from compactor.fileformat.ipc import decode_batch
 from compactor.fileformat.meta import FileMeta
+from compactor.fileformat.ranged import ReadRange
 from compactor.fileformat.reader import Source, StreamReader
 
 INDEX_SUFFIX: Final = ".idx"
@@ -28,7 +39,7 @@ INDEX_VERSION: Final = 1
 TAG_INDEX: Final = b"OIDX"
 
 _HEADER = struct.Struct("<8sII")
-_PAYLOAD_HEAD = struct.Struct("<QII")
+_PAYLOAD_HEAD = struct.Struct("<QIII")
 _ENTRY_FIXED = struct.Struct("<iQQqqIB3sI")  # after the topic
 _BATCH = struct.Struct("<qQq")
 
@@ -81,6 +92,7 @@ class SectionIndex:
 class OffsetIndex:
     data_size: int
     data_footer_crc: int
+    data_version: int
     sections: tuple[SectionIndex, ...]
 
     def section(self, topic: str, partition: int) -> SectionIndex | None:
@@ -94,7 +106,8 @@ class OffsetIndex:
 
 
 def encode_index(index: OffsetIndex) -> bytes:
-    parts = [_PAYLOAD_HEAD.pack(index.data_size, index.data_footer_crc, len(index.sections))]
+    head = (index.data_size, index.data_footer_crc, index.data_version, len(index.sections))
+    parts = [_PAYLOAD_HEAD.pack(*head)]
     for s in index.sections:
         topic = s.topic.encode()
         bitmap = s.offsets.serialize()
@@ -132,11 +145,11 @@ def decode_index(data: bytes, object_name: str) -> OffsetIndex:
     if cur.remaining:
         raise FormatError(object_name, cur.position, "bytes after the index frame")
     p = Cursor(payload, _HEADER.size + 12, object_name)
-    size, footer_crc, count = p.unpack(_PAYLOAD_HEAD, "index payload")
+    size, footer_crc, version, count = p.unpack(_PAYLOAD_HEAD, "index payload")
     sections = tuple(_section(p, object_name) for _ in range(count))
     if p.remaining:
         raise FormatError(object_name, p.position, "bytes after the last index entry")
-    return OffsetIndex(size, footer_crc, sections)
+    return OffsetIndex(size, footer_crc, version, sections)
 
 
 def _section(p: Cursor, object_name: str) -> SectionIndex:
@@ -186,24 +199,44 @@ class IndexBuilder:
             SectionIndex(m.topic, m.partition, m.position, m.length, offsets, tuple(batches))
             for m, (batches, offsets) in zip(meta.sections, self._sections, strict=True)
         )
-        return OffsetIndex(meta.size, footer_crc, sections)
+        return OffsetIndex(meta.size, footer_crc, meta.format_version, sections)
 
 
-def build_index(source: Source, *, object_name: str, size: int, footer_crc: int) -> OffsetIndex:
+def build_index(source: Source, *, object_name: str, size: int) -> OffsetIndex:
     """The index of a whole data file read once, front to back (only each batch's offset
     and timestamp columns are decoded)."""
-    reader = StreamReader(source, object_name=object_name, size=size)
+    return read_and_index(source, object_name=object_name, size=size)[0]
+
+
+def read_and_index(
+    source: Source, *, object_name: str, size: int, verify: bool = False
+) -> tuple[OffsetIndex, FileMeta]:
+    """The file's index and footer from one front-to-back read; with ``verify``, every
+    record decoded and every check of ``verify_stream`` made along the way."""
+    reader = StreamReader(source, object_name=object_name, size=size, verify=verify)
     builder = IndexBuilder()
+    fields = None if verify else ["timestamp"]
     for section in reader.sections():
-        maxima = [
-            int(pc.max(batch.column("timestamp")).as_py())
-            for batch in section.batches(["timestamp"])
-        ]
-        assert section.offsets is not None and section.meta is not None
+        maxima = [int(pc.max(b.column("timestamp")).as_py()) for b in section.batches(fields)]
+        assert section.offsets is not None
         for first, position, latest in zip(
             section.batch_firsts, section.batch_positions, maxima, strict=True
         ):
             builder.batch(first, position, latest)
         builder.end_section(section.offsets)
-    assert reader.footer is not None
-    return builder.build(reader.footer, footer_crc)
+    assert reader.footer is not None and reader.footer_crc is not None
+    return builder.build(reader.footer, reader.footer_crc), reader.footer
+
+
+def read_from_batch(
+    read_range: ReadRange, index: OffsetIndex, section: SectionIndex, batch: int, object_name: str
+) -> Iterator[pa.RecordBatch]:
+    """The section's batches from its ``batch``-th on, with one ranged read from that
+    batch's frame to the section's end (the trailer comes along and is not decoded)."""
+    start = section.position + section.batches[batch].position
+    data = read_range(start, section.position + section.length)
+    cur = Cursor(bytes(data), start, object_name)
+    for _ in section.batches[batch:]:
+        at = cur.position
+        payload = parse_frame(cur, TAG_BATCH, "batch")
+        yield decode_batch(payload, at + FRAME_HEADER.size, object_name, index.data_version)

@@ -215,6 +215,8 @@ class StreamReader:
     ) -> None:
         self.object_name = object_name
         self.footer = None
+        self.footer_crc: int | None = None
+        """The footer frame's CRC (the tail's ``footer_crc``), once the footer is read."""
         self.format_version = None
         self._input = _Input(source, object_name, size)
         self._verify = verify
@@ -247,6 +249,7 @@ class StreamReader:
                 streamed.append(section.meta)
             elif tag == TAG_FOOTER and payload is not None:
                 self.footer = self._finish(payload, length, crc, at, streamed)
+                self.footer_crc = crc
                 return
             else:
                 raise FormatError(

@@ -22,11 +22,12 @@ from typing import Any
 
 from compactor.catalog import Catalog, CommitConflict
 from compactor.catalog.leases import JobLeases
+from compactor.fileformat.offset_index import index_key
 from compactor.jobqueue.scheduler import process_owner
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
-from compactor.spark.task import TaskSettings, run_task
+from compactor.spark.task import TaskSettings, index_task, run_task
 from compactor.worker.errors import WorkerError
 
 DEFAULT_LEASE_MS = 30 * 60 * 1000
@@ -130,4 +131,22 @@ def _fan_out(sc: Any, broadcast: Any, documents: list[str]) -> list[dict[str, An
 
     rdd = sc.parallelize(documents, len(documents))
     result: list[dict[str, Any]] = rdd.map(task).collect()
+    return result
+
+
+def index_on_spark(spark: Any, settings: TaskSettings, catalog: Catalog) -> list[dict[str, Any]]:
+    """Writes the offset index of every live file that lacks one, one task per file;
+    each task's report. The files needing one come from one listing of the store."""
+    indexed = {info.key for info in catalog.store.list("data/") if info.key.endswith(".idx")}
+    todo = [(f.key, f.size) for f in catalog.snapshot().files if index_key(f.key) not in indexed]
+    if not todo:
+        return []
+    broadcast = spark.sparkContext.broadcast(settings.to_json())
+
+    def task(file: tuple[str, int]) -> dict[str, Any]:
+        return index_task(broadcast.value, file[0], file[1])
+
+    result: list[dict[str, Any]] = (
+        spark.sparkContext.parallelize(todo, len(todo)).map(task).collect()
+    )
     return result

@@ -17,8 +17,9 @@ from typing import Any
 
 from compactor.catalog import Catalog
 from compactor.catalog.leases import JobLeases, LeaseKeeper
+from compactor.fileformat.offset_index import build_index, encode_index, index_key
 from compactor.jobqueue.scheduler import process_owner
-from compactor.objectstore import ObjectStore, open_store
+from compactor.objectstore import ObjectStore, PreconditionFailed, open_store
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import StaleJob, run_job
@@ -106,3 +107,24 @@ def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str,
     if fault == "after-commit":
         raise InjectedFault(f"job {job.id}: injected fault after the commit (attempt 0)")
     return {**report.to_json(), "executor": _executor()}
+
+
+def index_task(settings: dict[str, Any], key: str, size: int) -> dict[str, Any]:
+    """Writes the offset index of the data file ``key`` (FORMAT.md section 12), reading
+    the file once, front to back (one GET); a file indexed meanwhile is left as it is."""
+    store = _store(TaskSettings(**settings))
+    gets_before = store.gets.get(key)
+    with store.open_stream(key) as stream:
+        index = build_index(stream, object_name=key, size=size)
+    try:
+        store.put(index_key(key), encode_index(index), if_none_match=True)
+        written = True
+    except PreconditionFailed:
+        written = False
+    return {
+        "key": key,
+        "index": index_key(key),
+        "written": written,
+        "sections": len(index.sections),
+        "gets": store.gets.get(key) - gets_before,
+    }
