@@ -24,6 +24,7 @@ from typing import Any
 from compactor.catalog import Catalog, CatalogError
 from compactor.catalog.log import LogEntry
 from compactor.fileformat import FormatError
+from compactor.fileformat.offset_index import index_key
 from compactor.objectstore import ObjectNotFound
 from compactor.planner.job import Job
 from compactor.planner.retention import why_not_droppable
@@ -115,6 +116,7 @@ def verify_commit(
         if written is not None:
             for f in written.produced:
                 catalog.store.delete(f.key)
+                catalog.store.delete(index_key(f.key))
     return report
 
 
