@@ -25,6 +25,7 @@ LAYERS = (
     "objectstore",
     "planner",
     "replay",
+    "spark",
     "worker",
 )
 
@@ -94,3 +95,15 @@ def test_installed_wheel_imports_from_its_own_site_packages(wheel: Path, tmp_pat
 def _with_path(code: str) -> str:
     # -I ignores PYTHONPATH and the user site, so the path is set from inside.
     return f"import os, sys; sys.path[:0] = os.environ['COMPACTOR_TEST_PATH'].split(':'); {code}"
+
+
+def test_the_base_command_line_does_not_import_pyspark() -> None:
+    """pyspark loads only when a `spark` command runs (or read_topic is called)."""
+    probe = (
+        "import sys, compactor.cli.main, compactor.spark, compactor.spark.task; "
+        "from compactor.cli.main import build_parser; build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
