@@ -459,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--delete-data", action="store_true", help="delete the generated workload when done"
     )
+    ap.add_argument(
+        "--results-json", type=Path, default=None, help="also write the results JSON here"
+    )
     args = ap.parse_args(argv)
     only = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in only if n not in CONTENDERS]
@@ -505,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     name = f"results-{params.records}-{params.value_bytes}b-{params.partitions}p-{stamp}.json"
     (OUT / name).write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {OUT / name}")
+    if args.results_json is not None:
+        shutil.copyfile(OUT / name, args.results_json)
     if all(r.ok for r in results):
         shutil.rmtree(run_dir, ignore_errors=True)  # logs are only kept to debug a failure
     else:

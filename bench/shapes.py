@@ -1,0 +1,169 @@
+"""The workload shapes that decide this product's speed, in one run, with their baselines.
+
+    .venv/bin/python -m bench.shapes
+    .venv/bin/python -m bench.shapes --only ingest-10kp --scale 0.1     # a quick look
+
+Runs ``bench.run`` (DuckDB's ``QUALIFY row_number()`` dedup at 2 threads, ``compactor
+compact --full``, and the copy floor: reader plus writer, no deduplication) on each shape
+below, one after the other, and writes one Markdown table, stamped with the commit it
+measured, to stdout and to ``bench/out/shapes-<commit>-<time>.md`` (the JSON of every run
+sits next to it). The README's table is this output.
+
+The shapes:
+
+- ``ingest-64p``: 4 M records of 100-byte values over 64 partitions in level-0 files of
+  8 MiB, the files ``compactor ingest`` cuts (``--max-file-bytes`` default): every file
+  holds every partition, about 850 records per section.
+- ``bench-100p``: 4 M records over 100 partitions in 64 MiB level-1 files.
+- ``bench-10kp``: 2 M records over 10,000 partitions in 64 MiB level-1 files, about 40
+  records per section.
+- ``ingest-10kp``: 1 M records over 10,000 partitions in 8 MiB level-0 files, about 5
+  records per section: WarpStream's L0 shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    name: str
+    records: int
+    partitions: int
+    file_mb: int
+    level: int
+    what: str
+
+    def argv(self, scale: float) -> list[str]:
+        records = max(self.partitions, int(self.records * scale))
+        return [
+            "--records", str(records),
+            "--value-bytes", "100",
+            "--partitions", str(self.partitions),
+            "--file-mb", str(self.file_mb),
+            "--level", str(self.level),
+        ]  # fmt: skip
+
+
+SHAPES = (
+    Shape("ingest-64p", 4_000_000, 64, 8, 0, "L0 files as `compactor ingest` cuts them"),
+    Shape("bench-100p", 4_000_000, 100, 64, 1, "64 MiB L1 files"),
+    Shape("bench-10kp", 2_000_000, 10_000, 64, 1, "64 MiB L1 files"),
+    Shape("ingest-10kp", 1_000_000, 10_000, 8, 0, "L0 files as `compactor ingest` cuts them"),
+)
+
+
+def commit() -> str:
+    """The commit measured, with ``+dirty`` if the work tree differs from it."""
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return (rev or "unknown") + ("+dirty" if dirty else "")
+
+
+def _row(shape: Shape, report: dict[str, Any]) -> str:
+    results = {r["name"]: r for r in report["results"]}
+    w = report["workload"]
+    duck, comp, copy = results.get("duckdb"), results.get("compactor"), results.get("copy")
+    sections = w["files"] * shape.partitions
+    per_section = w["params"]["records"] / max(1, sections)
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "n/a"
+        mark = "" if r["ok"] else " FAILED"
+        return f"{r['seconds']:.2f} s{mark}"
+
+    ratio = (
+        f"{comp['records_per_s'] / duck['records_per_s']:.2f}x"
+        if comp and duck and comp["ok"] and duck["ok"]
+        else "n/a"
+    )
+    gets = "n/a"
+    if comp is not None:
+        per_file = {i["gets"] for j in comp["detail"]["report"]["jobs"] for i in j["inputs"]}
+        gets = ",".join(str(g) for g in sorted(per_file)) if per_file else "n/a"
+    rss = f"{comp['peak_rss_mib']:,.0f}" if comp else "n/a"
+    rate = f"{comp['records_per_s']:,}" if comp else "n/a"
+    return (
+        f"| {shape.name} | {w['params']['records']:,} | {w['files']} | {per_section:,.0f} | "
+        f"{cell(comp)} | {rate} | {cell(duck)} | {ratio} | {cell(copy)} | {rss} | {gets} |"
+    )
+
+
+def table(rows: list[str], stamp: str, argv: list[str]) -> str:
+    head = (
+        "| shape | records | files | records/section | compactor | compactor rec/s | "
+        "DuckDB | vs DuckDB | copy floor | compactor peak RSS MiB | GETs per input |"
+    )
+    return "\n".join(
+        [
+            f"Commit {stamp}, `.venv/bin/python -m bench.shapes {' '.join(argv)}`".rstrip(),
+            "",
+            head,
+            "|" + "---|" * 11,
+            *rows,
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.shapes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--only", default=",".join(s.name for s in SHAPES), help="shapes to run")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every shape's records")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per contender")
+    args = ap.parse_args(argv)
+    wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(wanted) - {s.name for s in SHAPES})
+    if unknown:
+        ap.error(f"unknown shape(s) {', '.join(unknown)}")
+    stamp, started = commit(), time.strftime("%Y%m%d-%H%M%S")
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows, ok = [], True
+    for shape in (s for s in SHAPES if s.name in wanted):
+        results = OUT / f"shapes-{stamp}-{started}-{shape.name}.json"
+        suffix = "" if args.scale == 1.0 else f"-x{args.scale:g}"
+        cmd = [sys.executable, "-m", "bench.run", *shape.argv(args.scale)]
+        cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
+        cmd += ["--workdir", str(OUT / f"shape-{shape.name}{suffix}")]
+        cmd += ["--results-json", str(results)]
+        print(f"== {shape.name}: {shape.what}", flush=True)
+        done = subprocess.run(cmd, cwd=ROOT)
+        ok = ok and done.returncode == 0
+        if results.exists():
+            rows.append(_row(shape, json.loads(results.read_text())))
+        else:
+            rows.append(f"| {shape.name} | bench.run exited {done.returncode} |" + " |" * 9)
+    text = table(rows, stamp, argv)
+    path = OUT / f"shapes-{stamp}-{started}.md"
+    path.write_text(text + "\n")
+    print()
+    print(text)
+    print(f"\nwrote {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
