@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, cast
 
 from compactor.fileformat.batches import NO_HORIZON, RECORD_OVERHEAD, BatchStats
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32, OffsetSet
@@ -22,6 +22,7 @@ from compactor.fileformat.framing import (
     U16,
     Cursor,
 )
+from compactor.fileformat.second_read import MEMO
 
 TRAILER_FIXED: Final = struct.Struct("<qqQQQqqIBB2x")
 """first offset, last offset, record count, tombstones, uncompressed bytes, min timestamp,
@@ -136,8 +137,22 @@ def parse_trailer(
     """Decodes and checks a trailer payload that starts at absolute position ``base``.
 
     ``version`` is the file's format version, None when the caller does not know it (it
-    holds a section's position and length only): the trailer's flags then say it.
+    holds a section's position and length only): the trailer's flags then say it. A
+    payload equal to one accepted before is taken from the second-read memo
+    (``fileformat.second_read``).
     """
+    memo = MEMO.keeps(payload)
+    if memo:
+        hit = MEMO.take(("trailer", version, payload))
+        if hit is not None:
+            return cast(Trailer, hit)
+    trailer = _parse_trailer(payload, base, object_name, version)
+    if memo:
+        MEMO.put(("trailer", version, payload), trailer, 2 * len(payload))
+    return trailer
+
+
+def _parse_trailer(payload: bytes, base: int, object_name: str, version: int | None) -> Trailer:
     cur = Cursor(payload, base, object_name)
     (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags) = cur.unpack(
         TRAILER_FIXED, "section trailer"

@@ -398,7 +398,9 @@ def _open_pointers(
             stream = stack.enter_context(store.open_stream(inp.key, buffer_size=buffer_size))
             streams.append(stream)
             source = stream if throttle is None else ThrottledStream(stream, throttle)
-            readers.append(StreamReader(source, object_name=inp.key, size=inp.size))
+            readers.append(
+                StreamReader(source, object_name=inp.key, size=inp.size, keep_footer=False)
+            )
         merges.append(SectionMerge(readers))
     return _Pointers(merges[0], merges[1], streams)
 

@@ -1,0 +1,96 @@
+"""The second-read memo: a job's second reader of the same bytes takes the first reader's
+result, and nothing else ever does. And a job's pointers hold no footer entries."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+
+from compactor.fileformat import FormatError, StreamReader
+from compactor.fileformat.ipc import decode_batch, inspect_message
+from compactor.fileformat.second_read import MEMO, SecondReadMemo
+from compactor.fileformat.section import parse_trailer
+from tests.test_fileformat_corruption import (
+    DATA,
+    NAME,
+    batch_frames,
+    format_error,
+    frames,
+    payload_of,
+    stream_all,
+    trailer_frames,
+    with_payload,
+)
+
+
+def _plain_batch_payload() -> bytes:
+    for frame_at in batch_frames(DATA):
+        payload = payload_of(DATA, frame_at)
+        if not inspect_message(payload, 0, NAME).compressed:
+            return payload
+    raise AssertionError("no uncompressed batch")
+
+
+def test_the_second_decode_of_equal_bytes_is_the_first_ones_result() -> None:
+    payload = _plain_batch_payload()
+    MEMO.clear()
+    first = decode_batch(payload, 0, NAME)
+    second = decode_batch(bytes(bytearray(payload)), 0, NAME)  # equal bytes, another object
+    assert second is first
+    third = decode_batch(payload, 0, NAME)  # taken once: decoded afresh
+    assert third is not first and third.equals(first)
+
+
+def test_bytes_that_differ_are_decoded_and_rejected_afresh() -> None:
+    payload = _plain_batch_payload()
+    decode_batch(payload, 0, NAME)  # accepted, memoized
+    meta_len = struct.unpack_from("<i", payload, 4)[0]
+    rejected = 0
+    for at in range(8 + meta_len, len(payload) - 4, 4):
+        bad = payload[:at] + struct.pack("<i", 10**8) + payload[at + 4 :]
+        try:
+            decode_batch(bad, 0, NAME)
+        except FormatError:
+            rejected += 1
+    assert rejected > 0
+    trailer = payload_of(DATA, trailer_frames(DATA)[0])
+    parse_trailer(trailer, 0, NAME, 2)
+    bad = bytearray(trailer)
+    bad[0] ^= 1  # first_offset: no longer in the index
+    with pytest.raises(FormatError):
+        parse_trailer(bytes(bad), 0, NAME, 2)
+
+
+def test_the_memo_is_bounded() -> None:
+    memo = SecondReadMemo(max_payload=10, max_bytes=25)
+    assert not memo.keeps(b"x" * 11) and memo.keeps(b"x" * 10) and not memo.keeps(bytearray(1))
+    for i in range(5):
+        memo.put(i, str(i), 10)
+    assert len(memo) == 2 and memo.take(0) is None and memo.take(4) == "4"
+    assert memo.take(4) is None
+
+
+def test_a_file_streamed_twice_reads_the_same_and_leaves_the_memo_small() -> None:
+    first = stream_all(DATA, len(DATA))
+    assert stream_all(DATA, len(DATA)) == first
+    assert MEMO._bytes <= 16 << 20
+
+
+def test_pointers_keep_no_footer_but_still_check_it() -> None:
+    reader = StreamReader(io.BytesIO(DATA), object_name=NAME, size=len(DATA), keep_footer=False)
+    for section in reader.sections():
+        section.skip()
+    assert reader.footer is None and reader.footer_crc is not None
+    frame_at = frames(DATA)[-1][0]
+    payload = bytearray(payload_of(DATA, frame_at))
+    struct.pack_into("<q", payload, len(payload) - 16, 1_700_000_000_999)  # a max timestamp
+    bad = with_payload(DATA, frame_at, bytes(payload))
+
+    def stream() -> None:
+        r = StreamReader(io.BytesIO(bad), object_name=NAME, size=len(bad), keep_footer=False)
+        for section in r.sections():
+            section.skip()
+
+    assert "footer entry 2" in format_error(stream, len(bad)).reason
