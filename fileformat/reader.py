@@ -54,6 +54,8 @@ __all__ = [
     "verify_stream",
 ]
 
+READ_AHEAD = 64 << 10
+"""Reads shorter than this are served from a buffer read ahead of them (``_Input``)."""
 READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
 
@@ -137,15 +139,21 @@ class Source(Protocol):
 
 
 class _Input:
-    """Sequential reads that track the absolute position; shortfalls are FormatErrors."""
+    """Sequential reads that track the absolute position; shortfalls are FormatErrors.
 
-    __slots__ = ("source", "object_name", "size", "position")
+    Small reads are served from a read-ahead of ``READ_AHEAD`` bytes (never past the
+    object's size, when known): a section of a few records is a handful of frames, and
+    each read of the source costs more than the bytes it returns."""
+
+    __slots__ = ("source", "object_name", "size", "position", "_ahead", "_at")
 
     def __init__(self, source: Source, object_name: str, size: int | None) -> None:
         self.source = source
         self.object_name = object_name
         self.size = size
         self.position = 0
+        self._ahead = b""
+        self._at = 0  # the next unread byte of _ahead
 
     def error(self, at: int, reason: str) -> FormatError:
         return FormatError(self.object_name, at, reason)
@@ -156,20 +164,13 @@ class _Input:
             raise self.error(
                 at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
             )
-        if n <= READ_CHUNK or self.size is not None:
-            data = self.source.read(n)
+        if self._at + n <= len(self._ahead):
+            data = self._ahead[self._at : self._at + n]
+            self._at += n
         else:
-            # The length may be corrupt: only ask for more once the earlier bytes arrived.
-            chunks: list[bytes] = []
-            got = 0
-            while got < n:
-                want = min(READ_CHUNK, n - got)
-                chunk = self.source.read(want)
-                chunks.append(chunk)
-                got += len(chunk)
-                if len(chunk) < want:
-                    break
-            data = b"".join(chunks)
+            head = self._ahead[self._at :]
+            self._ahead, self._at = b"", 0
+            data = head + self._read_source(n - len(head), at + len(head))
         if len(data) != n:
             if len(data) > n:
                 raise ValueError(f"source returned {len(data)} bytes for read({n})")
@@ -178,6 +179,34 @@ class _Input:
             )
         self.position += n
         return data
+
+    def _read_source(self, n: int, at: int) -> bytes:
+        """``n`` bytes (fewer if the object ends) from the source, which is at ``at``;
+        a short read reads ahead."""
+        if n < READ_AHEAD:
+            want = READ_AHEAD if self.size is None else min(READ_AHEAD, self.size - at)
+            chunk = self.source.read(max(n, want))
+            if len(chunk) > n:
+                self._ahead, self._at = chunk, n
+                return chunk[:n]
+            return chunk
+        if n <= READ_CHUNK or self.size is not None:
+            return self.source.read(n)
+        # The length may be corrupt: only ask for more once the earlier bytes arrived.
+        chunks: list[bytes] = []
+        got = 0
+        while got < n:
+            want = min(READ_CHUNK, n - got)
+            chunk = self.source.read(want)
+            chunks.append(chunk)
+            got += len(chunk)
+            if len(chunk) < want:
+                break
+        return b"".join(chunks)
+
+    def at_end(self) -> bool:
+        """Whether the object has no bytes after those read (asks the source for one)."""
+        return self._at == len(self._ahead) and not self.source.read(1)
 
     def frame_header(self, what: str) -> tuple[bytes, int, int, int]:
         """Reads a frame header: (tag, payload length, crc, frame position); length checked."""
@@ -252,7 +281,7 @@ class StreamReader:
                 if previous is not None and key <= previous:
                     raise FormatError(name, at, f"section {topic}/{partition} is out of order")
                 previous = key
-                section = SectionReader(self, topic, partition, at)
+                section = SectionReader(self, topic, partition, at, key)
                 yield section
                 section.skip()
                 assert section.meta is not None
@@ -285,7 +314,7 @@ class StreamReader:
                 name, tail_at + 8, f"tail says version {version}, header {self.format_version}"
             )
         if inp.size is None:
-            if inp.source.read(1):
+            if not inp.at_end():
                 raise FormatError(name, inp.position, "bytes after the file tail")
         elif inp.position != inp.size:
             raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
@@ -327,9 +356,18 @@ class SectionReader:
     meta: SectionMeta | None
     offsets: OffsetSet | None
 
-    def __init__(self, stream: StreamReader, topic: str, partition: int, position: int) -> None:
+    def __init__(
+        self,
+        stream: StreamReader,
+        topic: str,
+        partition: int,
+        position: int,
+        key: tuple[bytes, int],
+    ) -> None:
         self.topic = topic
         self.partition = partition
+        self.key = key
+        """The section's place in the file's order (``section_key``)."""
         self.position = position
         self.meta = None
         self.offsets = None

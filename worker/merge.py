@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from compactor.fileformat import SectionReader, StreamReader, section_key
+from compactor.fileformat import SectionReader, StreamReader
+
+
+def _order(head: SectionReader) -> tuple[bytes, int]:
+    return head.key
 
 
 class SectionMerge:
@@ -25,7 +29,7 @@ class SectionMerge:
         live = [h for h in self._heads if h is not None]
         if not live:
             return None
-        head = min(live, key=lambda h: section_key(h.topic, h.partition))
+        head = min(live, key=_order)
         return head.topic, head.partition
 
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
