@@ -151,8 +151,9 @@ class _GroupOutput:
 
 
 COALESCE_BYTES = MIN_COMPRESS_BYTES
-"""Survivor batches are gathered while together they hold fewer Arrow bytes than this (their
-buffers' sizes, which a slice overstates: cheap, and at worst gathers less), and
+"""Survivor batches are gathered while together they hold fewer Arrow bytes than this (the
+bytes of their slices, ``nbytes``: a slice's whole buffers overstate it, and a batch whose
+headers column is a slice of a cached column of empty lists would never be gathered), and
 written as one: a partition of small sections otherwise yields one small batch per input
 section, and each costs the writer a fixed amount (checks, stats, encoding, a frame). The
 bound keeps a gathered batch below the writer's compression threshold (Arrow bytes exceed
@@ -167,7 +168,7 @@ def _coalesced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         if not batch.num_rows:
             continue
-        nbytes = batch.get_total_buffer_size()  # of whole buffers: a slice counts more
+        nbytes = batch.nbytes
         if pending and size + nbytes >= COALESCE_BYTES:
             yield _concat(pending)
             pending, size = [], 0
