@@ -192,7 +192,7 @@ def test_coalesced_keeps_every_record_in_order() -> None:
     assert len(out) < len([p for p in parts if p.num_rows])
     for b in out:
         if b is not big:
-            assert b.nbytes < runner.COALESCE_BYTES
+            assert runner._gathered_size(b) < runner.COALESCE_BYTES
 
 
 def test_coalesced_gathers_filtered_batches_without_headers() -> None:
@@ -209,6 +209,7 @@ def test_coalesced_gathers_filtered_batches_without_headers() -> None:
     out = list(runner._coalesced(iter(parts)))
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert sum(b.nbytes for b in parts) < runner.COALESCE_BYTES
+    assert sum(runner._gathered_size(b) for b in parts) < runner.COALESCE_BYTES
     assert len(out) == 1
 
 
