@@ -23,6 +23,8 @@ from compactor.fileformat.section import encode_topic, read_topic_partition, sta
 FOOTER_ENTRY: Final = struct.Struct("<QQqqQQQqqq")
 """After topic and partition: position, length, first offset, last offset, record count,
 tombstones, uncompressed bytes, min timestamp, max timestamp, min delete horizon."""
+FOOTER_ENTRY_HEAD: Final = struct.Struct("<iQQqqQQQqqq")
+"""The partition, then FOOTER_ENTRY."""
 FOOTER_ENTRY_V1: Final = struct.Struct("<QQqqQQQqq")
 """FOOTER_ENTRY of version 1, without the min delete horizon."""
 
@@ -30,24 +32,29 @@ FOOTER_ENTRY_V1: Final = struct.Struct("<QQqqQQQqq")
 def encode_footer(sections: list[SectionMeta]) -> bytes:
     """A version-2 footer payload."""
     parts = [U32.pack(len(sections))]
-    for s in sections:
-        raw = encode_topic(s.topic)
-        parts.append(U16.pack(len(raw)) + raw + struct.pack("<i", s.partition))
-        parts.append(
-            FOOTER_ENTRY.pack(
-                s.position,
-                s.length,
-                s.first_offset,
-                s.last_offset,
-                s.record_count,
-                s.tombstones,
-                s.uncompressed_bytes,
-                s.min_timestamp,
-                s.max_timestamp,
-                NO_HORIZON if s.min_delete_horizon is None else s.min_delete_horizon,
-            )
-        )
+    parts += (encode_footer_entry(s, encode_topic(s.topic)) for s in sections)
     return b"".join(parts)
+
+
+def encode_footer_entry(s: SectionMeta, topic: bytes) -> bytes:
+    """A section's version-2 footer entry; ``topic`` is its topic as UTF-8."""
+    return (
+        U16.pack(len(topic))
+        + topic
+        + FOOTER_ENTRY_HEAD.pack(
+            s.partition,
+            s.position,
+            s.length,
+            s.first_offset,
+            s.last_offset,
+            s.record_count,
+            s.tombstones,
+            s.uncompressed_bytes,
+            s.min_timestamp,
+            s.max_timestamp,
+            NO_HORIZON if s.min_delete_horizon is None else s.min_delete_horizon,
+        )
+    )
 
 
 def parse_footer(

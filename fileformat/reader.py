@@ -11,6 +11,7 @@ The ranged (random access) readers live in ``fileformat.ranged`` and are re-expo
 from __future__ import annotations
 
 import array
+import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -20,7 +21,7 @@ import pyarrow.ipc
 from compactor.fileformat.batches import BatchStats, batch_stats, columns_problem, int64_view
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from compactor.fileformat.errors import FormatError
-from compactor.fileformat.footer import parse_footer, parse_tail
+from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -31,6 +32,7 @@ from compactor.fileformat.framing import (
     TAG_FOOTER,
     TAG_SECTION_HEADER,
     TAG_TRAILER,
+    U32,
     Cursor,
     check_file_header,
     check_frame_length,
@@ -271,6 +273,10 @@ class StreamReader:
             Cursor(inp.read(FILE_HEADER.size, "file header"), 0, name)
         )
         streamed = array.array("q")  # _digest of each section's meta, in order
+        # What the footer of a version-2 file must be, byte for byte, as a hash of the
+        # entries of the sections streamed (encode_footer's): a footer that matches needs
+        # no parse when it is not kept.
+        expected = None if self._keep_footer else hashlib.blake2b(digest_size=16)
         previous: tuple[bytes, int] | None = None
         while True:
             tag, length, crc, at = inp.frame_header("section or footer")
@@ -286,8 +292,10 @@ class StreamReader:
                 section.skip()
                 assert section.meta is not None
                 streamed.append(_digest(section.meta))
+                if expected is not None:
+                    expected.update(encode_footer_entry(section.meta, key[0]))
             elif tag == TAG_FOOTER and payload is not None:
-                footer = self._finish(payload, length, crc, at, streamed)
+                footer = self._finish(payload, length, crc, at, streamed, expected)
                 self.footer = footer if self._keep_footer else None
                 self.footer_crc = crc
                 return
@@ -297,12 +305,29 @@ class StreamReader:
                 )
 
     def _finish(
-        self, payload: bytes, length: int, crc: int, at: int, streamed: array.array[int]
-    ) -> FileMeta:
+        self,
+        payload: bytes,
+        length: int,
+        crc: int,
+        at: int,
+        streamed: array.array[int],
+        expected: hashlib.blake2b | None,
+    ) -> FileMeta | None:
+        """Checks the footer and the tail; the footer's sections, or None when they are
+        not kept and the footer is exactly the encoding of the sections streamed."""
         inp = self._input
         name = self.object_name
         assert self.format_version is not None
-        sections = parse_footer(payload, at + FRAME_HEADER.size, name, at, self.format_version)
+        canonical = (
+            expected is not None
+            and self.format_version == FORMAT_VERSION
+            and payload[: U32.size] == U32.pack(len(streamed))
+            and hashlib.blake2b(payload[U32.size :], digest_size=16).digest() == expected.digest()
+        )
+        if canonical:
+            sections: tuple[SectionMeta, ...] = ()
+        else:
+            sections = parse_footer(payload, at + FRAME_HEADER.size, name, at, self.format_version)
         tail_at = inp.position
         tail_length, tail_crc, version = parse_tail(
             inp.read(FILE_TAIL.size, "file tail"), tail_at, name
@@ -318,6 +343,8 @@ class StreamReader:
                 raise FormatError(name, inp.position, "bytes after the file tail")
         elif inp.position != inp.size:
             raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
+        if canonical:
+            return None
         if len(sections) != len(streamed):
             raise FormatError(
                 name, at, f"footer lists {len(sections)} sections, the file has {len(streamed)}"

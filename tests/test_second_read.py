@@ -94,3 +94,34 @@ def test_pointers_keep_no_footer_but_still_check_it() -> None:
             section.skip()
 
     assert "footer entry 2" in format_error(stream, len(bad)).reason
+
+
+def test_a_footer_equal_to_the_sections_streamed_is_not_parsed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's pointers compare the footer with the encoding of the sections they streamed
+    and parse it only when it differs (to name the entry that does)."""
+    from compactor.fileformat import reader as reader_module
+
+    parsed: list[int] = []
+    real = reader_module.parse_footer
+
+    def counting(*args: object, **kwargs: object) -> object:
+        parsed.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reader_module, "parse_footer", counting)
+    for keep in (False, True):
+        r = StreamReader(io.BytesIO(DATA), object_name=NAME, size=len(DATA), keep_footer=keep)
+        for section in r.sections():
+            section.skip()
+    assert parsed == [1]  # only for the reader that keeps the footer
+    frame_at = frames(DATA)[-1][0]
+    payload = bytearray(payload_of(DATA, frame_at))
+    struct.pack_into("<q", payload, len(payload) - 16, 1_700_000_000_999)
+    bad = with_payload(DATA, frame_at, bytes(payload))
+    r = StreamReader(io.BytesIO(bad), object_name=NAME, size=len(bad), keep_footer=False)
+    with pytest.raises(FormatError, match="footer entry 2"):
+        for section in r.sections():
+            section.skip()
+    assert parsed == [1, 1]
