@@ -19,7 +19,7 @@ from compactor.fileformat.batches import batch_problem
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import FORMAT_VERSION, MAX_DECODED_BATCH, MAX_EXPANSION
 from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
-from compactor.fileformat.second_read import MEMO
+from compactor.fileformat.second_read import MEMO, Role
 
 COMPRESSIONS: Final = (None, "zstd", "lz4")
 
@@ -336,18 +336,23 @@ def _check_message(
 
 
 def decode_batch(
-    payload: bytes, position: int, object_name: str, version: int = FORMAT_VERSION
+    payload: bytes,
+    position: int,
+    object_name: str,
+    version: int = FORMAT_VERSION,
+    role: Role = None,
 ) -> pa.RecordBatch:
     """Decodes a batch frame's payload whose CRC the caller has verified; ``version`` is
     the file's format version.
 
     Returns a non-empty batch of RECORD_SCHEMA that passed Arrow's full validation and
     ``batch_problem``; anything else is a FormatError at ``position`` (the payload's start).
-    A version-1 batch without delete_horizon gets a null one. A small payload equal to one
-    accepted before is taken from the second-read memo (``fileformat.second_read``).
+    A version-1 batch without delete_horizon gets a null one. ``role``: the reader's part
+    in a pair reading the same bytes (``fileformat.second_read``); a second reader takes
+    what the first accepted for an equal payload.
     """
-    memo = MEMO.keeps(payload)
-    if memo:
+    memo = MEMO.keeps(payload, role)
+    if memo and role == "second":
         hit = MEMO.take(("batch", version, payload))
         if hit is not None:
             return cast(pa.RecordBatch, hit)
@@ -361,8 +366,9 @@ def decode_batch(
     problem = batch_problem(batch) if batch.num_rows == m.rows else f"{batch.num_rows} rows decoded"
     if problem is not None:
         raise FormatError(object_name, position, f"invalid batch: {problem}")
-    if memo and not m.compressed:  # a compressed one's phase 1 decodes only some columns
-        MEMO.put(("batch", version, payload), batch, len(payload) + batch.nbytes)
+    if memo and role == "first" and not m.compressed:
+        # (uncompressed only: a compressed batch's first reader decodes some columns)
+        MEMO.put(("batch", version, payload), batch, 2 * len(payload))
     return batch
 
 

@@ -43,6 +43,7 @@ from compactor.fileformat.ipc import decode_batch, inspect_message, with_horizon
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
 from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
+from compactor.fileformat.second_read import Role
 from compactor.fileformat.section import parse_section_end, parse_section_header, parse_trailer
 
 __all__ = [
@@ -89,6 +90,7 @@ def decode_fields(
     object_name: str,
     fields: Sequence[str],
     version: int = FORMAT_VERSION,
+    role: Role = None,
 ) -> pa.RecordBatch:
     """Like ``decode_batch``, but decodes only ``fields`` of RECORD_SCHEMA (and always
     ``offset``): the other columns' buffers are neither decompressed nor validated. (An
@@ -103,10 +105,11 @@ def decode_fields(
     """
     indices = _field_indices(fields)
     if len(indices) == len(RECORD_SCHEMA):
-        return decode_batch(payload, position, object_name, version)
+        return decode_batch(payload, position, object_name, version, role)
     message = inspect_message(payload, position, object_name, version=version)
     if not message.compressed:
-        return decode_batch(payload, position, object_name, version).select(list(indices))
+        batch = decode_batch(payload, position, object_name, version, role)
+        return batch.select(list(indices))
     stored = tuple(i for i in indices if i < len(message.schema))
     options = _read_options.get(stored)
     if options is None:
@@ -236,7 +239,8 @@ class StreamReader:
     first reads what is left of the current one (checksummed, not decoded). After the last
     section the footer is read and must list exactly the sections streamed; then
     ``footer`` is set (unless ``keep_footer=False``: a job's pointers only need the check,
-    not thousands of section entries per input held to its end). With ``verify=True``
+    not thousands of section entries per input held to its end; a job's two pointers are
+    ``role`` "first" and "second", ``fileformat.second_read``). With ``verify=True``
     each section's offset bitmap is also compared with the offsets its records actually
     hold (``verify_stream`` does this).
     """
@@ -252,6 +256,7 @@ class StreamReader:
         size: int | None = None,
         verify: bool = False,
         keep_footer: bool = True,
+        role: Role = None,
     ) -> None:
         self.object_name = object_name
         self.footer = None
@@ -261,6 +266,8 @@ class StreamReader:
         self._input = _Input(source, object_name, size)
         self._verify = verify
         self._keep_footer = keep_footer
+        self.role = role
+        """Its part in a pair of readers of the same bytes (``fileformat.second_read``)."""
         self._started = False
 
     def sections(self) -> Iterator[SectionReader]:
@@ -449,13 +456,14 @@ class SectionReader:
             self._all_decoded = False
             return None
         version = self._stream.format_version
+        role = self._stream.role
         assert version is not None
         if fields is None:
-            batch = decode_batch(payload, at + FRAME_HEADER.size, name, version)
+            batch = decode_batch(payload, at + FRAME_HEADER.size, name, version, role)
             stats = batch_stats(batch)
             first, last = stats.first_offset, stats.last_offset
         else:
-            batch = decode_fields(payload, at + FRAME_HEADER.size, name, fields, version)
+            batch = decode_fields(payload, at + FRAME_HEADER.size, name, fields, version, role)
             view = int64_view(batch.column(0))
             first, last = view[0], view[-1]
         if self._last_offset is not None and first <= self._last_offset:
@@ -479,7 +487,9 @@ class SectionReader:
         name = self._stream.object_name
         if not self._positions:
             raise FormatError(name, at, "section has no batches")
-        trailer = parse_trailer(payload, at + FRAME_HEADER.size, name, self._stream.format_version)
+        trailer = parse_trailer(
+            payload, at + FRAME_HEADER.size, name, self._stream.format_version, self._stream.role
+        )
         end_at = inp.position
         recorded = parse_section_end(inp.read(SECTION_END.size, "section end"), end_at, name)
         if recorded != FRAME_HEADER.size + length:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Final, TypeVar
+from typing import Final, Literal
 
-T = TypeVar("T")
+Role = Literal["first", "second"] | None
+"""A reader's part in a pair of readers of the same bytes: the ``first`` leaves what it
+accepted, the ``second`` takes it; a reader on its own (None) does neither."""
 
 MAX_PAYLOAD: Final = 64 << 10
 MAX_BYTES: Final = 16 << 20
@@ -38,9 +40,10 @@ class SecondReadMemo:
         self._max_payload, self._max_bytes = max_payload, max_bytes
         self._lock = threading.Lock()
 
-    def keeps(self, payload: object) -> bool:
-        """Whether a payload is of a kind and size this memo keeps."""
-        return type(payload) is bytes and len(payload) <= self._max_payload
+    def keeps(self, payload: object, role: Role) -> bool:
+        """Whether a reader in ``role`` uses the memo for ``payload`` (of a kind and size
+        this memo keeps)."""
+        return role is not None and type(payload) is bytes and len(payload) <= self._max_payload
 
     def take(self, key: Hashable) -> object | None:
         with self._lock:

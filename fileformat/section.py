@@ -22,7 +22,7 @@ from compactor.fileformat.framing import (
     U16,
     Cursor,
 )
-from compactor.fileformat.second_read import MEMO
+from compactor.fileformat.second_read import MEMO, Role
 
 TRAILER_FIXED: Final = struct.Struct("<qqQQQqqIBB2x")
 """first offset, last offset, record count, tombstones, uncompressed bytes, min timestamp,
@@ -132,22 +132,22 @@ def encode_trailer(stats: BatchStats, index: list[tuple[int, int]], offsets: Off
 
 
 def parse_trailer(
-    payload: bytes, base: int, object_name: str, version: int | None = None
+    payload: bytes, base: int, object_name: str, version: int | None = None, role: Role = None
 ) -> Trailer:
     """Decodes and checks a trailer payload that starts at absolute position ``base``.
 
     ``version`` is the file's format version, None when the caller does not know it (it
-    holds a section's position and length only): the trailer's flags then say it. A
-    payload equal to one accepted before is taken from the second-read memo
+    holds a section's position and length only): the trailer's flags then say it.
+    ``role``: the reader's part in a pair reading the same bytes
     (``fileformat.second_read``).
     """
-    memo = MEMO.keeps(payload)
-    if memo:
+    memo = MEMO.keeps(payload, role)
+    if memo and role == "second":
         hit = MEMO.take(("trailer", version, payload))
         if hit is not None:
             return cast(Trailer, hit)
     trailer = _parse_trailer(payload, base, object_name, version)
-    if memo:
+    if memo and role == "first":
         MEMO.put(("trailer", version, payload), trailer, 2 * len(payload))
     return trailer
 

@@ -36,46 +36,59 @@ def _plain_batch_payload() -> bytes:
 def test_the_second_decode_of_equal_bytes_is_the_first_ones_result() -> None:
     payload = _plain_batch_payload()
     MEMO.clear()
-    first = decode_batch(payload, 0, NAME)
-    second = decode_batch(bytes(bytearray(payload)), 0, NAME)  # equal bytes, another object
+    first = decode_batch(payload, 0, NAME, role="first")
+    again = bytes(bytearray(payload))  # equal bytes, another object
+    assert decode_batch(again, 0, NAME) is not first  # a reader on its own takes nothing
+    second = decode_batch(again, 0, NAME, role="second")
     assert second is first
-    third = decode_batch(payload, 0, NAME)  # taken once: decoded afresh
+    third = decode_batch(payload, 0, NAME, role="second")  # taken once: decoded afresh
     assert third is not first and third.equals(first)
+    decode_batch(payload, 0, NAME)  # a reader on its own leaves nothing
+    assert len(MEMO) == 0
 
 
 def test_bytes_that_differ_are_decoded_and_rejected_afresh() -> None:
     payload = _plain_batch_payload()
-    decode_batch(payload, 0, NAME)  # accepted, memoized
+    decode_batch(payload, 0, NAME, role="first")  # accepted, memoized
     meta_len = struct.unpack_from("<i", payload, 4)[0]
     rejected = 0
     for at in range(8 + meta_len, len(payload) - 4, 4):
         bad = payload[:at] + struct.pack("<i", 10**8) + payload[at + 4 :]
         try:
-            decode_batch(bad, 0, NAME)
+            decode_batch(bad, 0, NAME, role="second")
         except FormatError:
             rejected += 1
     assert rejected > 0
     trailer = payload_of(DATA, trailer_frames(DATA)[0])
-    parse_trailer(trailer, 0, NAME, 2)
+    parse_trailer(trailer, 0, NAME, 2, role="first")
     bad = bytearray(trailer)
     bad[0] ^= 1  # first_offset: no longer in the index
     with pytest.raises(FormatError):
-        parse_trailer(bytes(bad), 0, NAME, 2)
+        parse_trailer(bytes(bad), 0, NAME, 2, role="second")
 
 
 def test_the_memo_is_bounded() -> None:
     memo = SecondReadMemo(max_payload=10, max_bytes=25)
-    assert not memo.keeps(b"x" * 11) and memo.keeps(b"x" * 10) and not memo.keeps(bytearray(1))
+    assert memo.keeps(b"x" * 10, "first") and not memo.keeps(b"x" * 10, None)
+    assert not memo.keeps(b"x" * 11, "first") and not memo.keeps(bytearray(1), "first")
     for i in range(5):
         memo.put(i, str(i), 10)
     assert len(memo) == 2 and memo.take(0) is None and memo.take(4) == "4"
     assert memo.take(4) is None
 
 
-def test_a_file_streamed_twice_reads_the_same_and_leaves_the_memo_small() -> None:
-    first = stream_all(DATA, len(DATA))
-    assert stream_all(DATA, len(DATA)) == first
-    assert MEMO._bytes <= 16 << 20
+def test_a_pair_of_readers_reads_the_same_as_one_and_leaves_the_memo_empty() -> None:
+    MEMO.clear()
+    alone = stream_all(DATA, len(DATA))
+    batches = {}
+    for role in ("first", "second"):
+        r = StreamReader(io.BytesIO(DATA), object_name=NAME, size=len(DATA), role=role)
+        batches[role] = [b for section in r.sections() for b in section.batches()]
+        assert r.footer == alone
+    assert batches["first"] and all(
+        a.equals(b) for a, b in zip(batches["first"], batches["second"], strict=True)
+    )
+    assert len(MEMO) == 0
 
 
 def test_pointers_keep_no_footer_but_still_check_it() -> None:

@@ -408,14 +408,16 @@ def _open_pointers(
     buffer_size = stream_buffer_size(len(job.inputs))
     streams: list[ObjectStream] = []
     merges = []
-    for _phase in (1, 2):
+    for role in ("first", "second"):  # phase 1's pointer, then phase 2's
         readers = []
         for inp in job.inputs:
             stream = stack.enter_context(store.open_stream(inp.key, buffer_size=buffer_size))
             streams.append(stream)
             source = stream if throttle is None else ThrottledStream(stream, throttle)
             readers.append(
-                StreamReader(source, object_name=inp.key, size=inp.size, keep_footer=False)
+                StreamReader(
+                    source, object_name=inp.key, size=inp.size, keep_footer=False, role=role
+                )
             )
         merges.append(SectionMerge(readers))
     return _Pointers(merges[0], merges[1], streams)
