@@ -29,6 +29,8 @@ from .base import MultipartWriter, StoreError
 from .s3conn import S3Connection
 
 MAX_IN_FLIGHT = 2
+CREATE_WAIT_S = 60.0
+"""How long an abort waits for an interrupted CreateMultipartUpload to answer."""
 MAX_PARTS = 10_000
 _GROWTH_EVERY = 1000  # parts; then the part size grows by one base part size
 
@@ -45,6 +47,7 @@ class S3MultipartWriter(MultipartWriter):
         self._if_none_match = if_none_match
         self._buf = bytearray()
         self._upload_id: str | None = None
+        self._creating: concurrent.futures.Future[str] | None = None
         self._next_part = 1
         self._in_flight: deque[tuple[int, concurrent.futures.Future[str]]] = deque()
         self._done: list[dict[str, Any]] = []
@@ -70,10 +73,7 @@ class S3MultipartWriter(MultipartWriter):
     def _send(self, part: bytes) -> None:
         try:
             if self._upload_id is None:
-                r = self._conn.client.create_multipart_upload(
-                    Bucket=self._conn.bucket, Key=self._full_key
-                )
-                self._upload_id = r["UploadId"]
+                self._upload_id = self._create().result()
             while len(self._in_flight) >= MAX_IN_FLIGHT:
                 self._collect_oldest()
             number = self._next_part
@@ -93,6 +93,20 @@ class S3MultipartWriter(MultipartWriter):
         except BaseException:
             self._abort_quietly()
             raise
+
+    def _create(self) -> concurrent.futures.Future[str]:
+        """Starts the upload on the connection's loop thread. A signal that interrupts the
+        caller's wait (SIGTERM raises in the main thread) cannot interrupt the request
+        there, so ``abort`` still learns the upload's id once S3 has created it, and
+        aborts it instead of leaving it to garbage collection."""
+        loop, client = self._conn.aio()
+        self._creating = loop.submit(self._create_upload(client))
+        return self._creating
+
+    async def _create_upload(self, client: Any) -> str:
+        r = await client.create_multipart_upload(Bucket=self._conn.bucket, Key=self._full_key)
+        upload_id: str = r["UploadId"]
+        return upload_id
 
     async def _upload_part(self, client: Any, upload_id: str, number: int, part: bytes) -> str:
         r = await client.upload_part(
@@ -158,6 +172,9 @@ class S3MultipartWriter(MultipartWriter):
             future.cancel()
         concurrent.futures.wait([f for _, f in self._in_flight])
         self._in_flight.clear()
+        if self._upload_id is None and self._creating is not None:
+            with contextlib.suppress(Exception):  # never created: nothing to abort
+                self._upload_id = self._creating.result(timeout=CREATE_WAIT_S)
         if self._upload_id is None:
             return
         try:

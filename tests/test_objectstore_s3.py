@@ -21,6 +21,7 @@ from compactor.objectstore import (
     open_store,
 )
 from compactor.objectstore.s3 import S3Store
+from compactor.objectstore.s3multipart import S3MultipartWriter
 
 MiB = 1 << 20
 
@@ -215,6 +216,21 @@ def test_multipart_abort_removes_the_upload(s3_endpoint: S3Endpoint, s3_store: S
         w.write(blob(3 * s3_store.part_size, seed=9))
         assert len(client.list_multipart_uploads(Bucket=s3_store.bucket)["Uploads"]) == 1
         raise KeyError("job failed")
+    assert client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads", []) == []
+    client.close()
+
+
+def test_an_abort_while_the_upload_is_being_created_removes_it(
+    s3_endpoint: S3Endpoint, s3_store: S3Store
+) -> None:
+    """SIGTERM raises in the main thread, possibly while it waits for CreateMultipartUpload:
+    the request goes on, on the connection's loop thread, and the abort waits for its
+    answer and aborts the upload it created instead of leaving it behind."""
+    client = s3_endpoint.client()
+    w = s3_store.open_multipart("interrupted")
+    assert isinstance(w, S3MultipartWriter)
+    w._create()  # the caller's wait for it "interrupted": the id is never read
+    w.abort()
     assert client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads", []) == []
     client.close()
 
