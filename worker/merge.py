@@ -10,12 +10,9 @@ writer still checks that offsets strictly increase).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 
 from compactor.fileformat import SectionReader, StreamReader
-
-
-def _order(head: SectionReader) -> tuple[bytes, int]:
-    return head.key
 
 
 class SectionMerge:
@@ -29,7 +26,7 @@ class SectionMerge:
         live = [h for h in self._heads if h is not None]
         if not live:
             return None
-        head = min(live, key=_order)
+        head = min(live, key=attrgetter("key"))
         return head.topic, head.partition
 
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
