@@ -12,6 +12,7 @@ from compactor.fileformat.framing import (
     FRAME_HEADER,
     MAGIC,
     MIN_SECTION_LENGTH,
+    SHARED_VERSION,
     SUPPORTED_VERSIONS,
     U16,
     U32,
@@ -64,12 +65,14 @@ def parse_footer(
     and checks the index it describes.
 
     Invariants: sections are strictly sorted by (topic UTF-8 bytes, partition); they tile
-    the file from the end of the file header to ``footer_frame_at`` without gaps; each
-    section's stats are possible.
+    the file from the end of the file header to ``footer_frame_at`` without gaps (in
+    version 3, consecutive sections of one shared block list the block's range, which
+    tiles); each section's stats are possible.
     """
     cur = Cursor(payload, base, object_name)
     (count,) = cur.unpack(U32, "footer section count")
     entry = FOOTER_ENTRY if version >= 2 else FOOTER_ENTRY_V1
+    shared = version >= SHARED_VERSION
     min_entry = U16.size + 1 + 4 + entry.size
     if count * min_entry > cur.remaining:
         raise cur.error(f"footer claims {count} sections, which cannot fit", base)
@@ -87,7 +90,13 @@ def parse_footer(
         if previous is not None and key <= previous:
             raise cur.error(f"section {topic}/{partition} is out of order in the footer", at)
         previous = key
-        if position != expected_position or length < MIN_SECTION_LENGTH:
+        if (
+            shared
+            and sections
+            and (position, length) == (sections[-1].position, sections[-1].length)
+        ):
+            pass  # another section of the same shared block
+        elif position != expected_position or length < MIN_SECTION_LENGTH:
             raise cur.error(
                 f"section {topic}/{partition} at {position} (+{length}) does not follow the "
                 f"previous section ending at {expected_position}",

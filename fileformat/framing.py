@@ -15,8 +15,11 @@ from compactor.fileformat.errors import FormatError
 
 MAGIC: Final = b"\x89KCF\r\n\x1a\n"
 FORMAT_VERSION: Final = 2
-"""The version the writer writes (FORMAT.md, "Evolution": what changed from version 1)."""
-SUPPORTED_VERSIONS: Final = frozenset({1, FORMAT_VERSION})
+"""The version the writer writes when it shares no sections (FORMAT.md, "Evolution")."""
+SHARED_VERSION: Final = 3
+"""The version of files that may hold shared blocks (FORMAT.md, "Shared blocks"): version
+2 plus the block, its sections laid out as in version 2."""
+SUPPORTED_VERSIONS: Final = frozenset({1, FORMAT_VERSION, SHARED_VERSION})
 
 FILE_HEADER: Final = struct.Struct("<8sII")  # magic, format version, flags (zero)
 FRAME_HEADER: Final = struct.Struct("<4sII")  # tag, payload length, crc
@@ -24,10 +27,13 @@ SECTION_END: Final = struct.Struct("<I4s")  # trailer frame length, SECTION_END_
 FILE_TAIL: Final = struct.Struct("<III8s")  # footer frame length, footer crc, version, magic
 
 SECTION_END_MAGIC: Final = b"SEND"
+BLOCK_END_MAGIC: Final = b"BEND"
 TAG_SECTION_HEADER: Final = b"SHDR"
 TAG_BATCH: Final = b"BTCH"
 TAG_TRAILER: Final = b"STRL"
 TAG_FOOTER: Final = b"FOOT"
+TAG_SHARED_BATCH: Final = b"SBLK"
+TAG_SECTION_TABLE: Final = b"STBL"
 
 MAX_FRAME_PAYLOAD: Final = 256 << 20
 """No frame payload is longer; readers reject larger lengths before reading them."""
@@ -131,8 +137,14 @@ def check_file_header(cur: Cursor) -> int:
     return int(version)
 
 
-def encode_file_header() -> bytes:
-    return FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0)
+def encode_file_header(version: int = FORMAT_VERSION) -> bytes:
+    return FILE_HEADER.pack(MAGIC, version, 0)
+
+
+def layout_version(version: int) -> int:
+    """The version whose layout a file's sections, trailers and batches have: version 3
+    lays them out as version 2 does."""
+    return min(version, FORMAT_VERSION)
 
 
 def check_frame_length(tag: bytes, length: int, at: int, object_name: str) -> None:

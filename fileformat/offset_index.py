@@ -19,10 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.fileformat.bitmap import OffsetSet
+from compactor.fileformat.block import read_block
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import (
     FRAME_HEADER,
     TAG_BATCH,
+    TAG_SHARED_BATCH,
     U16,
     Cursor,
     encode_frame,
@@ -234,8 +236,12 @@ def read_from_batch(
     """The section's batches from its ``batch``-th on, with one ranged read from that
     batch's frame to the section's end (the trailer comes along and is not decoded)."""
     start = section.position + section.batches[batch].position
-    data = read_range(start, section.position + section.length)
-    cur = Cursor(bytes(data), start, object_name)
+    data = bytes(read_range(start, section.position + section.length))
+    if data[: len(TAG_SHARED_BATCH)] == TAG_SHARED_BATCH and start == section.position:
+        block = read_block(data, start, object_name)
+        yield block.rows(block.find(section.topic, section.partition))
+        return
+    cur = Cursor(data, start, object_name)
     for _ in section.batches[batch:]:
         at = cur.position
         payload = parse_frame(cur, TAG_BATCH, "batch")

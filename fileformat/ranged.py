@@ -14,9 +14,17 @@ import pyarrow as pa
 
 from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
 from compactor.fileformat.bitmap import OffsetSet
+from compactor.fileformat.block import (
+    Block,
+    SharedSection,
+    find_section,
+    parse_section_table,
+    read_block,
+)
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.footer import parse_footer, parse_tail
 from compactor.fileformat.framing import (
+    BLOCK_END_MAGIC,
     FILE_HEADER,
     FILE_TAIL,
     FRAME_HEADER,
@@ -26,6 +34,7 @@ from compactor.fileformat.framing import (
     TAG_BATCH,
     TAG_FOOTER,
     TAG_SECTION_HEADER,
+    TAG_SECTION_TABLE,
     TAG_TRAILER,
     Cursor,
     check_file_header,
@@ -122,9 +131,17 @@ class _SectionLayout:
             if with_header and length <= max_read
             else None
         )
+        self.block: Block | None = None
+        self.shared: SharedSection | None = None
+        self.trailer: Trailer
+        tail = self._tail()
+        if tail[-len(BLOCK_END_MAGIC) :] == BLOCK_END_MAGIC:
+            self.shared = shared = self._shared(tail, with_header)
+            self.trailer = shared.trailer
+            self._check_stats(length - SECTION_END.size)
+            return
         if with_header:
             self._check_header(header_length)
-        tail = self._tail()
         end_at = pos + length - SECTION_END.size
         trailer_length = parse_section_end(tail[-SECTION_END.size :], end_at, object_name)
         trailer_at = length - SECTION_END.size - trailer_length
@@ -142,18 +159,9 @@ class _SectionLayout:
         payload = parse_frame(cur, TAG_TRAILER, "section trailer")
         cur.expect_end("the section trailer")
         # The file's version is unknown here: the trailer says its own.
-        self.trailer: Trailer = parse_trailer(
-            payload, pos + trailer_at + FRAME_HEADER.size, object_name
-        )
+        self.trailer = parse_trailer(payload, pos + trailer_at + FRAME_HEADER.size, object_name)
         self.trailer_at = trailer_at
-        # ``meta`` may come from a catalog that does not keep the min delete horizon, so
-        # only the other stats are compared (the footer's is checked by a streaming read).
-        if replace(self.trailer.stats, min_delete_horizon=None) != _meta_stats(meta):
-            raise FormatError(
-                object_name,
-                pos + trailer_at,
-                f"section trailer {self.trailer.stats} disagrees with the footer entry {meta}",
-            )
+        self._check_stats(trailer_at)
         positions = [p for _, p in self.trailer.index]
         if positions[0] != header_length or positions[-1] + FRAME_HEADER.size > trailer_at:
             raise FormatError(
@@ -162,6 +170,47 @@ class _SectionLayout:
                 "batch index positions do not fit between the section header and the trailer",
             )
         self.bounds = [*positions, trailer_at]
+
+    def _check_stats(self, trailer_at: int) -> None:
+        # ``meta`` may come from a catalog that does not keep the min delete horizon, so
+        # only the other stats are compared (the footer's is checked by a streaming read).
+        meta = self.meta
+        if replace(self.trailer.stats, min_delete_horizon=None) != _meta_stats(meta):
+            raise FormatError(
+                self.object_name,
+                meta.position + trailer_at,
+                f"section trailer {self.trailer.stats} disagrees with the footer entry {meta}",
+            )
+
+    def _shared(self, tail: bytes, with_header: bool) -> SharedSection:
+        """The section's entry in the shared block that its range is (FORMAT.md section
+        13): from the whole block when its records are wanted, else from its table."""
+        pos, length, name = self.meta.position, self.meta.length, self.object_name
+        if with_header:
+            whole = self.whole
+            if whole is None:  # a block is one batch: bounded as a batch is, not windowed
+                whole = _fetch(self.read_range, pos, pos + length, name, "shared block")
+            self.block = read_block(whole, pos, name)
+            sections = self.block.sections
+        else:
+            end_at = pos + length - SECTION_END.size
+            table_length = parse_section_end(
+                tail[-SECTION_END.size :], end_at, name, BLOCK_END_MAGIC
+            )
+            table_at = length - SECTION_END.size - table_length
+            if table_length < FRAME_HEADER.size + 4 or table_at < FRAME_HEADER.size:
+                raise FormatError(name, end_at, f"impossible section table length {table_length}")
+            needed = table_length + SECTION_END.size
+            frame = (
+                tail[len(tail) - needed : -SECTION_END.size]
+                if needed <= len(tail)
+                else self._get(table_at, length - SECTION_END.size, "section table")
+            )
+            cur = Cursor(frame, pos + table_at, name)
+            payload = parse_frame(cur, TAG_SECTION_TABLE, "section table")
+            cur.expect_end("the section table")
+            sections = parse_section_table(payload, pos + table_at + FRAME_HEADER.size, name)
+        return find_section(sections, self.meta.topic, self.meta.partition, name, pos)
 
     def _get(self, start: int, end: int, what: str) -> bytes:
         """Bytes [start, end) of the section (relative positions)."""
@@ -258,6 +307,10 @@ def read_section(
     of up to ``max_read`` bytes is fetched with one ranged read.
     """
     layout = _SectionLayout(read_range, meta, object_name, max_read, with_header=True)
+    if layout.block is not None:
+        assert layout.shared is not None
+        yield from _shared_rows(layout.block, layout.shared, from_offset)
+        return
     trailer = layout.trailer
     start, target = 0, None
     if from_offset is not None:
@@ -293,6 +346,29 @@ def read_section(
             meta.position + layout.trailer_at,
             f"section trailer {trailer.stats} disagrees with the records {stats}",
         )
+
+
+def _shared_rows(
+    block: Block, shared: SharedSection, from_offset: int | None
+) -> Iterator[pa.RecordBatch]:
+    """A shared section's rows, from the next present offset >= ``from_offset``."""
+    target = None
+    if from_offset is not None:
+        target = shared.trailer.offsets.next_present(from_offset)
+        if target is None:
+            return
+    batch = block.rows(shared)  # the block's records are checked against its whole table
+    if target is not None:
+        offsets = int64_view(batch.column(0))
+        i = bisect.bisect_left(offsets, target)
+        if i == len(offsets) or offsets[i] != target:
+            raise FormatError(
+                block.object_name,
+                block.payload_at,
+                f"offset bitmap lists offset {target}, its batch does not hold it",
+            )
+        batch = batch.slice(i) if i else batch
+    yield batch
 
 
 def read_section_offsets(

@@ -18,19 +18,25 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.ipc
 
-from compactor.fileformat.batches import BatchStats, batch_stats, columns_problem, int64_view
+from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
+from compactor.fileformat.block import Block, SharedSection, parse_section_table
 from compactor.fileformat.errors import FormatError
+from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
 from compactor.fileformat.framing import (
+    BLOCK_END_MAGIC,
     FILE_HEADER,
     FILE_TAIL,
     FORMAT_VERSION,
     FRAME_HEADER,
     SECTION_END,
+    SHARED_VERSION,
     TAG_BATCH,
     TAG_FOOTER,
     TAG_SECTION_HEADER,
+    TAG_SECTION_TABLE,
+    TAG_SHARED_BATCH,
     TAG_TRAILER,
     U32,
     Cursor,
@@ -39,10 +45,10 @@ from compactor.fileformat.framing import (
     describe_tag,
     verify_frame,
 )
-from compactor.fileformat.ipc import decode_batch, inspect_message, with_horizons
+from compactor.fileformat.ipc import decode_batch
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
-from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
+from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import Role
 from compactor.fileformat.section import parse_section_end, parse_section_header, parse_trailer
 
@@ -61,80 +67,6 @@ READ_AHEAD = 64 << 10
 """Reads shorter than this are served from a buffer read ahead of them (``_Input``)."""
 READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
-
-
-def _schema_message(schema: pa.Schema) -> bytes:
-    """A schema's IPC schema message: prefixed to a batch frame's payload it makes an IPC
-    stream (FORMAT.md 6.2), which Arrow can read with only some fields decoded."""
-    sink = pa.BufferOutputStream()
-    pa.ipc.new_stream(sink, schema).close()
-    return bytes(sink.getvalue().to_pybytes()[:-8])  # without the end-of-stream marker
-
-
-_SCHEMA_MESSAGES = {len(s): _schema_message(s) for s in (RECORD_SCHEMA, RECORD_SCHEMA_V1)}
-_FIELD_INDEX = {name: i for i, name in enumerate(RECORD_SCHEMA.names)}
-_read_options: dict[tuple[int, ...], pa.ipc.IpcReadOptions] = {}
-
-
-def _field_indices(fields: Sequence[str]) -> tuple[int, ...]:
-    """The sorted RECORD_SCHEMA indices of ``fields``, always with the offset."""
-    try:
-        return tuple(sorted({0} | {_FIELD_INDEX[f] for f in fields}))
-    except KeyError as exc:
-        raise ValueError(f"RECORD_SCHEMA has no field {exc.args[0]!r}") from None
-
-
-def decode_fields(
-    payload: bytes,
-    position: int,
-    object_name: str,
-    fields: Sequence[str],
-    version: int = FORMAT_VERSION,
-    role: Role = None,
-) -> pa.RecordBatch:
-    """Like ``decode_batch``, but decodes only ``fields`` of RECORD_SCHEMA (and always
-    ``offset``): the other columns' buffers are neither decompressed nor validated. (An
-    uncompressed message is decoded whole and checked as by ``decode_batch``, then the
-    columns selected: nothing to decompress, and one zero-copy decode costs less than
-    opening an IPC stream for some columns.)
-
-    The message is checked (``check_message``) exactly as for a whole decode, and what is
-    decoded passes Arrow's full validation, the non-null rules of RECORD_SCHEMA and the
-    offset order. The batch has only those columns, in schema order (a version-1 batch
-    without delete_horizon gives a null one if asked).
-    """
-    indices = _field_indices(fields)
-    if len(indices) == len(RECORD_SCHEMA):
-        return decode_batch(payload, position, object_name, version, role)
-    message = inspect_message(payload, position, object_name, version=version)
-    if not message.compressed:
-        batch = decode_batch(payload, position, object_name, version, role)
-        return batch.select(list(indices))
-    stored = tuple(i for i in indices if i < len(message.schema))
-    options = _read_options.get(stored)
-    if options is None:
-        options = _read_options[stored] = pa.ipc.IpcReadOptions(included_fields=list(stored))
-    prefix = _SCHEMA_MESSAGES[len(message.schema)]
-    try:
-        stream = pa.ipc.open_stream(pa.py_buffer(prefix + payload), options=options)
-        batch = stream.read_next_batch()
-        batch.validate(full=True)
-    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
-        raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
-    if stored != indices:
-        batch = with_horizons(batch)
-    if batch.num_rows != message.rows:
-        problem: str | None = f"{batch.num_rows} rows decoded, the message says {message.rows}"
-    else:
-        names = batch.schema.names
-        problem = columns_problem(
-            batch.column("offset"),
-            batch.column("timestamp") if "timestamp" in names else None,
-            batch.column("headers") if "headers" in names else None,
-        )
-    if problem is not None:
-        raise FormatError(object_name, position, f"invalid batch: {problem}")
-    return batch
 
 
 class Source(Protocol):
@@ -301,6 +233,25 @@ class StreamReader:
                 streamed.append(_digest(section.meta))
                 if expected is not None:
                     expected.update(encode_footer_entry(section.meta, key[0]))
+            elif (
+                tag == TAG_SHARED_BATCH
+                and payload is not None
+                and self.format_version >= SHARED_VERSION
+            ):
+                block = self._block(payload, at)
+                length = inp.position - at
+                for shared in block.sections:
+                    if previous is not None and shared.key <= previous:
+                        raise FormatError(
+                            name, at, f"section {shared.topic}/{shared.partition} is out of order"
+                        )
+                    previous = shared.key
+                    section = SharedSectionReader(self, block, shared, at, length)
+                    yield section
+                    assert section.meta is not None
+                    streamed.append(_digest(section.meta))
+                    if expected is not None:
+                        expected.update(encode_footer_entry(section.meta, shared.key[0]))
             elif tag == TAG_FOOTER and payload is not None:
                 footer = self._finish(payload, length, crc, at, streamed, expected)
                 self.footer = footer if self._keep_footer else None
@@ -310,6 +261,34 @@ class StreamReader:
                 raise FormatError(
                     name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
                 )
+
+    def _block(self, payload: bytes, at: int) -> Block:
+        """The rest of the shared block whose ``SBLK`` frame (at ``at``) was just read:
+        its section table and its end, checked; the batch is decoded when asked for."""
+        inp = self._input
+        tag, length, crc, table_at = inp.frame_header("section table")
+        if tag != TAG_SECTION_TABLE:
+            raise FormatError(
+                self.object_name,
+                table_at,
+                f"expected the shared block's section table, found tag {describe_tag(tag)}",
+            )
+        table = inp.frame_payload(tag, length, crc, table_at)
+        end_at = inp.position
+        recorded = parse_section_end(
+            inp.read(SECTION_END.size, "block end"), end_at, self.object_name, BLOCK_END_MAGIC
+        )
+        if recorded != FRAME_HEADER.size + length:
+            raise FormatError(
+                self.object_name,
+                end_at,
+                f"block end records a {recorded}-byte table, "
+                f"the table frame has {FRAME_HEADER.size + length}",
+            )
+        sections = parse_section_table(
+            table, table_at + FRAME_HEADER.size, self.object_name, self.role
+        )
+        return Block(payload, at + FRAME_HEADER.size, sections, self.object_name, self.role)
 
     def _finish(
         self,
@@ -327,7 +306,7 @@ class StreamReader:
         assert self.format_version is not None
         canonical = (
             expected is not None
-            and self.format_version == FORMAT_VERSION
+            and self.format_version >= FORMAT_VERSION
             and payload[: U32.size] == U32.pack(len(streamed))
             and hashlib.blake2b(payload[U32.size :], digest_size=16).digest() == expected.digest()
         )
@@ -364,7 +343,7 @@ class StreamReader:
         return FileMeta(sections, inp.position, version)
 
 
-_TOP_TAGS = (TAG_SECTION_HEADER, TAG_FOOTER)
+_TOP_TAGS = (TAG_SECTION_HEADER, TAG_SHARED_BATCH, TAG_FOOTER)
 
 
 def _digest(meta: SectionMeta) -> int:
@@ -427,7 +406,7 @@ class SectionReader:
     def batches(self, fields: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The rest of the section's batches, whole, or with only ``fields`` (and the
         offset) decoded."""
-        if fields is not None and len(_field_indices(fields)) == len(RECORD_SCHEMA):
+        if fields is not None and len(field_indices(fields)) == len(RECORD_SCHEMA):
             fields = None
         while not self._done:
             batch = self._advance(decode=True, fields=fields)
@@ -516,6 +495,58 @@ class SectionReader:
         self.meta = s.section_meta(
             self.topic, self.partition, self.position, inp.position - self.position
         )
+        self._done = True
+
+
+class SharedSectionReader(SectionReader):
+    """A section of a shared block (FORMAT.md section 13): its meta and offsets are known
+    from the block's table at once; its batch is its rows of the block's batch, which is
+    decoded and checked once for all the block's sections."""
+
+    def __init__(
+        self,
+        stream: StreamReader,
+        block: Block,
+        shared: SharedSection,
+        position: int,
+        length: int,
+    ) -> None:
+        super().__init__(stream, shared.topic, shared.partition, position, shared.key)
+        self._block = block
+        self._shared = shared
+        trailer = shared.trailer
+        self.offsets = trailer.offsets
+        self.meta = trailer.stats.section_meta(shared.topic, shared.partition, position, length)
+
+    @property
+    def batch_positions(self) -> list[int]:
+        return [0]
+
+    @property
+    def batch_firsts(self) -> list[int]:
+        return [self._shared.trailer.stats.first_offset]
+
+    def batches(self, fields: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        if self._done:
+            return
+        self._done = True
+        if fields is not None and len(field_indices(fields)) == len(RECORD_SCHEMA):
+            fields = None
+        batch = self._block.rows(self._shared, fields)
+        if self._stream._verify:
+            builder = OffsetSetBuilder(self._shared.trailer.stats.first_offset)
+            view = int64_view(batch.column(0))
+            builder.add(batch.column(0), view[0], view[-1])
+            if builder.build() != self.offsets:
+                raise FormatError(
+                    self._stream.object_name,
+                    self.position,
+                    f"offset bitmap of {self.topic}/{self.partition} differs from the offsets "
+                    "in the records",
+                )
+        yield batch
+
+    def skip(self) -> None:
         self._done = True
 
 

@@ -21,6 +21,7 @@ from compactor.fileformat.framing import (
     SECTION_END_MAGIC,
     U16,
     Cursor,
+    layout_version,
 )
 from compactor.fileformat.second_read import MEMO, Role
 
@@ -221,7 +222,7 @@ def _trailer_version(flags: int, version: int | None) -> int | None:
     """The version a trailer with these flags is laid out in, None if it cannot be one
     of ``version`` (or of any version, when that is None)."""
     layout = {0: 1, FLAG_HORIZON: 2}.get(flags)
-    return layout if version is None or layout == version else None
+    return layout if version is None or layout == layout_version(version) else None
 
 
 def stats_problem(s: BatchStats) -> str | None:
@@ -245,10 +246,13 @@ def encode_section_end(trailer_frame_length: int) -> bytes:
     return SECTION_END.pack(trailer_frame_length, SECTION_END_MAGIC)
 
 
-def parse_section_end(data: bytes, base: int, object_name: str) -> int:
-    """Returns the trailer frame length the section end records."""
+def parse_section_end(
+    data: bytes, base: int, object_name: str, magic: bytes = SECTION_END_MAGIC
+) -> int:
+    """Returns the trailer frame length the section end records (with ``magic``
+    BLOCK_END_MAGIC: the section table frame length a shared block's end records)."""
     cur = Cursor(data, base, object_name)
-    length, magic = cur.unpack(SECTION_END, "section end")
-    if magic != SECTION_END_MAGIC:
-        raise cur.error(f"bad section end marker {magic!r}", base + 4)
+    length, found = cur.unpack(SECTION_END, "section end")
+    if found != magic:
+        raise cur.error(f"bad section end marker {found!r}", base + 4)
     return int(length)

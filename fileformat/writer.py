@@ -14,16 +14,23 @@ from compactor.fileformat.batches import (
     batch_problem,
     batch_stats,
     int64_view,
+    logical_bytes,
     plan_slices,
 )
-from compactor.fileformat.bitmap import OffsetSetBuilder
+from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
+from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail
 from compactor.fileformat.framing import (
+    BLOCK_END_MAGIC,
     FORMAT_VERSION,
     FRAME_HEADER,
+    SECTION_END,
+    SHARED_VERSION,
     TAG_BATCH,
     TAG_FOOTER,
     TAG_SECTION_HEADER,
+    TAG_SECTION_TABLE,
+    TAG_SHARED_BATCH,
     TAG_TRAILER,
     encode_file_header,
     encode_frame,
@@ -50,7 +57,17 @@ class Sink(Protocol):
 
 
 class _OpenSection:
-    __slots__ = ("topic", "partition", "header_frame", "position", "stats", "index", "offsets")
+    __slots__ = (
+        "topic",
+        "partition",
+        "header_frame",
+        "position",
+        "stats",
+        "index",
+        "offsets",
+        "held",
+        "held_bytes",
+    )
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -62,6 +79,21 @@ class _OpenSection:
         self.stats: BatchStats | None = None
         self.index: list[tuple[int, int]] = []  # (first offset, position in the section)
         self.offsets: OffsetSetBuilder | None = None
+        self.held: list[pa.RecordBatch] = []  # records kept back for a shared block
+        self.held_bytes = 0
+
+
+class _SharedSection:
+    """A small section waiting in the open shared block."""
+
+    __slots__ = ("topic", "partition", "batches", "stats", "offsets")
+
+    def __init__(self, section: _OpenSection, stats: BatchStats, offsets: OffsetSet) -> None:
+        self.topic = section.topic
+        self.partition = section.partition
+        self.batches = section.held
+        self.stats = stats
+        self.offsets = offsets
 
 
 class FileWriter:
@@ -83,6 +115,14 @@ class FileWriter:
     the thread (``finish`` does too); a writer abandoned on an error must be closed. An
     encoding error surfaces from a later call, when the batch's turn to be written
     comes, and leaves the writer unusable (the section already counts the batch).
+
+    With ``share_below`` (bytes, logical), a section whose records weigh less than that
+    is not framed on its own: it waits, with the small sections that follow it, to be
+    written as one shared block (FORMAT.md section 13) of at most ``max_batch_bytes``,
+    and the file is version 3. A section that grows past ``share_below`` is framed as
+    usual, after the block it would have joined. The writer then holds at most one block
+    and one small section of records. ``end_section`` returns None for a section that
+    waits in a block: its position and length are the block's, listed by ``finish``.
     """
 
     def __init__(
@@ -95,11 +135,14 @@ class FileWriter:
         min_compress_bytes: int = MIN_COMPRESS_BYTES,
         encode_ahead: bool = False,
         index: IndexBuilder | None = None,
+        share_below: int = 0,
     ) -> None:
         """``index``: told of every batch frame and section as they are written, so the
         file's offset index (FORMAT.md section 12) needs no read of the file."""
         if not 1 <= max_batch_bytes <= MAX_BATCH_BYTES_LIMIT:
             raise ValueError(f"max_batch_bytes must be in 1..{MAX_BATCH_BYTES_LIMIT}")
+        if not 0 <= share_below <= max_batch_bytes:
+            raise ValueError(f"share_below must be in 0..max_batch_bytes ({max_batch_bytes})")
         self.object_name = object_name
         self._sink = sink
         self._encoder = BatchEncoder(compression, min_compress_bytes)
@@ -119,7 +162,11 @@ class FileWriter:
         self._last_key: tuple[bytes, int] | None = None
         self._open: _OpenSection | None = None
         self._finished = False
-        self._emit(encode_file_header())
+        self._share_below = share_below
+        self._version = SHARED_VERSION if share_below else FORMAT_VERSION
+        self._block: list[_SharedSection] = []
+        self._block_bytes = 0
+        self._emit(encode_file_header(self._version))
 
     @property
     def position(self) -> int:
@@ -150,9 +197,9 @@ class FileWriter:
         section = _OpenSection(topic, partition)  # validates topic and partition
         key = section_key(topic, partition)
         if self._last_key is not None and key <= self._last_key:
-            last = self._sections[-1]
+            last_topic, last_partition = self._last_key[0].decode(), self._last_key[1]
             raise ValueError(
-                f"section {topic}/{partition} does not come after {last.topic}/{last.partition}"
+                f"section {topic}/{partition} does not come after {last_topic}/{last_partition}"
             )
         self._open = section
 
@@ -177,10 +224,30 @@ class FileWriter:
                 f"{self.object_name}: {section.topic}/{section.partition}: offset {first} "
                 f"does not follow {section.stats.last_offset}"
             )
+        if section.position is None and self._share_below:
+            logical = logical_bytes(batch)
+            if section.held_bytes + logical < self._share_below:
+                stats = batch_stats(batch, logical)
+                section.stats = stats if section.stats is None else section.stats.then(stats)
+                section.held.append(batch)
+                section.held_bytes += logical
+                return
+            self._frame(section)
+        self._write_framed(section, batch)
+
+    def _frame(self, section: _OpenSection) -> None:
+        """Gives up holding ``section`` for a block: writes the open block, then the
+        section's header and the records held so far as framed batches."""
+        self._write_block()
+        held, section.held, section.stats = section.held, [], None
+        for batch in held:
+            self._write_framed(section, batch)
+
+    def _write_framed(self, section: _OpenSection, batch: pa.RecordBatch) -> None:
         runs = plan_slices(batch, self._max_batch_bytes)
         if section.position is None:
             section.position = self._position
-            section.offsets = OffsetSetBuilder(first)
+            section.offsets = OffsetSetBuilder(int64_view(batch.column(0))[0])
             self._emit(section.header_frame)
         assert section.offsets is not None
         for start, length, logical in runs:
@@ -229,8 +296,9 @@ class FileWriter:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
 
-    def end_section(self) -> SectionMeta:
-        """Closes the open section and returns its metadata.
+    def end_section(self) -> SectionMeta | None:
+        """Closes the open section and returns its metadata (None while it waits in a
+        shared block).
 
         ValueError if the section has no records; it is then dropped (nothing of it was
         written) and the writer can go on.
@@ -239,6 +307,9 @@ class FileWriter:
         assert section is not None
         self._flush(0)
         self._open = None
+        if section.held:
+            self._share(section)
+            return None
         if section.stats is None or section.position is None or section.offsets is None:
             raise ValueError(
                 f"{self.object_name}: section {section.topic}/{section.partition} has no records"
@@ -257,9 +328,57 @@ class FileWriter:
         self._last_key = section_key(section.topic, section.partition)
         return meta
 
+    def _share(self, section: _OpenSection) -> None:
+        """Adds a closed small section to the open block, writing the block first if
+        the section would make it heavier than ``max_batch_bytes``."""
+        if self._block_bytes + section.held_bytes > self._max_batch_bytes:
+            self._write_block()
+        assert section.stats is not None
+        builder = OffsetSetBuilder(section.stats.first_offset)
+        for batch in section.held:
+            view = int64_view(batch.column(0))
+            builder.add(batch.column(0), view[0], view[-1])
+        self._block.append(_SharedSection(section, section.stats, builder.build()))
+        self._block_bytes += section.held_bytes
+        self._last_key = section_key(section.topic, section.partition)
+
+    def _write_block(self) -> None:
+        """Writes the open block (FORMAT.md section 13), if it holds any section."""
+        block, self._block = self._block, []
+        logical, self._block_bytes = self._block_bytes, 0
+        if not block:
+            return
+        batches = [b for shared in block for b in shared.batches]
+        records = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+        payload = self._encoder.encode(records, logical)
+        table = encode_frame(
+            TAG_SECTION_TABLE,
+            encode_section_table(
+                [
+                    (
+                        s.topic,
+                        s.partition,
+                        encode_trailer(s.stats, [(s.stats.first_offset, 0)], s.offsets),
+                    )
+                    for s in block
+                ]
+            ),
+        )
+        position = self._position
+        self._emit(encode_frame_header(TAG_SHARED_BATCH, payload))
+        self._emit(payload)
+        self._emit(table)
+        self._emit(SECTION_END.pack(len(table), BLOCK_END_MAGIC))
+        length = self._position - position
+        for s in block:
+            self._sections.append(s.stats.section_meta(s.topic, s.partition, position, length))
+            if self._index is not None:
+                self._index.batch(s.stats.first_offset, 0, s.stats.max_timestamp)
+                self._index.end_section(s.offsets)
+
     def write_section(
         self, topic: str, partition: int, batches: Iterable[pa.RecordBatch]
-    ) -> SectionMeta:
+    ) -> SectionMeta | None:
         """``begin_section``, ``write_batch`` for each batch, ``end_section``."""
         self.begin_section(topic, partition)
         for batch in batches:
@@ -270,12 +389,13 @@ class FileWriter:
         """Writes the footer and tail; returns what the footer says. The sink is not closed."""
         self._state(want_open=False)
         self.close()
+        self._write_block()
         footer = encode_frame(TAG_FOOTER, encode_footer(self._sections))
         self.footer_crc = FRAME_HEADER.unpack_from(footer)[2]
         self._emit(footer)
-        self._emit(encode_tail(footer, FORMAT_VERSION))
+        self._emit(encode_tail(footer, self._version))
         self._finished = True
-        return FileMeta(tuple(self._sections), self._position, FORMAT_VERSION)
+        return FileMeta(tuple(self._sections), self._position, self._version)
 
 
 def write_file(

@@ -1,0 +1,305 @@
+"""Shared blocks (FORMAT.md section 13): many small sections in one record batch.
+
+A block is a ``SBLK`` frame holding one Arrow record batch of the records of its sections
+in section order, a ``STBL`` frame holding the section table, and the 8-byte block end
+(the table frame's length, ``BEND``). A table entry is a section's topic, partition and
+version-2 trailer (one batch, at relative position 0), so a shared section's stats,
+bitmap and consistency rules are those of any section; its rows are the batch's rows that
+follow those of the entries before it.
+
+A block is decoded and checked once for all its sections: one Arrow decode, one check
+that the offsets strictly increase within every section, and, when every column was
+decoded, the stats of all its sections from one grouped aggregation.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from compactor.fileformat.batches import NO_HORIZON, BatchStats, int64_view, record_sizes
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.field_decode import decode_fields, field_indices
+from compactor.fileformat.framing import (
+    BLOCK_END_MAGIC,
+    FORMAT_VERSION,
+    FRAME_HEADER,
+    MIN_SECTION_HEADER_PAYLOAD,
+    SECTION_END,
+    TAG_SECTION_TABLE,
+    TAG_SHARED_BATCH,
+    U32,
+    Cursor,
+    parse_frame,
+)
+from compactor.fileformat.ipc import decode_batch
+from compactor.fileformat.meta import section_key
+from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.second_read import Role
+from compactor.fileformat.section import (
+    TRAILER_FIXED,
+    Trailer,
+    encode_section_header,
+    parse_section_end,
+    parse_trailer,
+    read_topic_partition,
+)
+
+MIN_TABLE_ENTRY = MIN_SECTION_HEADER_PAYLOAD + U32.size + TRAILER_FIXED.size
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSection:
+    """One entry of a block's section table, checked (``parse_section_table``)."""
+
+    topic: str
+    partition: int
+    key: tuple[bytes, int]
+    trailer: Trailer
+    start: int
+    """Its first row in the block's batch."""
+
+    @property
+    def count(self) -> int:
+        return self.trailer.stats.record_count
+
+
+def encode_section_table(sections: Sequence[tuple[str, int, bytes]]) -> bytes:
+    """A ``STBL`` payload of (topic, partition, version-2 trailer payload) entries."""
+    parts = [U32.pack(len(sections))]
+    for topic, partition, trailer in sections:
+        parts += (encode_section_header(topic, partition), U32.pack(len(trailer)), trailer)
+    return b"".join(parts)
+
+
+def parse_section_table(
+    payload: bytes, base: int, object_name: str, role: Role = None
+) -> tuple[SharedSection, ...]:
+    """The entries of a ``STBL`` payload that starts at absolute ``base``.
+
+    Invariants: at least one entry; entries strictly sorted as sections are; each trailer
+    passes ``parse_trailer`` and indexes exactly one batch, at relative position 0.
+    """
+    cur = Cursor(payload, base, object_name)
+    (count,) = cur.unpack(U32, "section table count")
+    if count < 1 or count * MIN_TABLE_ENTRY > cur.remaining:
+        raise cur.error(f"section table claims {count} sections, which cannot fit", base)
+    sections: list[SharedSection] = []
+    start = 0
+    for _ in range(count):
+        at = cur.position
+        topic, partition = read_topic_partition(cur, "section table entry")
+        key = section_key(topic, partition)
+        if sections and key <= sections[-1].key:
+            raise cur.error(f"section {topic}/{partition} is out of order in the block", at)
+        (length,) = cur.unpack(U32, "section table entry")
+        trailer_at = cur.position
+        raw = cur.take(length, "shared section trailer")
+        trailer = parse_trailer(raw, trailer_at, object_name, FORMAT_VERSION, role)
+        if trailer.index != ((trailer.stats.first_offset, 0),):
+            raise cur.error(
+                f"shared section {topic}/{partition} indexes {len(trailer.index)} batches, "
+                "not one at position 0",
+                trailer_at,
+            )
+        sections.append(SharedSection(topic, partition, key, trailer, start))
+        start += trailer.stats.record_count
+    cur.expect_end("the section table")
+    return tuple(sections)
+
+
+def find_section(
+    sections: Sequence[SharedSection], topic: str, partition: int, object_name: str, at: int
+) -> SharedSection:
+    """The entry of ``topic``/``partition`` in a block's table; FormatError if it has none."""
+    key = section_key(topic, partition)
+    i = bisect.bisect_left(sections, key, key=lambda s: s.key)
+    if i == len(sections) or sections[i].key != key:
+        raise FormatError(object_name, at, f"the shared block holds no {topic}/{partition}")
+    return sections[i]
+
+
+class Block:
+    """A shared block's checked table, and its batch decoded once (per set of columns)."""
+
+    __slots__ = ("payload", "payload_at", "sections", "object_name", "role", "_decoded")
+
+    def __init__(
+        self,
+        payload: bytes,
+        payload_at: int,
+        sections: tuple[SharedSection, ...],
+        object_name: str,
+        role: Role = None,
+    ) -> None:
+        self.payload = payload
+        self.payload_at = payload_at
+        self.sections = sections
+        self.object_name = object_name
+        self.role = role
+        self._decoded: tuple[tuple[int, ...], pa.RecordBatch] | None = None
+
+    def find(self, topic: str, partition: int) -> SharedSection:
+        return find_section(self.sections, topic, partition, self.object_name, self.payload_at)
+
+    def records(self, fields: Sequence[str] | None = None) -> pa.RecordBatch:
+        """The block's batch, whole or with only ``fields`` (and the offset), checked
+        against the table (``check_block_batch``)."""
+        indices = field_indices(RECORD_SCHEMA.names if fields is None else fields)
+        if self._decoded is not None and set(indices) <= set(self._decoded[0]):
+            return self._decoded[1]
+        whole = len(indices) == len(RECORD_SCHEMA)
+        if whole:
+            batch = decode_batch(
+                self.payload, self.payload_at, self.object_name, FORMAT_VERSION, self.role
+            )
+        else:
+            batch = decode_fields(
+                self.payload,
+                self.payload_at,
+                self.object_name,
+                [RECORD_SCHEMA.names[i] for i in indices],
+                FORMAT_VERSION,
+                self.role,
+            )
+        check_block_batch(batch, self.sections, self.object_name, self.payload_at, whole)
+        self._decoded = (tuple(range(len(RECORD_SCHEMA))) if whole else indices, batch)
+        return batch
+
+    def rows(self, section: SharedSection, fields: Sequence[str] | None = None) -> pa.RecordBatch:
+        batch = self.records(fields)
+        if fields is not None:
+            names = [RECORD_SCHEMA.names[i] for i in field_indices(fields)]
+            if batch.schema.names != names:
+                batch = batch.select(names)
+        return batch.slice(section.start, section.count)
+
+
+def read_block(data: bytes, base: int, object_name: str) -> Block:
+    """The block whose bytes (``SBLK`` frame, ``STBL`` frame, block end) are ``data``,
+    at absolute ``base``; its batch is not decoded yet."""
+    cur = Cursor(data, base, object_name)
+    payload = parse_frame(cur, TAG_SHARED_BATCH, "shared batch")
+    table_at = cur.position
+    table = parse_frame(cur, TAG_SECTION_TABLE, "section table")
+    table_length = cur.position - table_at
+    end_at = cur.position
+    recorded = parse_section_end(
+        cur.take(SECTION_END.size, "block end"), end_at, object_name, BLOCK_END_MAGIC
+    )
+    if recorded != table_length:
+        raise FormatError(
+            object_name,
+            end_at,
+            f"block end records a {recorded}-byte table, the table frame has {table_length}",
+        )
+    cur.expect_end("the shared block")
+    sections = parse_section_table(table, table_at + FRAME_HEADER.size, object_name)
+    return Block(payload, base + FRAME_HEADER.size, sections, object_name)
+
+
+def check_block_batch(
+    batch: pa.RecordBatch,
+    sections: Sequence[SharedSection],
+    object_name: str,
+    at: int,
+    whole: bool,
+) -> None:
+    """That ``batch`` holds exactly the records the table describes: the row count, each
+    section's first and last offset, offsets strictly increasing within every section,
+    and, when ``whole`` (every column decoded), every section's stats."""
+    last = sections[-1]
+    if batch.num_rows != last.start + last.count:
+        raise FormatError(
+            object_name,
+            at,
+            f"shared batch has {batch.num_rows} rows, its table {last.start + last.count}",
+        )
+    offsets = int64_view(batch.column(0))
+    for s in sections:
+        found = (offsets[s.start], offsets[s.start + s.count - 1])
+        stats = s.trailer.stats
+        if found != (stats.first_offset, stats.last_offset):
+            raise FormatError(
+                object_name,
+                at,
+                f"shared section {s.topic}/{s.partition} holds offsets {found[0]}..{found[1]}, "
+                f"its trailer says {stats.first_offset}..{stats.last_offset}",
+            )
+    n = batch.num_rows
+    if n > 1:
+        column = batch.column(0)
+        descents = pc.indices_nonzero(pc.less_equal(column.slice(1), column.slice(0, n - 1)))
+        starts = {s.start for s in sections}
+        if any(i + 1 not in starts for i in descents.to_pylist()):
+            raise FormatError(object_name, at, "offsets do not strictly increase in a section")
+    if whole:
+        for s, seen in zip(sections, section_stats(batch, sections), strict=True):
+            if not s.trailer.agrees(seen):
+                raise FormatError(
+                    object_name,
+                    at,
+                    f"shared section {s.topic}/{s.partition}: trailer stats "
+                    f"{s.trailer.stats} disagree with the records {seen}",
+                )
+
+
+def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[BatchStats]:
+    """The stats of each section's rows of a whole block batch, in one grouped
+    aggregation rather than a few compute calls per section."""
+    ends = [s.start + s.count for s in sections]
+    ids = pc.run_end_decode(
+        pa.RunEndEncodedArray.from_arrays(
+            pa.array(ends, pa.int32()), pa.array(range(len(sections)), pa.int32())
+        )
+    )
+    values = batch.column("value")
+    tombstone = pc.is_null(values)
+    table = pa.table(
+        {
+            "s": ids,
+            "ts": batch.column("timestamp"),
+            "size": record_sizes(batch),
+            "tomb": tombstone.cast(pa.int64()),
+            "horizon": pc.if_else(
+                tombstone, batch.column("delete_horizon"), pa.scalar(None, pa.int64())
+            ),
+        }
+    )
+    grouped = (
+        table.group_by("s", use_threads=False)
+        .aggregate(
+            [
+                ("ts", "min"),
+                ("ts", "max"),
+                ("size", "sum"),
+                ("tomb", "sum"),
+                ("horizon", "min"),
+            ]
+        )
+        .sort_by("s")
+    )
+    columns = [
+        grouped.column(name).to_pylist()
+        for name in ("ts_min", "ts_max", "size_sum", "tomb_sum", "horizon_min")
+    ]
+    offsets = int64_view(batch.column(0))
+    out = []
+    for s, min_ts, max_ts, size, tombstones, horizon in zip(sections, *columns, strict=True):
+        out.append(
+            BatchStats(
+                offsets[s.start],
+                offsets[s.start + s.count - 1],
+                s.count,
+                tombstones,
+                size,
+                min_ts,
+                max_ts,
+                None if horizon is None or horizon == NO_HORIZON else horizon,
+            )
+        )
+    return out

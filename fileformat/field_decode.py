@@ -1,0 +1,90 @@
+"""Decoding some columns of a batch frame's payload (FORMAT.md 6.2): a reader that needs
+the keys but not the values leaves the values' buffers compressed and unvalidated."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.ipc
+
+from compactor.fileformat.batches import columns_problem
+from compactor.fileformat.errors import FormatError
+from compactor.fileformat.framing import FORMAT_VERSION
+from compactor.fileformat.ipc import decode_batch, inspect_message, with_horizons
+from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
+from compactor.fileformat.second_read import Role
+
+
+def _schema_message(schema: pa.Schema) -> bytes:
+    """A schema's IPC schema message: prefixed to a batch frame's payload it makes an IPC
+    stream (FORMAT.md 6.2), which Arrow can read with only some fields decoded."""
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_stream(sink, schema).close()
+    return bytes(sink.getvalue().to_pybytes()[:-8])  # without the end-of-stream marker
+
+
+_SCHEMA_MESSAGES = {len(s): _schema_message(s) for s in (RECORD_SCHEMA, RECORD_SCHEMA_V1)}
+_FIELD_INDEX = {name: i for i, name in enumerate(RECORD_SCHEMA.names)}
+_read_options: dict[tuple[int, ...], pa.ipc.IpcReadOptions] = {}
+
+
+def field_indices(fields: Sequence[str]) -> tuple[int, ...]:
+    """The sorted RECORD_SCHEMA indices of ``fields``, always with the offset."""
+    try:
+        return tuple(sorted({0} | {_FIELD_INDEX[f] for f in fields}))
+    except KeyError as exc:
+        raise ValueError(f"RECORD_SCHEMA has no field {exc.args[0]!r}") from None
+
+
+def decode_fields(
+    payload: bytes,
+    position: int,
+    object_name: str,
+    fields: Sequence[str],
+    version: int = FORMAT_VERSION,
+    role: Role = None,
+) -> pa.RecordBatch:
+    """Like ``decode_batch``, but decodes only ``fields`` of RECORD_SCHEMA (and always
+    ``offset``): the other columns' buffers are neither decompressed nor validated. (An
+    uncompressed message is decoded whole and checked as by ``decode_batch``, then the
+    columns selected: nothing to decompress, and one zero-copy decode costs less than
+    opening an IPC stream for some columns.)
+
+    The message is checked (``check_message``) exactly as for a whole decode, and what is
+    decoded passes Arrow's full validation, the non-null rules of RECORD_SCHEMA and the
+    offset order. The batch has only those columns, in schema order (a version-1 batch
+    without delete_horizon gives a null one if asked).
+    """
+    indices = field_indices(fields)
+    if len(indices) == len(RECORD_SCHEMA):
+        return decode_batch(payload, position, object_name, version, role)
+    message = inspect_message(payload, position, object_name, version=version)
+    if not message.compressed:
+        batch = decode_batch(payload, position, object_name, version, role)
+        return batch.select(list(indices))
+    stored = tuple(i for i in indices if i < len(message.schema))
+    options = _read_options.get(stored)
+    if options is None:
+        options = _read_options[stored] = pa.ipc.IpcReadOptions(included_fields=list(stored))
+    prefix = _SCHEMA_MESSAGES[len(message.schema)]
+    try:
+        stream = pa.ipc.open_stream(pa.py_buffer(prefix + payload), options=options)
+        batch = stream.read_next_batch()
+        batch.validate(full=True)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
+        raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
+    if stored != indices:
+        batch = with_horizons(batch)
+    if batch.num_rows != message.rows:
+        problem: str | None = f"{batch.num_rows} rows decoded, the message says {message.rows}"
+    else:
+        names = batch.schema.names
+        problem = columns_problem(
+            batch.column("offset"),
+            batch.column("timestamp") if "timestamp" in names else None,
+            batch.column("headers") if "headers" in names else None,
+        )
+    if problem is not None:
+        raise FormatError(object_name, position, f"invalid batch: {problem}")
+    return batch
