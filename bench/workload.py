@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from compactor.catalog import Catalog, CommitRecord, LiveFile, TopicConfig
 from compactor.catalog.changes import append_files, create_topic
 from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta
+from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore
 
 TOPIC = "bench"
@@ -237,7 +238,7 @@ def generate(p: Params, workdir: Path, *, progress: bool | None = None) -> Workl
             file_id = uuid.UUID(int=random.Random(p.seed * 7919 + len(files)).getrandbits(128)).hex
             key = f"data/L{p.level}/{file_id}.cf"
             sink = io.BytesIO()
-            writer = FileWriter(sink, object_name=key)
+            writer = FileWriter(sink, object_name=key, share_below=SHARE_BELOW)
             offsets: list[pa.Array] = []
             start = 0
             for part, count in enumerate(c.counts):

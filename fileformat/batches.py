@@ -138,19 +138,25 @@ def filter_batch(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
     return out.add_column(_HEADERS, RECORD_SCHEMA.field(_HEADERS), _empty_headers(out.num_rows))
 
 
-def batch_problem(batch: pa.RecordBatch) -> str | None:
+def batch_problem(batch: pa.RecordBatch, ordered: bool = True) -> str | None:
     """What makes ``batch`` unfit for a section on its own, or None.
 
     Checks the schema, nulls in non-nullable columns (Arrow does not enforce them), and
-    that offsets strictly increase within the batch.
+    (if ``ordered``: not a shared block's batch, whose sections each start afresh) that
+    offsets strictly increase within the batch.
     """
     if not batch.schema.equals(RECORD_SCHEMA):
         return f"schema is not RECORD_SCHEMA: {batch.schema}"
-    return columns_problem(batch.column(_OFFSET), batch.column(_TIMESTAMP), batch.column(_HEADERS))
+    return columns_problem(
+        batch.column(_OFFSET), batch.column(_TIMESTAMP), batch.column(_HEADERS), ordered
+    )
 
 
 def columns_problem(
-    offsets: pa.Array, timestamps: pa.Array | None, headers: pa.Array | None
+    offsets: pa.Array,
+    timestamps: pa.Array | None,
+    headers: pa.Array | None,
+    ordered: bool = True,
 ) -> str | None:
     """``batch_problem`` for a batch's columns, of which only the offsets are certain to
     be there (a partial decode): nulls where RECORD_SCHEMA forbids them, and offsets that
@@ -163,7 +169,7 @@ def columns_problem(
         items = _header_items(headers)
         if items is not None and (items.null_count or items.field(0).null_count):
             return "null header or header key"
-    if not strictly_increasing(offsets):
+    if ordered and not strictly_increasing(offsets):
         return "offsets do not strictly increase"
     return None
 

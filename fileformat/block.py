@@ -155,7 +155,12 @@ class Block:
         whole = len(indices) == len(RECORD_SCHEMA)
         if whole:
             batch = decode_batch(
-                self.payload, self.payload_at, self.object_name, FORMAT_VERSION, self.role
+                self.payload,
+                self.payload_at,
+                self.object_name,
+                FORMAT_VERSION,
+                self.role,
+                ordered=False,
             )
         else:
             batch = decode_fields(
@@ -165,6 +170,7 @@ class Block:
                 [RECORD_SCHEMA.names[i] for i in indices],
                 FORMAT_VERSION,
                 self.role,
+                ordered=False,
             )
         check_block_batch(batch, self.sections, self.object_name, self.payload_at, whole)
         self._decoded = (tuple(range(len(RECORD_SCHEMA))) if whole else indices, batch)

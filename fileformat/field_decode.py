@@ -44,6 +44,7 @@ def decode_fields(
     fields: Sequence[str],
     version: int = FORMAT_VERSION,
     role: Role = None,
+    ordered: bool = True,
 ) -> pa.RecordBatch:
     """Like ``decode_batch``, but decodes only ``fields`` of RECORD_SCHEMA (and always
     ``offset``): the other columns' buffers are neither decompressed nor validated. (An
@@ -58,10 +59,10 @@ def decode_fields(
     """
     indices = field_indices(fields)
     if len(indices) == len(RECORD_SCHEMA):
-        return decode_batch(payload, position, object_name, version, role)
+        return decode_batch(payload, position, object_name, version, role, ordered)
     message = inspect_message(payload, position, object_name, version=version)
     if not message.compressed:
-        batch = decode_batch(payload, position, object_name, version, role)
+        batch = decode_batch(payload, position, object_name, version, role, ordered)
         return batch.select(list(indices))
     stored = tuple(i for i in indices if i < len(message.schema))
     options = _read_options.get(stored)
@@ -84,6 +85,7 @@ def decode_fields(
             batch.column("offset"),
             batch.column("timestamp") if "timestamp" in names else None,
             batch.column("headers") if "headers" in names else None,
+            ordered,
         )
     if problem is not None:
         raise FormatError(object_name, position, f"invalid batch: {problem}")

@@ -341,9 +341,10 @@ def decode_batch(
     object_name: str,
     version: int = FORMAT_VERSION,
     role: Role = None,
+    ordered: bool = True,
 ) -> pa.RecordBatch:
     """Decodes a batch frame's payload whose CRC the caller has verified; ``version`` is
-    the file's format version.
+    the file's format version; ``ordered``: see ``batch_problem``.
 
     Returns a non-empty batch of RECORD_SCHEMA that passed Arrow's full validation and
     ``batch_problem``; anything else is a FormatError at ``position`` (the payload's start).
@@ -353,7 +354,7 @@ def decode_batch(
     """
     memo = MEMO.keeps(payload, role)
     if memo and role == "second":
-        hit = MEMO.take(("batch", version, payload))
+        hit = MEMO.take(("batch", version, ordered, payload))
         if hit is not None:
             return cast(pa.RecordBatch, hit)
     m = inspect_message(payload, position, object_name, version=version)
@@ -363,12 +364,16 @@ def decode_batch(
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
     batch = with_horizons(batch)
-    problem = batch_problem(batch) if batch.num_rows == m.rows else f"{batch.num_rows} rows decoded"
+    problem = (
+        batch_problem(batch, ordered)
+        if batch.num_rows == m.rows
+        else f"{batch.num_rows} rows decoded"
+    )
     if problem is not None:
         raise FormatError(object_name, position, f"invalid batch: {problem}")
     if memo and role == "first" and not m.compressed:
         # (uncompressed only: a compressed batch's first reader decodes some columns)
-        MEMO.put(("batch", version, payload), batch, 2 * len(payload))
+        MEMO.put(("batch", version, ordered, payload), batch, 2 * len(payload))
     return batch
 
 

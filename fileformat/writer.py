@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 MAX_BATCH_BYTES_LIMIT = 64 << 20
 MIN_COMPRESS_BYTES = 8 << 10
 """Batches smaller than this (logical bytes) are written uncompressed (see BatchEncoder)."""
+SHARE_BELOW = 256 << 10
+"""The ``share_below`` of the writers of this system (ingest, compaction): sections
+lighter than this share blocks (FORMAT.md section 13), so a file of thousands of small
+partitions is read and written a block of about ``max_batch_bytes`` at a time rather
+than a section at a time."""
 ENCODE_AHEAD = 4
 """Compressed batches a writer may have in encoding on its encoder thread at once."""
 

@@ -33,6 +33,7 @@ from compactor.catalog import (
 from compactor.catalog.changes import OffsetsMoved, append_files
 from compactor.catalog.manifests import manifest_key
 from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta, StreamReader
+from compactor.fileformat.writer import SHARE_BELOW
 from compactor.ingest.jsonl import InputRecord
 from compactor.objectstore import ObjectStore
 
@@ -157,7 +158,9 @@ class L0Ingest:
         file_id = uuid.uuid4().hex
         key = l0_key(file_id)
         sink = io.BytesIO()
-        writer = FileWriter(sink, object_name=key, compression=self.compression)
+        writer = FileWriter(
+            sink, object_name=key, compression=self.compression, share_below=SHARE_BELOW
+        )
         for topic, partition, batches in sections:
             writer.write_section(topic, partition, batches)
         meta = writer.finish()

@@ -224,7 +224,7 @@ def test_inserted_or_deleted_bytes_are_format_errors() -> None:
     [
         (b"", "truncated file header"),
         (b"PAR1" + bytes(100), "bad magic"),
-        (DATA[:8] + (3).to_bytes(4, "little") + DATA[12:], "unsupported format version 3"),
+        (DATA[:8] + (4).to_bytes(4, "little") + DATA[12:], "unsupported format version 4"),
         (DATA[:12] + b"\x01\0\0\0" + DATA[16:], "unknown header flags"),
         (DATA[:-8] + b"NOTMAGIC", "bad tail magic"),
         (DATA + b"x", "bytes after the file tail"),

@@ -32,7 +32,7 @@ from compactor.fileformat import (
     read_footer,
 )
 from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
-from compactor.fileformat.writer import MIN_COMPRESS_BYTES
+from compactor.fileformat.writer import MIN_COMPRESS_BYTES, SHARE_BELOW
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
 from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import OUTPUT_GROUPS, Job
@@ -103,6 +103,7 @@ class _GroupOutput:
                     compression=self.compression,
                     encode_ahead=True,
                     index=self.index,
+                    share_below=SHARE_BELOW,
                 )
             if not started:
                 self.writer.begin_section(topic, partition)
