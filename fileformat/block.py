@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,13 +40,13 @@ from compactor.fileformat.framing import (
 from compactor.fileformat.ipc import decode_batch
 from compactor.fileformat.meta import section_key
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.fileformat.second_read import Role
+from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import (
     TRAILER_FIXED,
-    Trailer,
+    TrailerHead,
     encode_section_header,
     parse_section_end,
-    parse_trailer,
+    parse_trailer_head,
     read_topic_partition,
 )
 
@@ -59,7 +60,8 @@ class SharedSection:
     topic: str
     partition: int
     key: tuple[bytes, int]
-    trailer: Trailer
+    trailer: TrailerHead
+    """Its trailer, checked but for the bitmap, which ``trailer.offsets()`` reads."""
     start: int
     """Its first row in the block's batch."""
 
@@ -82,8 +84,22 @@ def parse_section_table(
     """The entries of a ``STBL`` payload that starts at absolute ``base``.
 
     Invariants: at least one entry; entries strictly sorted as sections are; each trailer
-    passes ``parse_trailer`` and indexes exactly one batch, at relative position 0.
+    passes ``parse_trailer_head`` and indexes exactly one batch, at relative position 0.
+    A job's second pointer takes what its first parsed of the same bytes
+    (``fileformat.second_read``).
     """
+    memo = MEMO.keeps(payload, role)
+    if memo and role == "second":
+        hit = MEMO.take(("table", payload))
+        if hit is not None:
+            return cast(tuple[SharedSection, ...], hit)
+    sections = _parse_section_table(payload, base, object_name)
+    if memo and role == "first":
+        MEMO.put(("table", payload), sections, 2 * len(payload))
+    return sections
+
+
+def _parse_section_table(payload: bytes, base: int, object_name: str) -> tuple[SharedSection, ...]:
     cur = Cursor(payload, base, object_name)
     (count,) = cur.unpack(U32, "section table count")
     if count < 1 or count * MIN_TABLE_ENTRY > cur.remaining:
@@ -99,7 +115,7 @@ def parse_section_table(
         (length,) = cur.unpack(U32, "section table entry")
         trailer_at = cur.position
         raw = cur.take(length, "shared section trailer")
-        trailer = parse_trailer(raw, trailer_at, object_name, FORMAT_VERSION, role)
+        trailer = parse_trailer_head(raw, trailer_at, object_name, FORMAT_VERSION)
         if trailer.index != ((trailer.stats.first_offset, 0),):
             raise cur.error(
                 f"shared section {topic}/{partition} indexes {len(trailer.index)} batches, "
@@ -245,7 +261,7 @@ def check_block_batch(
             raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if whole:
         for s, seen in zip(sections, section_stats(batch, sections), strict=True):
-            if not s.trailer.agrees(seen):
+            if s.trailer.stats != seen:
                 raise FormatError(
                     object_name,
                     at,

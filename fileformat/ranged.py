@@ -137,7 +137,8 @@ class _SectionLayout:
         tail = self._tail()
         if tail[-len(BLOCK_END_MAGIC) :] == BLOCK_END_MAGIC:
             self.shared = shared = self._shared(tail, with_header)
-            self.trailer = shared.trailer
+            head = shared.trailer
+            self.trailer = Trailer(head.stats, head.index, head.offsets(), head.version)
             self._check_stats(length - SECTION_END.size)
             return
         if with_header:
@@ -354,7 +355,7 @@ def _shared_rows(
     """A shared section's rows, from the next present offset >= ``from_offset``."""
     target = None
     if from_offset is not None:
-        target = shared.trailer.offsets.next_present(from_offset)
+        target = shared.trailer.offsets().next_present(from_offset)
         if target is None:
             return
     batch = block.rows(shared)  # the block's records are checked against its whole table

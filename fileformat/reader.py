@@ -367,7 +367,6 @@ class SectionReader:
     """
 
     meta: SectionMeta | None
-    offsets: OffsetSet | None
 
     def __init__(
         self,
@@ -383,7 +382,7 @@ class SectionReader:
         """The section's place in the file's order (``section_key``)."""
         self.position = position
         self.meta = None
-        self.offsets = None
+        self._offsets: OffsetSet | None = None
         self._stream = stream
         self._positions: list[int] = []  # batch frame positions relative to the section
         self._firsts: list[int] = []  # first offsets of the batches decoded
@@ -392,6 +391,11 @@ class SectionReader:
         self._all_decoded = True
         self._builder: OffsetSetBuilder | None = None
         self._done = False
+
+    @property
+    def offsets(self) -> OffsetSet | None:
+        """The section's offset bitmap, once its trailer is read."""
+        return self._offsets
 
     @property
     def batch_positions(self) -> list[int]:
@@ -491,7 +495,7 @@ class SectionReader:
         if self._builder is not None and self._builder.build() != trailer.offsets:
             raise FormatError(name, at, "offset bitmap differs from the offsets in the records")
         s = trailer.stats
-        self.offsets = trailer.offsets
+        self._offsets = trailer.offsets
         self.meta = s.section_meta(
             self.topic, self.partition, self.position, inp.position - self.position
         )
@@ -514,9 +518,16 @@ class SharedSectionReader(SectionReader):
         super().__init__(stream, shared.topic, shared.partition, position, shared.key)
         self._block = block
         self._shared = shared
-        trailer = shared.trailer
-        self.offsets = trailer.offsets
-        self.meta = trailer.stats.section_meta(shared.topic, shared.partition, position, length)
+        self.meta = shared.trailer.stats.section_meta(
+            shared.topic, shared.partition, position, length
+        )
+
+    @property
+    def offsets(self) -> OffsetSet:
+        """Deserialized and checked when first asked for (a compaction never asks)."""
+        if self._offsets is None:
+            self._offsets = self._shared.trailer.offsets()
+        return self._offsets
 
     @property
     def batch_positions(self) -> list[int]:

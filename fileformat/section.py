@@ -13,6 +13,7 @@ from typing import Final, cast
 
 from compactor.fileformat.batches import NO_HORIZON, RECORD_OVERHEAD, BatchStats
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32, OffsetSet
+from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import (
     FRAME_HEADER,
     I32,
@@ -154,6 +155,59 @@ def parse_trailer(
 
 
 def _parse_trailer(payload: bytes, base: int, object_name: str, version: int | None) -> Trailer:
+    head = parse_trailer_head(payload, base, object_name, version)
+    return Trailer(head.stats, head.index, head.offsets(), head.version)
+
+
+@dataclass(frozen=True, slots=True)
+class TrailerHead:
+    """A trailer checked up to its bitmap, which ``offsets()`` deserializes and checks:
+    a reader that never needs a section's offsets (a compaction's pointers, which see the
+    offsets in the records) never pays for them."""
+
+    stats: BatchStats
+    index: tuple[tuple[int, int], ...]
+    version: int
+    kind: int
+    bitmap: bytes
+    bitmap_at: int
+    object_name: str
+
+    def offsets(self) -> OffsetSet:
+        """The bitmap, checked against the stats and the batch index."""
+        first, last, count = (
+            self.stats.first_offset,
+            self.stats.last_offset,
+            self.stats.record_count,
+        )
+        at = self.bitmap_at
+        try:
+            offsets = OffsetSet.deserialize(self.kind, self.bitmap, first)
+        except ValueError as exc:
+            raise FormatError(self.object_name, at, f"bad offset bitmap: {exc}") from None
+        relative = offsets.relative
+        present = len(relative)
+        if present != count or relative.min() != 0 or first + relative.max() != last:
+            raise FormatError(
+                self.object_name,
+                at,
+                f"offset bitmap ({present} offsets) disagrees with the trailer stats "
+                f"({count} offsets from {first} to {last})",
+            )
+        # Every entry's offset is in first..last (checked by parse_trailer_head), so its
+        # relative offset fits the bitmap's kind.
+        for o, _ in self.index:
+            if o - first not in relative:
+                raise FormatError(
+                    self.object_name, at, f"batch index offset {o} is not in the offset bitmap"
+                )
+        return offsets
+
+
+def parse_trailer_head(
+    payload: bytes, base: int, object_name: str, version: int | None
+) -> TrailerHead:
+    """Decodes and checks a trailer payload (at absolute ``base``) up to its bitmap."""
     cur = Cursor(payload, base, object_name)
     (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags) = cur.unpack(
         TRAILER_FIXED, "section trailer"
@@ -185,8 +239,8 @@ def _parse_trailer(payload: bytes, base: int, object_name: str, version: int | N
     index_at = cur.position
     if cur.remaining < batches * INDEX_ENTRY.size:
         raise cur.error(f"truncated batch index: {batches} entries do not fit")
-    raw = cur.take(batches * INDEX_ENTRY.size, "batch index")
-    index = tuple(INDEX_ENTRY.iter_unpack(raw))
+    raw_index = cur.take(batches * INDEX_ENTRY.size, "batch index")
+    index = tuple(INDEX_ENTRY.iter_unpack(raw_index))
     if index[0][0] != first:
         raise cur.error(f"batch index starts at offset {index[0][0]}, not {first}", index_at)
     for i in range(1, batches):
@@ -198,24 +252,8 @@ def _parse_trailer(payload: bytes, base: int, object_name: str, version: int | N
     if index[-1][0] > last:
         raise cur.error("batch index goes past the last offset", index_at)
     bitmap_at = cur.position
-    try:
-        offsets = OffsetSet.deserialize(kind, cur.take(cur.remaining, "bitmap"), first)
-    except ValueError as exc:
-        raise cur.error(f"bad offset bitmap: {exc}", bitmap_at) from None
-    relative = offsets.relative
-    present = len(relative)
-    if present != count or relative.min() != 0 or first + relative.max() != last:
-        raise cur.error(
-            f"offset bitmap ({present} offsets) disagrees with the trailer stats "
-            f"({count} offsets from {first} to {last})",
-            bitmap_at,
-        )
-    # Every entry's offset is in first..last (checked above), so its relative offset fits
-    # the bitmap's kind.
-    for o, _ in index:
-        if o - first not in relative:
-            raise cur.error(f"batch index offset {o} is not in the offset bitmap", index_at)
-    return Trailer(stats, index, offsets, layout)
+    bitmap = cur.take(cur.remaining, "bitmap")
+    return TrailerHead(stats, index, layout, kind, bitmap, bitmap_at, object_name)
 
 
 def _trailer_version(flags: int, version: int | None) -> int | None:

@@ -46,11 +46,14 @@ if TYPE_CHECKING:
 MAX_BATCH_BYTES_LIMIT = 64 << 20
 MIN_COMPRESS_BYTES = 8 << 10
 """Batches smaller than this (logical bytes) are written uncompressed (see BatchEncoder)."""
-SHARE_BELOW = 256 << 10
+SHARE_BELOW = 128 << 10
 """The ``share_below`` of the writers of this system (ingest, compaction): sections
 lighter than this share blocks (FORMAT.md section 13), so a file of thousands of small
-partitions is read and written a block of about ``max_batch_bytes`` at a time rather
-than a section at a time."""
+partitions is read and written a block at a time rather than a section at a time."""
+BLOCK_BYTES = 256 << 10
+"""Default ``block_bytes``: the most a shared block weighs (logical bytes). A job holds
+one decoded block per input file and pointer while it walks the block's sections, so this
+times twice the number of inputs is what blocks add to a job's memory (ARCHITECTURE §7)."""
 ENCODE_AHEAD = 4
 """Compressed batches a writer may have in encoding on its encoder thread at once."""
 
@@ -123,8 +126,8 @@ class FileWriter:
 
     With ``share_below`` (bytes, logical), a section whose records weigh less than that
     is not framed on its own: it waits, with the small sections that follow it, to be
-    written as one shared block (FORMAT.md section 13) of at most ``max_batch_bytes``,
-    and the file is version 3. A section that grows past ``share_below`` is framed as
+    written as one shared block (FORMAT.md section 13) of at most ``block_bytes``, and
+    the file is version 3. A section that grows past ``share_below`` is framed as
     usual, after the block it would have joined. The writer then holds at most one block
     and one small section of records. ``end_section`` returns None for a section that
     waits in a block: its position and length are the block's, listed by ``finish``.
@@ -141,13 +144,17 @@ class FileWriter:
         encode_ahead: bool = False,
         index: IndexBuilder | None = None,
         share_below: int = 0,
+        block_bytes: int = BLOCK_BYTES,
     ) -> None:
         """``index``: told of every batch frame and section as they are written, so the
         file's offset index (FORMAT.md section 12) needs no read of the file."""
         if not 1 <= max_batch_bytes <= MAX_BATCH_BYTES_LIMIT:
             raise ValueError(f"max_batch_bytes must be in 1..{MAX_BATCH_BYTES_LIMIT}")
-        if not 0 <= share_below <= max_batch_bytes:
-            raise ValueError(f"share_below must be in 0..max_batch_bytes ({max_batch_bytes})")
+        if not 0 <= share_below <= block_bytes <= MAX_BATCH_BYTES_LIMIT:
+            raise ValueError(
+                f"need 0 <= share_below ({share_below}) <= block_bytes ({block_bytes}) "
+                f"<= {MAX_BATCH_BYTES_LIMIT}"
+            )
         self.object_name = object_name
         self._sink = sink
         self._encoder = BatchEncoder(compression, min_compress_bytes)
@@ -168,6 +175,7 @@ class FileWriter:
         self._open: _OpenSection | None = None
         self._finished = False
         self._share_below = share_below
+        self._block_limit = block_bytes
         self._version = SHARED_VERSION if share_below else FORMAT_VERSION
         self._block: list[_SharedSection] = []
         self._block_bytes = 0
@@ -335,8 +343,8 @@ class FileWriter:
 
     def _share(self, section: _OpenSection) -> None:
         """Adds a closed small section to the open block, writing the block first if
-        the section would make it heavier than ``max_batch_bytes``."""
-        if self._block_bytes + section.held_bytes > self._max_batch_bytes:
+        the section would make it heavier than ``block_bytes``."""
+        if self._block_bytes + section.held_bytes > self._block_limit:
             self._write_block()
         assert section.stats is not None
         builder = OffsetSetBuilder(section.stats.first_offset)
@@ -411,10 +419,14 @@ def write_file(
     compression: str | None = "zstd",
     max_batch_bytes: int = 1 << 20,
     min_compress_bytes: int = MIN_COMPRESS_BYTES,
+    share_below: int = 0,
+    block_bytes: int = BLOCK_BYTES,
 ) -> FileMeta:
     """Writes a whole file of ``(topic, partition, batches)`` sections, in order."""
     writer = FileWriter(
         sink,
+        share_below=share_below,
+        block_bytes=block_bytes,
         object_name=object_name,
         compression=compression,
         max_batch_bytes=max_batch_bytes,

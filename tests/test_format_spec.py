@@ -141,7 +141,7 @@ def evaluate(expr: str, env: dict[str, int]) -> int | None:
     return value(ast.parse(expr, mode="eval").body)
 
 
-SIZE_NAMES = {"topic_length": "n", "batch_count": "b", "length": "length"}
+SIZE_NAMES = {"topic_length": "n", "batch_count": "b", "length": "length", "trailer_length": "t"}
 """Fields whose value later offsets and widths of the same table refer to."""
 
 
@@ -694,6 +694,110 @@ def test_worked_example_dump_says_what_its_bytes_say() -> None:
     assert [(int(a), int(b)) for a, b in bodies] == [
         (parts[f"orders/{p} Arrow metadata"][1], parts[f"orders/{p} Arrow body"][1]) for p in (0, 1)
     ]
+
+
+# --- section 13, shared blocks ----------------------------------------------------------
+
+TABLE = layout("13.1", 0)
+TABLE_ENTRY = layout("13.1", 1)
+BLOCK_END = layout("13.1", 2)
+
+
+def assemble_shared(
+    sections: Sequence[tuple[str, int, Sequence[Sequence[Record]]]],
+) -> tuple[bytes, Parts]:
+    """A version-3 file whose sections all share one block, from the tables of FORMAT.md
+    (sections 4 to 8 and 13); the parts are named as in the table of section 13.3."""
+    out = bytearray(pack(HEADER, {"version": 3, "flags": 0}))
+    parts: Parts = {"file header": (0, len(out))}
+
+    def add(name: str, data: bytes) -> None:
+        parts[name] = (len(out), len(data))
+        out.extend(data)
+
+    start = len(out)
+    everything = [r for _, _, batches in sections for batch in batches for r in batch]
+    message = arrow_message(SCHEMA, everything)
+    add("`SBLK` frame", frame(b"SBLK", message))
+    (meta_length,) = struct.unpack_from("<i", message, 4)
+    parts["Arrow metadata"] = (start + 20, meta_length)
+    parts["Arrow body"] = (start + 20 + meta_length, len(message) - 8 - meta_length)
+    entries, footer_stats = [], []
+    for topic, partition, batches in sections:
+        records = [r for batch in batches for r in batch]
+        section_stats = stats(records)
+        footer_stats.append((topic.encode(), partition, section_stats))
+        trailer = pack(
+            TRAILER,
+            {
+                **section_stats,
+                "batch_count": 1,
+                "bitmap_kind": 1,
+                "flags": 1,
+                "batch index": pack(
+                    INDEX_ENTRY, {"first_offset": records[0].offset, "position": 0}
+                ),
+                "offset bitmap": roaring32([r.offset - records[0].offset for r in records]),
+            },
+        )
+        raw = topic.encode()
+        entries.append(
+            pack(
+                TABLE_ENTRY,
+                {
+                    "topic_length": len(raw),
+                    "topic": raw,
+                    "partition": partition,
+                    "trailer_length": len(trailer),
+                    "trailer": trailer,
+                },
+            )
+        )
+    table = pack(TABLE, {"section_count": len(entries), "entries": b"".join(entries)})
+    stbl = frame(b"STBL", table)
+    add("`STBL` frame", stbl)
+    add("block end", pack(BLOCK_END, {"table_length": len(stbl)}))
+    parts["block"] = (start, len(out) - start)
+    footer_entries = [
+        pack(
+            FOOTER_ENTRY,
+            {
+                "topic_length": len(raw),
+                "topic": raw,
+                "partition": partition,
+                "position": start,
+                "length": len(out) - start,
+                **section_stats,
+            },
+        )
+        for raw, partition, section_stats in footer_stats
+    ]
+    footer = frame(
+        b"FOOT",
+        pack(FOOTER, {"section_count": len(footer_entries), "entries": b"".join(footer_entries)}),
+    )
+    add("`FOOT` frame", footer)
+    (footer_crc,) = struct.unpack_from("<I", footer, 8)
+    tail = {"footer_length": len(footer), "footer_crc": footer_crc, "version": 3}
+    add("file tail", pack(TAIL, {**tail, "magic": MAGIC}))
+    return bytes(out), parts
+
+
+def test_shared_block_worked_example() -> None:
+    """Section 13.3: the writer, sharing both sections of section 10's example, writes the
+    bytes the tables of section 13 give, with the parts and size of its table."""
+    expected, parts = assemble_shared(EXAMPLE)
+    assert written(EXAMPLE, compression=None, share_below=1 << 10) == expected
+    table = spec_tables(spec_section("13.3"))[0]
+    assert table[0] == ["Part", "Position", "Length"]
+    assert parts == {p: (int(a.replace(",", "")), int(n.replace(",", ""))) for p, a, n in table[1:]}
+    assert len(expected) == spec_number(r"\(size ([\d,]+)\)", spec_section("13.3"))
+    assert records_of(expected) == {
+        (t, p): [r for batch in batches for r in batch] for t, p, batches in EXAMPLE
+    }
+    meta = read_footer(lambda a, b: expected[a:b], len(expected), object_name="f")
+    assert meta.format_version == 3
+    assert {(s.position, s.length) for s in meta.sections} == {parts["block"]}
 
 
 def test_worked_example_in_version_1() -> None:
