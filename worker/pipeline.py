@@ -36,6 +36,7 @@ from compactor.catalog import LiveFile, Snapshot
 from compactor.fileformat import SectionReader
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
+from compactor.worker.gather import gathered
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
 from compactor.worker.policy import PartitionPolicy
@@ -141,7 +142,7 @@ class _Phase1:
                 self._check()
                 section.skip()
             return None
-        return self._batches(sections, phase1_fields(part.policy))
+        return gathered(self._batches(sections, phase1_fields(part.policy)))
 
     def _batches(
         self, sections: Iterator[SectionReader], fields: tuple[str, ...]

@@ -38,6 +38,7 @@ from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
+from compactor.worker.gather import gathered
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import (
@@ -94,7 +95,7 @@ class _GroupOutput:
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
     ) -> None:
         started = False
-        for batch in _coalesced(batches):
+        for batch in gathered(batches, COALESCE_BYTES, _gathered_size):
             if self.writer is None:
                 self.upload = self.store.open_multipart(self.key, if_none_match=True)
                 self.writer = FileWriter(
@@ -174,31 +175,6 @@ def _gathered_size(batch: pa.RecordBatch) -> int:
     if not len(headers.values):  # no header in the whole column the batch may slice
         size += 4 * batch.num_rows - headers.get_total_buffer_size()
     return size
-
-
-def _coalesced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The non-empty ``batches``: the same records in the same order, small neighbours
-    concatenated."""
-    pending: list[pa.RecordBatch] = []
-    size = 0
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        nbytes = _gathered_size(batch)
-        if pending and size + nbytes >= COALESCE_BYTES:
-            yield _concat(pending)
-            pending, size = [], 0
-        if nbytes >= COALESCE_BYTES:
-            yield batch
-        else:
-            pending.append(batch)
-            size += nbytes
-    if pending:
-        yield _concat(pending)
-
-
-def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def check_job(snap: Snapshot, job: Job) -> tuple[LiveFile, ...]:
@@ -469,9 +445,9 @@ def _run_partition(
     sections2 = phase2.take(part.topic, part.partition)
     policy = part.policy
     if policy.deduplicate:
-        survivors = phase2_windows(_batches(sections2), phase1.windows(), policy, stats)
+        survivors = phase2_windows(gathered(_batches(sections2)), phase1.windows(), policy, stats)
     else:
-        survivors = copy_partition(_batches(sections2), stats)
+        survivors = copy_partition(gathered(_batches(sections2)), stats)
     if policy.retention_cutoff_ms is not None:
         survivors = drop_expired_prefix(survivors, policy.retention_cutoff_ms, stats)
     survivors = counted(survivors, stats)
