@@ -25,7 +25,7 @@ def weight(batch: pa.RecordBatch) -> int:
     overhead per record. From the offsets of the rows the batch holds, so a slice of a
     big batch (a section of a shared block) weighs its own rows, not the whole buffers."""
     n = batch.num_rows
-    total = RECORD_OVERHEAD * n
+    total: int = RECORD_OVERHEAD * n
     if not n:
         return 0
     names = batch.schema.names
