@@ -27,10 +27,10 @@ from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
-    FORMAT_VERSION,
     FRAME_HEADER,
     MIN_SECTION_HEADER_PAYLOAD,
     SECTION_END,
+    SHARED_VERSION,
     TAG_SECTION_TABLE,
     TAG_SHARED_BATCH,
     U32,
@@ -115,7 +115,7 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> tuple[S
         (length,) = cur.unpack(U32, "section table entry")
         trailer_at = cur.position
         raw = cur.take(length, "shared section trailer")
-        trailer = parse_trailer_head(raw, trailer_at, object_name, FORMAT_VERSION)
+        trailer = parse_trailer_head(raw, trailer_at, object_name, SHARED_VERSION)
         if trailer.index != ((trailer.stats.first_offset, 0),):
             raise cur.error(
                 f"shared section {topic}/{partition} indexes {len(trailer.index)} batches, "
@@ -174,7 +174,7 @@ class Block:
                 self.payload,
                 self.payload_at,
                 self.object_name,
-                FORMAT_VERSION,
+                SHARED_VERSION,
                 self.role,
                 ordered=False,
             )
@@ -184,7 +184,7 @@ class Block:
                 self.payload_at,
                 self.object_name,
                 [RECORD_SCHEMA.names[i] for i in indices],
-                FORMAT_VERSION,
+                SHARED_VERSION,
                 self.role,
                 ordered=False,
             )

@@ -9,6 +9,7 @@ from compactor.fileformat.batches import NO_HORIZON, BatchStats
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
+    FORMAT_VERSION,
     FRAME_HEADER,
     MAGIC,
     MIN_SECTION_LENGTH,
@@ -30,9 +31,10 @@ FOOTER_ENTRY_V1: Final = struct.Struct("<QQqqQQQqq")
 """FOOTER_ENTRY of version 1, without the min delete horizon."""
 
 
-def encode_footer(sections: list[SectionMeta]) -> bytes:
-    """A version-2 footer payload."""
-    parts = [U32.pack(len(sections))]
+def encode_footer(sections: list[SectionMeta], version: int = FORMAT_VERSION) -> bytes:
+    """A version-2 or version-3 footer payload (version 3 starts with its version)."""
+    parts = [U32.pack(version)] if version >= SHARED_VERSION else []
+    parts.append(U32.pack(len(sections)))
     parts += (encode_footer_entry(s, encode_topic(s.topic)) for s in sections)
     return b"".join(parts)
 
@@ -70,6 +72,10 @@ def parse_footer(
     tiles); each section's stats are possible.
     """
     cur = Cursor(payload, base, object_name)
+    if version >= SHARED_VERSION:
+        (stated,) = cur.unpack(U32, "footer version")
+        if stated != version:
+            raise cur.error(f"footer says version {stated}, the tail {version}", base)
     (count,) = cur.unpack(U32, "footer section count")
     entry = FOOTER_ENTRY if version >= 2 else FOOTER_ENTRY_V1
     shared = version >= SHARED_VERSION

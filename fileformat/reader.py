@@ -304,11 +304,14 @@ class StreamReader:
         inp = self._input
         name = self.object_name
         assert self.format_version is not None
+        head = U32.pack(len(streamed))
+        if self.format_version >= SHARED_VERSION:
+            head = U32.pack(self.format_version) + head
         canonical = (
             expected is not None
             and self.format_version >= FORMAT_VERSION
-            and payload[: U32.size] == U32.pack(len(streamed))
-            and hashlib.blake2b(payload[U32.size :], digest_size=16).digest() == expected.digest()
+            and payload[: len(head)] == head
+            and hashlib.blake2b(payload[len(head) :], digest_size=16).digest() == expected.digest()
         )
         if canonical:
             sections: tuple[SectionMeta, ...] = ()

@@ -403,7 +403,7 @@ class FileWriter:
         self._state(want_open=False)
         self.close()
         self._write_block()
-        footer = encode_frame(TAG_FOOTER, encode_footer(self._sections))
+        footer = encode_frame(TAG_FOOTER, encode_footer(self._sections, self._version))
         self.footer_crc = FRAME_HEADER.unpack_from(footer)[2]
         self._emit(footer)
         self._emit(encode_tail(footer, self._version))

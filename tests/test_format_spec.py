@@ -535,7 +535,12 @@ def assemble(
             )
         )
     footer = frame(
-        b"FOOT", pack(FOOTER, {"section_count": len(entries), "entries": b"".join(entries)})
+        b"FOOT",
+        pack(
+            FOOTER,
+            {"section_count": len(entries), "entries": b"".join(entries)},
+            omit=("footer_version",),
+        ),
     )
     add("`FOOT` frame", footer)
     (footer_crc,) = struct.unpack_from("<I", footer, 8)
@@ -774,7 +779,14 @@ def assemble_shared(
     ]
     footer = frame(
         b"FOOT",
-        pack(FOOTER, {"section_count": len(footer_entries), "entries": b"".join(footer_entries)}),
+        pack(
+            FOOTER,
+            {
+                "footer_version": 3,
+                "section_count": len(footer_entries),
+                "entries": b"".join(footer_entries),
+            },
+        ),
     )
     add("`FOOT` frame", footer)
     (footer_crc,) = struct.unpack_from("<I", footer, 8)
@@ -1144,7 +1156,7 @@ def walk(data: bytes) -> Walked:
             )
         )
     parts["`FOOT` frame"] = (at, used)
-    footer, pos = unpack(FOOTER, payload)
+    footer, pos = unpack(FOOTER, payload, omit=("footer_version",))
     entries = []
     for _ in range(int(footer["section_count"])):
         entry, n = unpack(FOOTER_ENTRY, payload[pos:], omit=omit)
