@@ -52,9 +52,9 @@ KEY_BYTES = 36
 RECORD_OVERHEAD = 16
 """Offset and timestamp: counted in a record's logical size, as the file format does."""
 MANIFEST = "manifest.json"
-WORKLOAD_VERSION = 3
+WORKLOAD_VERSION = 4
 """Bump when the generator changes what it writes, so cached workdirs are regenerated
-(3: files in format version 3, sections under 128 KiB in shared blocks of 256 KiB)."""
+(4: format version 3 with footer_version, sections under 128 KiB in 256 KiB blocks)."""
 
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
 _PARQUET_SCHEMA = pa.schema(

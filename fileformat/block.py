@@ -28,11 +28,13 @@ from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
     FRAME_HEADER,
+    I32,
     MIN_SECTION_HEADER_PAYLOAD,
     SECTION_END,
     SHARED_VERSION,
     TAG_SECTION_TABLE,
     TAG_SHARED_BATCH,
+    U16,
     U32,
     Cursor,
     parse_frame,
@@ -106,10 +108,22 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> tuple[S
         raise cur.error(f"section table claims {count} sections, which cannot fit", base)
     sections: list[SharedSection] = []
     start = 0
+    topics: dict[bytes, str] = {}  # a block's sections mostly share a topic: decode it once
     for _ in range(count):
         at = cur.position
-        topic, partition = read_topic_partition(cur, "section table entry")
-        key = section_key(topic, partition)
+        topic_at = cur.offset + U16.size
+        n = U16.unpack_from(payload, cur.offset)[0] if cur.remaining >= U16.size else 0
+        raw_topic = payload[topic_at : topic_at + n]
+        topic = topics.get(raw_topic) if n and len(raw_topic) == n else None
+        if topic is None:
+            topic, partition = read_topic_partition(cur, "section table entry")
+            topics[raw_topic] = topic
+        else:
+            cur.offset = topic_at + n
+            (partition,) = cur.unpack(I32, "section table entry partition")
+            if partition < 0:
+                raise cur.error(f"negative partition {partition} in section table entry", at)
+        key = (raw_topic, partition)
         if sections and key <= sections[-1].key:
             raise cur.error(f"section {topic}/{partition} is out of order in the block", at)
         (length,) = cur.unpack(U32, "section table entry")
@@ -142,7 +156,7 @@ def find_section(
 class Block:
     """A shared block's checked table, and its batch decoded once (per set of columns)."""
 
-    __slots__ = ("payload", "payload_at", "sections", "object_name", "role", "_decoded")
+    __slots__ = ("payload", "payload_at", "sections", "object_name", "role", "_decoded", "_shaped")
 
     def __init__(
         self,
@@ -158,6 +172,7 @@ class Block:
         self.object_name = object_name
         self.role = role
         self._decoded: tuple[tuple[int, ...], pa.RecordBatch] | None = None
+        self._shaped: dict[tuple[str, ...] | None, pa.RecordBatch] = {}
 
     def find(self, topic: str, partition: int) -> SharedSection:
         return find_section(self.sections, topic, partition, self.object_name, self.payload_at)
@@ -193,11 +208,17 @@ class Block:
         return batch
 
     def rows(self, section: SharedSection, fields: Sequence[str] | None = None) -> pa.RecordBatch:
-        batch = self.records(fields)
-        if fields is not None:
-            names = [RECORD_SCHEMA.names[i] for i in field_indices(fields)]
-            if batch.schema.names != names:
-                batch = batch.select(names)
+        """A section's rows, whole or with ``fields`` (and the offset) in schema order,
+        as ``SectionReader.batches`` gives them."""
+        key = None if fields is None else tuple(fields)
+        batch = self._shaped.get(key)
+        if batch is None:
+            batch = self.records(fields)
+            if fields is not None:
+                names = [RECORD_SCHEMA.names[i] for i in field_indices(fields)]
+                if batch.schema.names != names:
+                    batch = batch.select(names)
+            self._shaped[key] = batch
         return batch.slice(section.start, section.count)
 
 

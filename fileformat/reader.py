@@ -401,6 +401,12 @@ class SectionReader:
         return self._offsets
 
     @property
+    def logical_bytes(self) -> int | None:
+        """The section's logical size (FORMAT.md 6.3) if known before its batches are
+        read: a shared section's, from its block's table."""
+        return None
+
+    @property
     def batch_positions(self) -> list[int]:
         """The positions, relative to the section, of the batch frames read so far."""
         return list(self._positions)
@@ -533,6 +539,10 @@ class SharedSectionReader(SectionReader):
         return self._offsets
 
     @property
+    def logical_bytes(self) -> int:
+        return self._shared.trailer.stats.uncompressed_bytes
+
+    @property
     def batch_positions(self) -> list[int]:
         return [0]
 
@@ -544,8 +554,6 @@ class SharedSectionReader(SectionReader):
         if self._done:
             return
         self._done = True
-        if fields is not None and len(field_indices(fields)) == len(RECORD_SCHEMA):
-            fields = None
         batch = self._block.rows(self._shared, fields)
         if self._stream._verify:
             builder = OffsetSetBuilder(self._shared.trailer.stats.first_offset)

@@ -207,10 +207,14 @@ class TrailerHead:
 def parse_trailer_head(
     payload: bytes, base: int, object_name: str, version: int | None
 ) -> TrailerHead:
-    """Decodes and checks a trailer payload (at absolute ``base``) up to its bitmap."""
+    """Decodes and checks a trailer payload (at absolute ``base``) up to its bitmap.
+    (Without a Cursor for its fixed fields: a block's table holds a trailer per section.)"""
     cur = Cursor(payload, base, object_name)
-    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags) = cur.unpack(
-        TRAILER_FIXED, "section trailer"
+    size = len(payload)
+    if size < TRAILER_FIXED.size:
+        raise cur.error(f"truncated section trailer: needs {TRAILER_FIXED.size} bytes, {size} left")
+    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags) = (
+        TRAILER_FIXED.unpack_from(payload)
     )
     if payload[TRAILER_FIXED.size - 2 : TRAILER_FIXED.size] != b"\0\0":
         raise cur.error("reserved trailer bytes are not zero", base + TRAILER_FIXED.size - 2)
@@ -220,6 +224,7 @@ def parse_trailer_head(
             f"trailer flags {flags:#x} in a version-{version} file", base + TRAILER_FIXED.size - 3
         )
     horizon = None
+    cur.offset = TRAILER_FIXED.size
     if layout == 2:
         (raw,) = cur.unpack(TRAILER_HORIZON, "section trailer")
         horizon = None if raw == NO_HORIZON else raw

@@ -28,7 +28,7 @@ from compactor.fileformat.batches import RECORD_OVERHEAD, filter_batch
 from compactor.fileformat.bitmap import OffsetSetBuilder
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.worker.gather import gathered, weight
+from compactor.worker.gather import gathered, weighed, weight
 
 
 def _records(rnd: random.Random, n: int, headers: bool) -> list[Record]:
@@ -187,7 +187,7 @@ def test_coalesced_keeps_every_record_in_order() -> None:
         [Record(i, 0, b"k", b"x" * 1000, ()) for i in range(runner.COALESCE_BYTES // 1000 + 1)]
     )
     parts[30:30] = [big, big.slice(0, 0)]
-    out = list(gathered(iter(parts), runner.COALESCE_BYTES, runner._gathered_size))
+    out = list(gathered(weighed(iter(parts), runner._gathered_size), runner.COALESCE_BYTES))
     assert all(b.num_rows for b in out)
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert len(out) < len([p for p in parts if p.num_rows])
@@ -207,7 +207,7 @@ def test_coalesced_gathers_filtered_batches_without_headers() -> None:
             [Record(10 * i + j, 0, b"k%d" % j, b"v" * 10, ()) for j in range(8)]
         )
         parts.append(filter_batch(batch, pa.array([rnd.random() < 0.6 for _ in range(8)])))
-    out = list(gathered(iter(parts), runner.COALESCE_BYTES, runner._gathered_size))
+    out = list(gathered(weighed(iter(parts), runner._gathered_size), runner.COALESCE_BYTES))
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert sum(b.nbytes for b in parts) < runner.COALESCE_BYTES
     assert sum(runner._gathered_size(b) for b in parts) < runner.COALESCE_BYTES
@@ -259,6 +259,6 @@ def test_a_slice_of_a_shared_block_weighs_its_own_rows() -> None:
     assert weight(part) == 5 * (RECORD_OVERHEAD + 7 + 100)
     assert weight(block) == 4000 * (RECORD_OVERHEAD + 7 + 100)
     parts = [block.slice(i * 5, 5) for i in range(40)]
-    out = list(gathered(iter(parts)))
+    out = list(gathered(weighed(iter(parts))))
     assert len(out) == 1
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))

@@ -9,10 +9,11 @@ fewer calls. Gathering copies only the small batches, at most ``GATHER_BYTES`` o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
+from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD
 
 GATHER_BYTES = 64 << 10
@@ -39,19 +40,35 @@ def weight(batch: pa.RecordBatch) -> int:
     return total
 
 
-def gathered(
-    batches: Iterable[pa.RecordBatch],
-    limit: int = GATHER_BYTES,
-    size: Callable[[pa.RecordBatch], int] = weight,
-) -> Iterator[pa.RecordBatch]:
-    """``batches`` less the empty ones, with consecutive batches concatenated while
-    together they weigh (``size``) less than ``limit``."""
+Weighed = tuple[pa.RecordBatch, int]
+"""A batch and its weight."""
+
+
+def weighed(
+    batches: Iterable[pa.RecordBatch], size: Callable[[pa.RecordBatch], int] = weight
+) -> Iterator[Weighed]:
+    return ((batch, size(batch)) for batch in batches)
+
+
+def section_batches(
+    sections: Iterable[SectionReader], fields: Sequence[str] | None = None
+) -> Iterator[Weighed]:
+    """The sections' batches (whole or ``fields``), weighed: a shared section's one batch
+    by its logical size, which its trailer gives for free, others by ``weight``."""
+    for section in sections:
+        known = section.logical_bytes
+        for batch in section.batches(fields):
+            yield batch, weight(batch) if known is None else known
+
+
+def gathered(batches: Iterable[Weighed], limit: int = GATHER_BYTES) -> Iterator[pa.RecordBatch]:
+    """The batches less the empty ones, with consecutive batches concatenated while
+    together they weigh less than ``limit``."""
     pending: list[pa.RecordBatch] = []
     total = 0
-    for batch in batches:
+    for batch, w in batches:
         if not batch.num_rows:
             continue
-        w = size(batch)
         if pending and total + w >= limit:
             yield concat(pending)
             pending, total = [], 0

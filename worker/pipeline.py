@@ -33,10 +33,9 @@ from types import TracebackType
 import pyarrow as pa
 
 from compactor.catalog import LiveFile, Snapshot
-from compactor.fileformat import SectionReader
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
-from compactor.worker.gather import gathered
+from compactor.worker.gather import Weighed, gathered, section_batches
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
 from compactor.worker.policy import PartitionPolicy
@@ -142,15 +141,12 @@ class _Phase1:
                 self._check()
                 section.skip()
             return None
-        return gathered(self._batches(sections, phase1_fields(part.policy)))
+        return gathered(self._checked(section_batches(sections, phase1_fields(part.policy))))
 
-    def _batches(
-        self, sections: Iterator[SectionReader], fields: tuple[str, ...]
-    ) -> Iterator[pa.RecordBatch]:
-        for section in sections:
-            for batch in section.batches(fields):
-                self._check()
-                yield batch
+    def _checked(self, batches: Iterator[Weighed]) -> Iterator[Weighed]:
+        for item in batches:
+            self._check()
+            yield item
 
     def _check(self) -> None:
         """Raises if phase 1 is to stop (only a phase 1 on its own thread is ever told)."""

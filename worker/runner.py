@@ -27,7 +27,6 @@ from compactor.fileformat import (
     FileMeta,
     FileWriter,
     SectionMeta,
-    SectionReader,
     StreamReader,
     read_footer,
 )
@@ -38,7 +37,7 @@ from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
-from compactor.worker.gather import gathered
+from compactor.worker.gather import gathered, section_batches, weighed
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import (
@@ -95,7 +94,7 @@ class _GroupOutput:
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
     ) -> None:
         started = False
-        for batch in gathered(batches, COALESCE_BYTES, _gathered_size):
+        for batch in gathered(weighed(batches, _gathered_size), COALESCE_BYTES):
             if self.writer is None:
                 self.upload = self.store.open_multipart(self.key, if_none_match=True)
                 self.writer = FileWriter(
@@ -445,9 +444,11 @@ def _run_partition(
     sections2 = phase2.take(part.topic, part.partition)
     policy = part.policy
     if policy.deduplicate:
-        survivors = phase2_windows(gathered(_batches(sections2)), phase1.windows(), policy, stats)
+        survivors = phase2_windows(
+            gathered(section_batches(sections2)), phase1.windows(), policy, stats
+        )
     else:
-        survivors = copy_partition(gathered(_batches(sections2)), stats)
+        survivors = copy_partition(gathered(section_batches(sections2)), stats)
     if policy.retention_cutoff_ms is not None:
         survivors = drop_expired_prefix(survivors, policy.retention_cutoff_ms, stats)
     survivors = counted(survivors, stats)
@@ -494,11 +495,6 @@ def _polled(
     for batch in batches:
         yield batch
         progress.poll()
-
-
-def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
-    for section in sections:
-        yield from section.batches()
 
 
 def _commit(
