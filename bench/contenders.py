@@ -40,7 +40,9 @@ import pyarrow.parquet as pq
 
 from compactor.catalog import Catalog, LiveFile
 from compactor.fileformat import FileWriter, SectionReader, StreamReader
+from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore
+from compactor.worker.gather import gathered, section_batches
 from compactor.worker.merge import SectionMerge
 
 _OFFSET, _KEY = 0, 2
@@ -60,8 +62,8 @@ def merged_pointer(store: LocalStore, files: list[LiveFile], stack: ExitStack) -
 
 
 def _batches(sections: Iterator[SectionReader]) -> Iterator[pa.RecordBatch]:
-    for section in sections:
-        yield from section.batches()
+    """A partition's batches gathered as the worker's phase 2 gathers them."""
+    return gathered(section_batches(sections))
 
 
 class _Output:
@@ -70,7 +72,9 @@ class _Output:
 
     def __init__(self, path: Path) -> None:
         self.file: BinaryIO = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
-        self.writer = FileWriter(self.file, object_name=path.name, encode_ahead=True)
+        self.writer = FileWriter(
+            self.file, object_name=path.name, encode_ahead=True, share_below=SHARE_BELOW
+        )
         self.records = 0
 
     def partition(self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]) -> None:
