@@ -31,11 +31,13 @@ from compactor.fileformat.framing import (
     MIN_FILE_SIZE,
     MIN_SECTION_LENGTH,
     SECTION_END,
+    SECTION_END_MAGIC,
     TAG_BATCH,
     TAG_FOOTER,
     TAG_SECTION_HEADER,
     TAG_SECTION_TABLE,
     TAG_TRAILER,
+    U32,
     Cursor,
     check_file_header,
     parse_frame,
@@ -143,22 +145,14 @@ class _SectionLayout:
             return
         if with_header:
             self._check_header(header_length)
-        end_at = pos + length - SECTION_END.size
-        trailer_length = parse_section_end(tail[-SECTION_END.size :], end_at, object_name)
-        trailer_at = length - SECTION_END.size - trailer_length
-        if trailer_length < FRAME_HEADER.size + TRAILER_FIXED.size or trailer_at < (
-            header_length + FRAME_HEADER.size
-        ):
-            raise FormatError(object_name, end_at, f"impossible trailer length {trailer_length}")
-        needed = trailer_length + SECTION_END.size
-        frame = (
-            tail[len(tail) - needed : -SECTION_END.size]
-            if needed <= len(tail)
-            else self._get(trailer_at, length - SECTION_END.size, "section trailer")
+        payload, trailer_at = self._last_frame(
+            tail,
+            SECTION_END_MAGIC,
+            TAG_TRAILER,
+            FRAME_HEADER.size + TRAILER_FIXED.size,
+            header_length + FRAME_HEADER.size,
+            "section trailer",
         )
-        cur = Cursor(frame, pos + trailer_at, object_name)
-        payload = parse_frame(cur, TAG_TRAILER, "section trailer")
-        cur.expect_end("the section trailer")
         # The file's version is unknown here: the trailer says its own.
         self.trailer = parse_trailer(payload, pos + trailer_at + FRAME_HEADER.size, object_name)
         self.trailer_at = trailer_at
@@ -194,24 +188,45 @@ class _SectionLayout:
             self.block = read_block(whole, pos, name)
             sections = self.block.sections
         else:
-            end_at = pos + length - SECTION_END.size
-            table_length = parse_section_end(
-                tail[-SECTION_END.size :], end_at, name, BLOCK_END_MAGIC
+            payload, table_at = self._last_frame(
+                tail,
+                BLOCK_END_MAGIC,
+                TAG_SECTION_TABLE,
+                FRAME_HEADER.size + U32.size,
+                FRAME_HEADER.size,
+                "section table",
             )
-            table_at = length - SECTION_END.size - table_length
-            if table_length < FRAME_HEADER.size + 4 or table_at < FRAME_HEADER.size:
-                raise FormatError(name, end_at, f"impossible section table length {table_length}")
-            needed = table_length + SECTION_END.size
-            frame = (
-                tail[len(tail) - needed : -SECTION_END.size]
-                if needed <= len(tail)
-                else self._get(table_at, length - SECTION_END.size, "section table")
-            )
-            cur = Cursor(frame, pos + table_at, name)
-            payload = parse_frame(cur, TAG_SECTION_TABLE, "section table")
-            cur.expect_end("the section table")
             sections = parse_section_table(payload, pos + table_at + FRAME_HEADER.size, name)
         return find_section(sections, self.meta.topic, self.meta.partition, name, pos)
+
+    def _last_frame(
+        self,
+        tail: bytes,
+        magic: bytes,
+        tag: bytes,
+        min_length: int,
+        min_at: int,
+        what: str,
+    ) -> tuple[bytes, int]:
+        """The payload of the frame that the range's end (8 bytes: its length, ``magic``)
+        locates, and the frame's position relative to the range: a section's trailer or
+        a block's table. Read from ``tail`` when it holds it, else with one more read."""
+        pos, length, name = self.meta.position, self.meta.length, self.object_name
+        end_at = pos + length - SECTION_END.size
+        frame_length = parse_section_end(tail[-SECTION_END.size :], end_at, name, magic)
+        frame_at = length - SECTION_END.size - frame_length
+        if frame_length < min_length or frame_at < min_at:
+            raise FormatError(name, end_at, f"impossible {what} length {frame_length}")
+        needed = frame_length + SECTION_END.size
+        frame = (
+            tail[len(tail) - needed : -SECTION_END.size]
+            if needed <= len(tail)
+            else self._get(frame_at, length - SECTION_END.size, what)
+        )
+        cur = Cursor(frame, pos + frame_at, name)
+        payload = parse_frame(cur, tag, what)
+        cur.expect_end(f"the {what}")
+        return payload, frame_at
 
     def _get(self, start: int, end: int, what: str) -> bytes:
         """Bytes [start, end) of the section (relative positions)."""
