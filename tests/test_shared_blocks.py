@@ -13,6 +13,7 @@ import random
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import compactor.fileformat.block as block_module
 from compactor.fileformat import (
     FileMeta,
     FileWriter,
@@ -1235,3 +1237,31 @@ def test_materialized_view_is_the_one_written(specs: list[Spec], layout: dict[st
     assert fetched == expected
     live = {k for k, v in expected.items() if v is not None}
     assert {k for k, v in fetched.items() if v is not None} == live
+
+
+def test_block_stats_by_group_and_by_section_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block's stats come from a grouped aggregation when it holds many sections and
+    from each section's slice when it holds few; both must be what the records say."""
+    rng = random.Random(3)
+    for _ in range(100):
+        records: list[Record] = []
+        sections = []
+        for _ in range(rng.randint(1, 40)):
+            n = rng.randint(1, 30)
+            sections.append(SimpleNamespace(start=len(records), count=n))
+            records += [
+                Record(
+                    o,
+                    rng.randint(0, 100),
+                    b"k",
+                    None if rng.random() < 0.3 else b"v" * rng.randint(0, 20),
+                    (("h", b"x"),) if rng.random() < 0.2 else (),
+                    delete_horizon=rng.choice([None, 5, 7, (1 << 63) - 1]),
+                )
+                for o in range(n)
+            ]
+        batch = records_to_batch(records)
+        expected = [batch_stats(batch.slice(s.start, s.count)) for s in sections]
+        for few in (-1, 1000):
+            monkeypatch.setattr(block_module, "FEW_SECTIONS", few)
+            assert block_module.section_stats(batch, sections) == expected  # type: ignore[arg-type]
