@@ -306,6 +306,13 @@ def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) ->
     )
 
 
+def batching_weight(batch: pa.RecordBatch) -> tuple[int, int]:
+    """(logical size, batching weight) of a batch's records (``plan_slices``)."""
+    items = _header_items(batch.column(_HEADERS))
+    size = logical_bytes(batch)
+    return size, size + 8 * (0 if items is None else len(items))
+
+
 def plan_slices(batch: pa.RecordBatch, max_weight: int) -> list[tuple[int, int, int]]:
     """Splits ``batch`` into consecutive runs of records of bounded size.
 
@@ -319,9 +326,7 @@ def plan_slices(batch: pa.RecordBatch, max_weight: int) -> list[tuple[int, int, 
     n = batch.num_rows
     if n == 0:
         return []
-    items = _header_items(batch.column(_HEADERS))
-    total_size = logical_bytes(batch)
-    total_weight = total_size + 8 * (0 if items is None else len(items))
+    total_size, total_weight = batching_weight(batch)
     if total_weight <= max_weight and total_weight <= MAX_RECORD_WEIGHT:
         return [(0, n, total_size)]
     sizes = record_sizes(batch)

@@ -287,6 +287,8 @@ def check_block_batch(
         if any(i + 1 not in starts for i in descents.to_pylist()):
             raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if whole:
+        for s in sections:
+            s.trailer.offsets()  # the bitmap's consistency with the stats (FORMAT.md 6.4)
         for s, seen in zip(sections, section_stats(batch, sections), strict=True):
             if s.trailer.stats != seen:
                 raise FormatError(

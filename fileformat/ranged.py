@@ -28,6 +28,7 @@ from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
     FRAME_HEADER,
+    MAX_FRAME_PAYLOAD,
     MIN_FILE_SIZE,
     MIN_SECTION_LENGTH,
     SECTION_END,
@@ -36,6 +37,7 @@ from compactor.fileformat.framing import (
     TAG_FOOTER,
     TAG_SECTION_HEADER,
     TAG_SECTION_TABLE,
+    TAG_SHARED_BATCH,
     TAG_TRAILER,
     U32,
     Cursor,
@@ -184,6 +186,7 @@ class _SectionLayout:
         if with_header:
             whole = self.whole
             if whole is None:  # a block is one batch: bounded as a batch is, not windowed
+                self._check_block_range(tail)
                 whole = _fetch(self.read_range, pos, pos + length, name, "shared block")
             self.block = read_block(whole, pos, name)
             sections = self.block.sections
@@ -198,6 +201,20 @@ class _SectionLayout:
             )
             sections = parse_section_table(payload, pos + table_at + FRAME_HEADER.size, name)
         return find_section(sections, self.meta.topic, self.meta.partition, name, pos)
+
+    def _check_block_range(self, tail: bytes) -> None:
+        """That the range is exactly a block whose batch frame is within the frame cap,
+        before it is fetched whole: a corrupt entry cannot make the reader ask for more."""
+        pos, length, name = self.meta.position, self.meta.length, self.object_name
+        end_at = pos + length - SECTION_END.size
+        table_length = parse_section_end(tail[-SECTION_END.size :], end_at, name, BLOCK_END_MAGIC)
+        tag, batch_length, _ = FRAME_HEADER.unpack(self._get(0, FRAME_HEADER.size, "block head"))
+        if (
+            tag != TAG_SHARED_BATCH
+            or batch_length > MAX_FRAME_PAYLOAD
+            or FRAME_HEADER.size + batch_length + table_length + SECTION_END.size != length
+        ):
+            raise FormatError(name, pos, f"range of {length} bytes is not a shared block")
 
     def _last_frame(
         self,

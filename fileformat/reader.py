@@ -252,6 +252,7 @@ class StreamReader:
                     streamed.append(_digest(section.meta))
                     if expected is not None:
                         expected.update(encode_footer_entry(section.meta, shared.key[0]))
+                del block, section  # one block held at a time, not this one into the next
             elif tag == TAG_FOOTER and payload is not None:
                 footer = self._finish(payload, length, crc, at, streamed, expected)
                 self.footer = footer if self._keep_footer else None

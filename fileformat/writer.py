@@ -13,8 +13,8 @@ from compactor.fileformat.batches import (
     BatchStats,
     batch_problem,
     batch_stats,
+    batching_weight,
     int64_view,
-    logical_bytes,
     plan_slices,
 )
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
@@ -75,6 +75,7 @@ class _OpenSection:
         "offsets",
         "held",
         "held_bytes",
+        "held_weight",
     )
 
     def __init__(self, topic: str, partition: int) -> None:
@@ -88,7 +89,8 @@ class _OpenSection:
         self.index: list[tuple[int, int]] = []  # (first offset, position in the section)
         self.offsets: OffsetSetBuilder | None = None
         self.held: list[pa.RecordBatch] = []  # records kept back for a shared block
-        self.held_bytes = 0
+        self.held_bytes = 0  # logical
+        self.held_weight = 0  # batching weight (plan_slices), what bounds a block
 
 
 class _SharedSection:
@@ -178,7 +180,8 @@ class FileWriter:
         self._block_limit = block_bytes
         self._version = SHARED_VERSION if share_below else FORMAT_VERSION
         self._block: list[_SharedSection] = []
-        self._block_bytes = 0
+        self._block_bytes = 0  # logical
+        self._block_weight = 0
         self._emit(encode_file_header(self._version))
 
     @property
@@ -238,12 +241,13 @@ class FileWriter:
                 f"does not follow {section.stats.last_offset}"
             )
         if section.position is None and self._share_below:
-            logical = logical_bytes(batch)
-            if section.held_bytes + logical < self._share_below:
+            logical, weight = batching_weight(batch)
+            if section.held_weight + weight < self._share_below:
                 stats = batch_stats(batch, logical)
                 section.stats = stats if section.stats is None else section.stats.then(stats)
                 section.held.append(batch)
                 section.held_bytes += logical
+                section.held_weight += weight
                 return
             self._frame(section)
         self._write_framed(section, batch)
@@ -252,9 +256,10 @@ class FileWriter:
         """Gives up holding ``section`` for a block: writes the open block, then the
         section's header and the records held so far as framed batches."""
         self._write_block()
-        held, section.held, section.stats = section.held, [], None
-        for batch in held:
+        section.stats = None
+        for batch in section.held:
             self._write_framed(section, batch)
+        section.held = []
 
     def _write_framed(self, section: _OpenSection, batch: pa.RecordBatch) -> None:
         runs = plan_slices(batch, self._max_batch_bytes)
@@ -344,7 +349,7 @@ class FileWriter:
     def _share(self, section: _OpenSection) -> None:
         """Adds a closed small section to the open block, writing the block first if
         the section would make it heavier than ``block_bytes``."""
-        if self._block_bytes + section.held_bytes > self._block_limit:
+        if self._block_weight + section.held_weight > self._block_limit:
             self._write_block()
         assert section.stats is not None
         builder = OffsetSetBuilder(section.stats.first_offset)
@@ -353,17 +358,19 @@ class FileWriter:
             builder.add(batch.column(0), view[0], view[-1])
         self._block.append(_SharedSection(section, section.stats, builder.build()))
         self._block_bytes += section.held_bytes
+        self._block_weight += section.held_weight
         self._last_key = section_key(section.topic, section.partition)
 
     def _write_block(self) -> None:
-        """Writes the open block (FORMAT.md section 13), if it holds any section."""
-        block, self._block = self._block, []
-        logical, self._block_bytes = self._block_bytes, 0
+        """Writes the open block (FORMAT.md section 13), if it holds any section. Its
+        sections stay in it until it is written: an error leaves them there, so a later
+        ``finish`` fails too rather than writing a file without them."""
+        block = self._block
         if not block:
             return
         batches = [b for shared in block for b in shared.batches]
         records = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
-        payload = self._encoder.encode(records, logical)
+        payload = self._encoder.encode(records, self._block_bytes)
         table = encode_frame(
             TAG_SECTION_TABLE,
             encode_section_table(
@@ -383,6 +390,7 @@ class FileWriter:
         self._emit(table)
         self._emit(SECTION_END.pack(len(table), BLOCK_END_MAGIC))
         length = self._position - position
+        self._block, self._block_bytes, self._block_weight = [], 0, 0
         for s in block:
             self._sections.append(s.stats.section_meta(s.topic, s.partition, position, length))
             if self._index is not None:

@@ -1265,3 +1265,66 @@ def test_block_stats_by_group_and_by_section_agree(monkeypatch: pytest.MonkeyPat
         for few in (-1, 1000):
             monkeypatch.setattr(block_module, "FEW_SECTIONS", few)
             assert block_module.section_stats(batch, sections) == expected  # type: ignore[arg-type]
+
+
+def test_a_bitmap_that_disagrees_with_its_trailer_is_rejected_by_a_whole_read() -> None:
+    """FORMAT.md 6.4: a reader checks a trailer's bitmap against its stats. A job's
+    pointers parse a shared section's bitmap lazily; decoding a block whole checks every
+    section's, so a compaction's second pointer rejects the block."""
+    parts = block_parts(BLOCK)
+    e = parts.entries
+    records = BLOCK_SPECS[1].records
+    stats = batch_stats(records_to_batch(records))
+    builder = OffsetSetBuilder(stats.first_offset)
+    builder.add(
+        pa.array([stats.first_offset, stats.last_offset], pa.int64()),
+        stats.first_offset,
+        stats.last_offset,
+    )  # 2 offsets where the trailer counts more
+    assert stats.record_count > 2
+    bad = encode_trailer(stats, [(stats.first_offset, 0)], builder.build())
+    table = encode_section_table([e[0], (e[1][0], e[1][1], bad), e[2]])
+    data, placed = assemble(parts.batch, table, BLOCK_META.sections)
+    reason = "disagrees with the trailer stats"
+    # Reading one section's offsets reads only its own bitmap.
+    check_rejected(data, placed, reason, offsets_reason=None, index_sees_it=False)
+    format_error(lambda: read_section_offsets(ranged(data), placed[1], object_name=NAME), reason)
+
+
+def test_a_block_is_bounded_by_batching_weight_not_only_logical_bytes() -> None:
+    """A header weighs 0 logical bytes but costs Arrow 8 bytes of offsets: a section of
+    many empty headers is not held for a block past ``share_below`` by its weight, and a
+    block is cut by weight, so its Arrow body stays bounded as a batch's is."""
+    many_headers = tuple(("", b"") for _ in range(1000))  # 0 logical bytes, 8000 weight
+    specs = [
+        (p, [Record(p, 0, b"k", b"v", many_headers), Record(p + 1, 0, b"k", b"v", ())])
+        for p in range(0, 20, 2)
+    ]
+    sink = io.BytesIO()
+    writer = FileWriter(sink, share_below=4096, block_bytes=20_000)
+    for p, records in specs:
+        writer.write_section("t", p, [records_to_batch(records)])
+    meta = writer.finish()
+    data = sink.getvalue()
+    assert meta.format_version == 3
+    # Each section weighs about 8,100 > share_below: framed, every range its own.
+    assert len({(s.position, s.length) for s in meta.sections}) == len(specs)
+    reader = StreamReader(io.BytesIO(data), object_name=NAME)
+    assert not any(isinstance(s, SharedSectionReader) for s in reader.sections())
+    stream_all(data, len(data))
+
+
+def test_a_range_that_is_not_exactly_a_block_is_not_fetched_whole() -> None:
+    """A footer entry whose range ends in ``BEND`` but is not one block (here: the block
+    plus the bytes before it) is refused before the range is fetched whole."""
+    s = BLOCK_META.sections[0]
+    wide = replace(s, position=0, length=s.position + s.length)
+    fetched: list[tuple[int, int]] = []
+
+    def read_range(a: int, b: int) -> bytes:
+        fetched.append((a, b))
+        return BLOCK[a:b]
+
+    with pytest.raises(FormatError):
+        list(read_section(read_range, wide, object_name=NAME, max_read=64))
+    assert all(b - a <= TAIL_READ for a, b in fetched)
