@@ -306,6 +306,11 @@ def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) ->
     )
 
 
+def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``batches``' records, in order (the one batch itself, uncopied)."""
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
 def batching_weight(batch: pa.RecordBatch) -> tuple[int, int]:
     """(logical size, batching weight) of a batch's records (``plan_slices``)."""
     items = _header_items(batch.column(_HEADERS))

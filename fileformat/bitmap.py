@@ -144,6 +144,11 @@ class OffsetSetBuilder:
             values = _raw_values(rel.cast(pa.uint32()), "I")
         self._bitmap.update(values)
 
+    def add_column(self, offsets: pa.Array) -> None:
+        """``add`` for a non-empty offset column, whose ends are its first and last."""
+        view = int64_view(offsets)
+        self.add(offsets, view[0], view[-1])
+
     def build(self) -> OffsetSet:
         return OffsetSet(self.base, self._bitmap)
 

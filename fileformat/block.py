@@ -235,20 +235,23 @@ def read_block(data: bytes, base: int, object_name: str) -> Block:
     payload = parse_frame(cur, TAG_SHARED_BATCH, "shared batch")
     table_at = cur.position
     table = parse_frame(cur, TAG_SECTION_TABLE, "section table")
-    table_length = cur.position - table_at
     end_at = cur.position
-    recorded = parse_section_end(
-        cur.take(SECTION_END.size, "block end"), end_at, object_name, BLOCK_END_MAGIC
-    )
-    if recorded != table_length:
-        raise FormatError(
-            object_name,
-            end_at,
-            f"block end records a {recorded}-byte table, the table frame has {table_length}",
-        )
+    check_block_end(cur.take(SECTION_END.size, "block end"), end_at, object_name, end_at - table_at)
     cur.expect_end("the shared block")
     sections = parse_section_table(table, table_at + FRAME_HEADER.size, object_name)
     return Block(payload, base + FRAME_HEADER.size, sections, object_name)
+
+
+def check_block_end(data: bytes, at: int, object_name: str, table_frame_length: int) -> None:
+    """That the 8-byte block end at ``at`` is ``BEND`` and records the table frame's
+    length."""
+    recorded = parse_section_end(data, at, object_name, BLOCK_END_MAGIC)
+    if recorded != table_frame_length:
+        raise FormatError(
+            object_name,
+            at,
+            f"block end records a {recorded}-byte table, the table frame has {table_frame_length}",
+        )
 
 
 def check_block_batch(

@@ -141,8 +141,7 @@ class _SectionLayout:
         tail = self._tail()
         if tail[-len(BLOCK_END_MAGIC) :] == BLOCK_END_MAGIC:
             self.shared = shared = self._shared(tail, with_header)
-            head = shared.trailer
-            self.trailer = Trailer(head.stats, head.index, head.offsets(), head.version)
+            self.trailer = shared.trailer.trailer()
             self._check_stats(length - SECTION_END.size)
             return
         if with_header:

@@ -20,12 +20,16 @@ import pyarrow.ipc
 
 from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
-from compactor.fileformat.block import Block, SharedSection, parse_section_table
+from compactor.fileformat.block import (
+    Block,
+    SharedSection,
+    check_block_end,
+    parse_section_table,
+)
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
 from compactor.fileformat.framing import (
-    BLOCK_END_MAGIC,
     FILE_HEADER,
     FILE_TAIL,
     FORMAT_VERSION,
@@ -276,16 +280,8 @@ class StreamReader:
             )
         table = inp.frame_payload(tag, length, crc, table_at)
         end_at = inp.position
-        recorded = parse_section_end(
-            inp.read(SECTION_END.size, "block end"), end_at, self.object_name, BLOCK_END_MAGIC
-        )
-        if recorded != FRAME_HEADER.size + length:
-            raise FormatError(
-                self.object_name,
-                end_at,
-                f"block end records a {recorded}-byte table, "
-                f"the table frame has {FRAME_HEADER.size + length}",
-            )
+        end = inp.read(SECTION_END.size, "block end")
+        check_block_end(end, end_at, self.object_name, FRAME_HEADER.size + length)
         sections = parse_section_table(
             table, table_at + FRAME_HEADER.size, self.object_name, self.role
         )
@@ -558,8 +554,7 @@ class SharedSectionReader(SectionReader):
         batch = self._block.rows(self._shared, fields)
         if self._stream._verify:
             builder = OffsetSetBuilder(self._shared.trailer.stats.first_offset)
-            view = int64_view(batch.column(0))
-            builder.add(batch.column(0), view[0], view[-1])
+            builder.add_column(batch.column(0))
             if builder.build() != self.offsets:
                 raise FormatError(
                     self._stream.object_name,

@@ -155,8 +155,7 @@ def parse_trailer(
 
 
 def _parse_trailer(payload: bytes, base: int, object_name: str, version: int | None) -> Trailer:
-    head = parse_trailer_head(payload, base, object_name, version)
-    return Trailer(head.stats, head.index, head.offsets(), head.version)
+    return parse_trailer_head(payload, base, object_name, version).trailer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +201,10 @@ class TrailerHead:
                     self.object_name, at, f"batch index offset {o} is not in the offset bitmap"
                 )
         return offsets
+
+    def trailer(self) -> Trailer:
+        """The whole trailer, its bitmap read and checked."""
+        return Trailer(self.stats, self.index, self.offsets(), self.version)
 
 
 def parse_trailer_head(

@@ -14,6 +14,7 @@ from compactor.fileformat.batches import (
     batch_problem,
     batch_stats,
     batching_weight,
+    concat,
     int64_view,
     plan_slices,
 )
@@ -51,7 +52,8 @@ SHARE_BELOW = 128 << 10
 lighter than this share blocks (FORMAT.md section 13), so a file of thousands of small
 partitions is read and written a block at a time rather than a section at a time."""
 BLOCK_BYTES = 256 << 10
-"""Default ``block_bytes``: the most a shared block weighs (logical bytes). A job holds
+"""Default ``block_bytes``: the most a shared block weighs (batching weight, logical
+bytes plus 8 per header: ``batches.batching_weight``). A job holds
 one decoded block per input file and pointer while it walks the block's sections, so this
 times twice the number of inputs is what blocks add to a job's memory (ARCHITECTURE §7)."""
 ENCODE_AHEAD = 4
@@ -126,13 +128,14 @@ class FileWriter:
     encoding error surfaces from a later call, when the batch's turn to be written
     comes, and leaves the writer unusable (the section already counts the batch).
 
-    With ``share_below`` (bytes, logical), a section whose records weigh less than that
-    is not framed on its own: it waits, with the small sections that follow it, to be
-    written as one shared block (FORMAT.md section 13) of at most ``block_bytes``, and
-    the file is version 3. A section that grows past ``share_below`` is framed as
-    usual, after the block it would have joined. The writer then holds at most one block
-    and one small section of records. ``end_section`` returns None for a section that
-    waits in a block: its position and length are the block's, listed by ``finish``.
+    With ``share_below`` (bytes of batching weight, ``batches.batching_weight``), a
+    section whose records weigh less than that is not framed on its own: it waits, with
+    the small sections that follow it, to be written as one shared block (FORMAT.md
+    section 13) of at most ``block_bytes``, and the file is version 3. A section that
+    grows past ``share_below`` is framed as usual, after the block it would have joined.
+    The writer then holds at most one block and one small section of records.
+    ``end_section`` returns None for a section that waits in a block: its position and
+    length are the block's, listed by ``finish``.
     """
 
     def __init__(
@@ -354,8 +357,7 @@ class FileWriter:
         assert section.stats is not None
         builder = OffsetSetBuilder(section.stats.first_offset)
         for batch in section.held:
-            view = int64_view(batch.column(0))
-            builder.add(batch.column(0), view[0], view[-1])
+            builder.add_column(batch.column(0))
         self._block.append(_SharedSection(section, section.stats, builder.build()))
         self._block_bytes += section.held_bytes
         self._block_weight += section.held_weight
@@ -368,8 +370,7 @@ class FileWriter:
         block = self._block
         if not block:
             return
-        batches = [b for shared in block for b in shared.batches]
-        records = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+        records = concat([b for shared in block for b in shared.batches])
         payload = self._encoder.encode(records, self._block_bytes)
         table = encode_frame(
             TAG_SECTION_TABLE,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from compactor.fileformat import SectionReader
-from compactor.fileformat.batches import RECORD_OVERHEAD
+from compactor.fileformat.batches import RECORD_OVERHEAD, concat
 
 GATHER_BYTES = 64 << 10
 """Batches are gathered while together they weigh less than this (``weight``)."""
@@ -47,6 +47,7 @@ Weighed = tuple[pa.RecordBatch, int]
 def weighed(
     batches: Iterable[pa.RecordBatch], size: Callable[[pa.RecordBatch], int] = weight
 ) -> Iterator[Weighed]:
+    """Each batch with its ``size``."""
     return ((batch, size(batch)) for batch in batches)
 
 
@@ -79,7 +80,3 @@ def gathered(batches: Iterable[Weighed], limit: int = GATHER_BYTES) -> Iterator[
             total += w
     if pending:
         yield concat(pending)
-
-
-def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
