@@ -534,20 +534,24 @@ def assemble(
                 omit=omit,
             )
         )
-    footer = frame(
-        b"FOOT",
-        pack(
-            FOOTER,
-            {"section_count": len(entries), "entries": b"".join(entries)},
-            omit=("footer_version",),
-        ),
-    )
+    footer, tail = footer_and_tail(entries, version)
     add("`FOOT` frame", footer)
-    (footer_crc,) = struct.unpack_from("<I", footer, 8)
-    tail = {"footer_length": len(footer), "footer_crc": footer_crc, "version": version}
-    add("file tail", pack(TAIL, {**tail, "magic": MAGIC}))
+    add("file tail", tail)
     parts["whole file"] = (0, len(out))
     return bytes(out), parts
+
+
+def footer_and_tail(entries: Sequence[bytes], version: int) -> tuple[bytes, bytes]:
+    """Sections 7 and 8: the `FOOT` frame of these entries (led by `footer_version` in
+    version 3 only) and the tail that locates it."""
+    fields: dict[str, int | bytes] = {"section_count": len(entries), "entries": b"".join(entries)}
+    if version >= 3:
+        fields["footer_version"] = version
+    omit = () if version >= 3 else ("footer_version",)
+    footer = frame(b"FOOT", pack(FOOTER, fields, omit=omit))
+    (footer_crc,) = struct.unpack_from("<I", footer, 8)
+    tail = {"footer_length": len(footer), "footer_crc": footer_crc, "version": version}
+    return footer, pack(TAIL, {**tail, "magic": MAGIC})
 
 
 def written(
@@ -777,21 +781,9 @@ def assemble_shared(
         )
         for raw, partition, section_stats in footer_stats
     ]
-    footer = frame(
-        b"FOOT",
-        pack(
-            FOOTER,
-            {
-                "footer_version": 3,
-                "section_count": len(footer_entries),
-                "entries": b"".join(footer_entries),
-            },
-        ),
-    )
+    footer, tail = footer_and_tail(footer_entries, 3)
     add("`FOOT` frame", footer)
-    (footer_crc,) = struct.unpack_from("<I", footer, 8)
-    tail = {"footer_length": len(footer), "footer_crc": footer_crc, "version": 3}
-    add("file tail", pack(TAIL, {**tail, "magic": MAGIC}))
+    add("file tail", tail)
     return bytes(out), parts
 
 
