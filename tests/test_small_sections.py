@@ -14,7 +14,7 @@ import compactor.fileformat.batches as batches
 import compactor.fileformat.bitmap as bitmap
 import compactor.fileformat.ipc as ipc
 import compactor.fileformat.reader as reader
-import compactor.worker.partition as partition
+import compactor.worker.masks as masks
 import compactor.worker.runner as runner
 from compactor.fileformat import (
     FileWriter,
@@ -64,7 +64,7 @@ def _batches(seed: int) -> list[pa.RecordBatch]:
 
 
 def _general_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module in (batches, bitmap, partition):  # each binds fileformat.batches.SMALL_BATCH
+    for module in (batches, bitmap, masks):  # each binds fileformat.batches.SMALL_BATCH
         monkeypatch.setattr(module, "SMALL_BATCH", 0)
 
 

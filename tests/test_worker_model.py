@@ -17,6 +17,7 @@ from worker_scenarios import add_file, make_topics, read_file, read_live
 from compactor.catalog import Catalog
 from compactor.catalog.verify import verify_store
 from compactor.fileformat import Record
+from compactor.fileformat.writer import BLOCK_BYTES, SHARE_BELOW
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
 from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
@@ -114,6 +115,10 @@ class Scenario:
     phase1_thread: bool
     plain_rules: TopicRules
     """The delete topic "d": retention.ms forever, or short enough to expire records."""
+    share_below: int
+    """The input files' writers' (0: version 2; else small sections share blocks, so
+    their partitions are compacted in windows that span partitions)."""
+    block_bytes: int
 
 
 @st.composite
@@ -134,6 +139,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         plain_rules=TopicRules(
             compacted=False, retention_ms=draw(st.sampled_from([None, 0, 3_000, 8_000]))
         ),
+        share_below=draw(st.sampled_from([0, 200, SHARE_BELOW])),
+        block_bytes=draw(st.sampled_from([400, BLOCK_BYTES])),
     )
 
 
@@ -158,7 +165,14 @@ def set_up(store: LocalStore, catalog: Catalog, sc: Scenario) -> tuple[Chunked, 
     chunked = {("t", p): _chunks(recs, sc.files) for p, recs in enumerate(sc.partitions)}
     chunked[("d", 0)] = _chunks(sc.plain, sc.files)
     files = [
-        add_file(store, catalog, f"f{i}", {tp: chunks[i] for tp, chunks in chunked.items()})
+        add_file(
+            store,
+            catalog,
+            f"f{i}",
+            {tp: chunks[i] for tp, chunks in chunked.items()},
+            share_below=sc.share_below,
+            block_bytes=sc.block_bytes,
+        )
         for i in range(sc.files)
     ]
     job = Job(

@@ -14,6 +14,7 @@ from compactor.fileformat import (
     batch_to_records,
     records_to_batch,
 )
+from compactor.fileformat.writer import BLOCK_BYTES
 from compactor.objectstore import ObjectStore
 
 TP = tuple[str, int]
@@ -32,10 +33,19 @@ def add_file(
     sections: Mapping[TP, Sequence[Record]],
     *,
     level: int = 0,
+    share_below: int = 0,
+    block_bytes: int = BLOCK_BYTES,
 ) -> LiveFile:
-    """Writes one live file holding ``sections`` and appends it to the live sequence."""
+    """Writes one live file holding ``sections`` and appends it to the live sequence
+    (version 3, sections under ``share_below`` bytes sharing blocks, if that is not 0)."""
     sink = io.BytesIO()
-    writer = FileWriter(sink, object_name=file_id, max_batch_bytes=4096)
+    writer = FileWriter(
+        sink,
+        object_name=file_id,
+        max_batch_bytes=4096,
+        share_below=share_below,
+        block_bytes=block_bytes,
+    )
     for (topic, partition), records in sorted(sections.items()):
         if records:
             writer.write_section(topic, partition, [records_to_batch(list(records))])

@@ -29,6 +29,12 @@ class SectionMerge:
         head = min(live, key=attrgetter("key"))
         return head.topic, head.partition
 
+    def peek(self, topic: str, partition: int) -> list[SectionReader]:
+        """The inputs' sections of this partition, oldest input first, not yet taken."""
+        return [
+            h for h in self._heads if h is not None and (h.topic, h.partition) == (topic, partition)
+        ]
+
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
         """The inputs' sections of this partition, oldest input first; each is consumed
         (or skipped) before the merge moves that input on."""

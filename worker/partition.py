@@ -27,7 +27,6 @@ ranks below it: that record would resurface.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,8 +36,6 @@ import pyarrow.compute as pc
 
 from compactor.fileformat import RECORD_SCHEMA
 from compactor.fileformat.batches import (
-    SMALL_BATCH,
-    bitmap_bits,
     filter_batch,
     int64_view,
     strictly_increasing,
@@ -46,6 +43,7 @@ from compactor.fileformat.batches import (
 )
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.kernel import member_bits
+from compactor.worker.masks import at_most, bool_array
 from compactor.worker.policy import PartitionPolicy, Rank, record_rank
 from compactor.worker.stats import CompactionStats
 
@@ -128,7 +126,7 @@ def header_values(batch: pa.RecordBatch, name: str) -> tuple[pa.Array, pa.Array]
     return pc.fill_null(arr, 0), pc.is_valid(arr)
 
 
-def _strategy_values(
+def strategy_values(
     batch: pa.RecordBatch, policy: PartitionPolicy
 ) -> tuple[pa.Array | None, pa.Array | None]:
     if policy.strategy == "timestamp":
@@ -285,7 +283,7 @@ def phase1_windows(
         n = batch.num_rows
         keys, offsets = batch.column("key"), batch.column("offset")
         eligible = _eligible(batch, policy)
-        values, has_value = _strategy_values(batch, policy)
+        values, has_value = strategy_values(batch, policy)
         start = 0
         while start < n:
             if fresh:
@@ -333,7 +331,7 @@ def _spare_outranking(
 ) -> int:
     """``gone`` (a bit mask) less the tombstones that outrank a young record of their key."""
     n = batch.num_rows
-    mask = _bool_array(gone, n)
+    mask = bool_array(gone, n)
     keys = pc.filter(batch.column("key"), mask).to_pylist()
     rows = [i for i in range(n) if gone >> i & 1]
     for row, k, r in zip(rows, keys, _ranks(batch, policy, mask), strict=True):
@@ -348,9 +346,7 @@ def _survivors(
     policy: PartitionPolicy,
     stats: CompactionStats,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``batch`` that survive the window. The per-record masks are Python
-    ints (bit i is record i, as in Arrow's LSB-first bitmaps): for the small batches of
-    small sections a handful of int operations cost far less than as many compute calls."""
+    """The records of ``batch`` that survive the window (masks: ``worker.masks``)."""
     n = batch.num_rows
     stats.records_in += n
     if not n:
@@ -359,7 +355,7 @@ def _survivors(
     keys, values = batch.column("key"), batch.column("value")
     eligible = validity_bits(keys)
     if policy.lag_cutoff_ms is not None:
-        eligible &= _at_most(batch.column("timestamp"), policy.lag_cutoff_ms)
+        eligible &= at_most(batch.column("timestamp"), policy.lag_cutoff_ms)
     won = eligible & window.keep.bits(batch.column("offset"))
     keep = (full & ~eligible) | won
     stats.null_keys += keys.null_count
@@ -372,7 +368,7 @@ def _survivors(
     if policy.tombstones_droppable and tombstone & keep:
         past = tombstone & keep & validity_bits(horizons)
         if past:
-            past &= _at_most(horizons, policy.now_ms)
+            past &= at_most(horizons, policy.now_ms)
     if window.may_drop_tombstones and winning_tombstone & past:
         gone = winning_tombstone & past
         if window.young.lowest:
@@ -388,13 +384,13 @@ def _survivors(
     stamp = (winning_tombstone & ~validity_bits(horizons)) | past
     if stamp:
         stamped = pc.if_else(
-            _bool_array(stamp, n), pa.scalar(policy.horizon_ms, pa.int64()), horizons
+            bool_array(stamp, n), pa.scalar(policy.horizon_ms, pa.int64()), horizons
         )
         batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
     if keep == full:
         yield batch
     elif keep:
-        yield filter_batch(batch, _bool_array(keep, n))
+        yield filter_batch(batch, bool_array(keep, n))
 
 
 def drop_expired_prefix(
@@ -429,38 +425,3 @@ def counted(batches: Iterable[pa.RecordBatch], stats: CompactionStats) -> Iterat
 
 
 _NO_WINNERS = KeepSet(pa.array([], pa.int64()))
-
-
-# --- bit masks: bit i of a Python int is record i ------------------------------------------
-
-
-def _bool_bits(arr: pa.Array) -> int:
-    """Which slots of a boolean array are true (a null counts as false)."""
-    bits = bitmap_bits(arr.buffers()[1], arr.offset, len(arr))
-    return bits & validity_bits(arr) if arr.null_count else bits
-
-
-def _bool_array(bits: int, n: int) -> pa.Array:
-    return pa.Array.from_buffers(
-        pa.bool_(), n, [None, pa.py_buffer(bits.to_bytes((n + 7) >> 3, "little"))]
-    )
-
-
-def _at_most(arr: pa.Array, limit: int) -> int:
-    """Which slots of an int64 array hold a value <= ``limit`` (nulls: no)."""
-    return _compare(arr, limit, operator.le, pc.less_equal)
-
-
-def _compare(
-    arr: pa.Array,
-    limit: int,
-    small: Callable[[int, int], bool],
-    compute: Callable[[pa.Array, int], pa.Array],
-) -> int:
-    if len(arr) <= SMALL_BATCH:
-        bits = 0
-        for i, v in enumerate(int64_view(arr)):  # a null slot's value is ignored below
-            if small(v, limit):
-                bits |= 1 << i
-        return bits & validity_bits(arr) if arr.null_count else bits
-    return _bool_bits(compute(arr, limit))

@@ -26,35 +26,24 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-import pyarrow as pa
-
 from compactor.catalog import LiveFile, Snapshot
+from compactor.fileformat.batches import concat
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
 from compactor.worker.gather import Weighed, gathered, section_batches
+from compactor.worker.group import GROUP_BYTES, Group, group_window, groupable, same_window
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
-from compactor.worker.policy import PartitionPolicy
+from compactor.worker.policy import Partition, PartitionPolicy
 
 MAX_KEEP_SETS = 2
 MAX_ITEMS = 16
 _POLL_S = 0.05
 """How often a wait looks whether the other side has stopped."""
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """A partition phase 1 has started: its (topic, partition), policy and output group.
-    Under deduplication its windows follow, then the partition's end."""
-
-    topic: str
-    partition: int
-    policy: PartitionPolicy
-    group: str
 
 
 class _End:
@@ -74,7 +63,7 @@ class _Stopped(Exception):
     """The job's thread asked phase 1 to stop."""
 
 
-_Item = Partition | Window | _End | _Done | _Failed
+_Item = Partition | Window | _End | Group | _Done | _Failed
 _END, _DONE = _End(), _Done()
 
 
@@ -99,8 +88,11 @@ def pipelined(inputs: Sequence[LiveFile]) -> bool:
 
 
 class _Phase1:
-    """What both ways of running phase 1 hold: the job, its phase-1 pointer, the key buffer.
-    Used as a context manager; leaving it ends phase 1 (``close``)."""
+    """What both ways of running phase 1 hold: the job, its phase-1 pointer, the key buffer;
+    and phase 1 itself, as a walk (``_walk``) that yields, in order, for each partition
+    either its start, its windows and its end, or (a run of small partitions) one
+    ``Group``; then the end of the pointer. Used as a context manager; leaving it ends
+    phase 1 (``close``)."""
 
     def __init__(
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
@@ -108,6 +100,105 @@ class _Phase1:
         self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
         self._now_ms = now_ms
         self._input_ids = {i.id for i in job.inputs}
+
+    # --- the job's thread ---------------------------------------------------------------
+
+    def next_unit(self) -> Partition | Group | None:
+        """The next partition phase 1 started (its windows follow, under deduplication),
+        or group it closed, or None when the pointer is done."""
+        item = self._get()
+        if isinstance(item, Partition | Group):
+            return item
+        if isinstance(item, _Done):
+            return None
+        raise WorkerError(
+            f"phase 1 handed over {item!r} where a partition starts", job_id=self._job.id
+        )
+
+    def windows(self) -> Iterator[Window]:
+        """The current partition's windows, in order; each is released (its keep-set
+        may be replaced by the next) when the next is asked for."""
+        while True:
+            item = self._get()
+            if isinstance(item, _End):
+                return
+            if not isinstance(item, Window):
+                raise WorkerError(
+                    f"phase 1 handed over {item!r} where a window goes", job_id=self._job.id
+                )
+            yield item
+            del item  # the keep-set goes before its slot does (MAX_KEEP_SETS)
+            self._release()
+
+    def release_group(self) -> None:
+        """Phase 2 is done with the group ``next_unit`` gave."""
+        self._release()
+
+    def _get(self) -> _Item:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """A keep-set phase 2 held is gone."""
+
+    # --- phase 1 ------------------------------------------------------------------------
+
+    def _walk(self) -> Generator[_Item, None, None]:
+        pointer = self._pointer
+        tp = pointer.next_partition()
+        part = None if tp is None else self._partition(tp)
+        while part is not None:
+            if self._joins_group(part, None):
+                part = yield from self._group(part)
+                continue
+            if not part.policy.deduplicate:
+                self._skip(part)  # before phase 2 reads it: the second-read memo
+                yield part
+            else:
+                yield part
+                batches = gathered(self._phase1_batches(part))
+                yield from phase1_windows(batches, part.policy, self._buffer, self._acquire)
+                yield _END
+            tp = pointer.next_partition()
+            part = None if tp is None else self._partition(tp)
+        yield _DONE
+
+    def _joins_group(self, part: Partition, like: PartitionPolicy | None) -> bool:
+        """Whether ``part`` may join a group (of partitions like ``like``, or a new one)."""
+        if like is not None and not same_window(part.policy, like):
+            return False
+        heads = self._pointer.peek(part.topic, part.partition)
+        return groupable(part.policy, [h.logical_bytes for h in heads])
+
+    def _group(self, first: Partition) -> Generator[_Item, None, Partition | None]:
+        """Takes a run of small partitions from ``first`` on and yields their ``Group``
+        (or, if one window cannot hold them, each partition's own windows); returns the
+        partition after the run, None at the pointer's end. The group's phase-1 batches
+        are held until its window closes (at most ``GROUP_BYTES`` of them)."""
+        parts: list[Partition] = []
+        taken: list[list[Weighed]] = []
+        weight = 0
+        part: Partition | None = first
+        while part is not None and weight < GROUP_BYTES:
+            batches = [(b, w) for b, w in self._phase1_batches(part) if b.num_rows]
+            parts.append(part)
+            taken.append(batches)
+            weight += sum(w for _, w in batches)
+            tp = self._pointer.next_partition()
+            part = None if tp is None else self._partition(tp)
+            if part is not None and not self._joins_group(part, first.policy):
+                break
+        counts = tuple(sum(b.num_rows for b, _ in batches) for batches in taken)
+        records = concat([b for batches in taken for b, _ in batches])
+        window = group_window(records, counts, first.policy, self._buffer, self._acquire)
+        if window is not None:
+            yield Group(tuple(parts), counts, *window)
+        else:
+            for one, batches in zip(parts, taken, strict=True):
+                yield one
+                windows = phase1_windows(gathered(batches), one.policy, self._buffer, self._acquire)
+                yield from windows
+                yield _END
+        return part
 
     def _partition(self, tp: tuple[str, int]) -> Partition:
         """What compacting partition ``tp`` in this job may do, and where its output goes."""
@@ -130,26 +221,26 @@ class _Phase1:
         group = "compacted" if topic.config.compacted else "plain"
         return Partition(tp[0], tp[1], policy, group)
 
-    def _phase1_batches(self, part: Partition) -> Iterator[pa.RecordBatch] | None:
-        """Takes ``part``'s sections off the phase-1 pointer. Under deduplication: their
-        batches, with the columns phase 1 reads, to be consumed before the pointer moves
-        on. For a copy: None, the sections skipped (checksummed, not decoded: a copy needs
-        no keys)."""
-        sections = self._pointer.take(part.topic, part.partition)
-        if not part.policy.deduplicate:
-            for section in sections:
-                self._check()
-                section.skip()
-            return None
-        return gathered(self._checked(section_batches(sections, phase1_fields(part.policy))))
+    def _skip(self, part: Partition) -> None:
+        """Takes a copied partition's sections off the phase-1 pointer unread (checksummed,
+        not decoded: a copy needs no keys)."""
+        for section in self._pointer.take(part.topic, part.partition):
+            self._check()
+            section.skip()
 
-    def _checked(self, batches: Iterator[Weighed]) -> Iterator[Weighed]:
-        for item in batches:
+    def _phase1_batches(self, part: Partition) -> Iterator[Weighed]:
+        """``part``'s sections off the phase-1 pointer: their batches, with the columns
+        phase 1 reads, to be consumed before the pointer moves on."""
+        sections = self._pointer.take(part.topic, part.partition)
+        for item in section_batches(sections, phase1_fields(part.policy)):
             self._check()
             yield item
 
     def _check(self) -> None:
         """Raises if phase 1 is to stop (only a phase 1 on its own thread is ever told)."""
+
+    def _acquire(self) -> None:
+        """Waits for room for one more keep-set (only a phase 1 on its own thread waits)."""
 
     def close(self) -> None:
         raise NotImplementedError
@@ -172,28 +263,16 @@ class Phase1Inline(_Phase1):
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
     ) -> None:
         super().__init__(snap, job, pointer, buffer, now_ms)
-        self._current: tuple[Partition, Iterator[pa.RecordBatch]] | None = None
+        self._items = self._walk()
 
     def __enter__(self) -> Phase1Inline:
         return self
 
     def close(self) -> None:
-        self._current = None
+        self._items.close()
 
-    def next_partition(self) -> Partition | None:
-        tp = self._pointer.next_partition()
-        if tp is None:
-            return None
-        part = self._partition(tp)
-        batches = self._phase1_batches(part)
-        self._current = None if batches is None else (part, batches)
-        return part
-
-    def windows(self) -> Iterator[Window]:
-        assert self._current is not None, "windows() before a deduplicated partition"
-        part, batches = self._current
-        self._current = None
-        return phase1_windows(batches, part.policy, self._buffer)
+    def _get(self) -> _Item:
+        return next(self._items)
 
 
 class Phase1Thread(_Phase1):
@@ -221,32 +300,6 @@ class Phase1Thread(_Phase1):
 
     # --- the job's thread ---------------------------------------------------------------
 
-    def next_partition(self) -> Partition | None:
-        """The next partition phase 1 started, or None when the pointer is done."""
-        item = self._get()
-        if isinstance(item, Partition):
-            return item
-        if isinstance(item, _Done):
-            return None
-        raise WorkerError(
-            f"phase 1 handed over {item!r} where a partition starts", job_id=self._job.id
-        )
-
-    def windows(self) -> Iterator[Window]:
-        """The current partition's windows, in order; each is released (its keep-set
-        may be replaced by the next) when the next is asked for."""
-        while True:
-            item = self._get()
-            if isinstance(item, _End):
-                return
-            if not isinstance(item, Window):
-                raise WorkerError(
-                    f"phase 1 handed over {item!r} where a window goes", job_id=self._job.id
-                )
-            yield item
-            del item  # the keep-set goes before its slot does (MAX_KEEP_SETS)
-            self._slots.release()
-
     def _get(self) -> _Item:
         while True:
             try:
@@ -261,11 +314,19 @@ class Phase1Thread(_Phase1):
                 raise item.error
             return item
 
+    def _release(self) -> None:
+        self._slots.release()
+
     # --- the phase-1 thread -------------------------------------------------------------
 
     def _run(self) -> None:
         try:
-            self._walk()
+            threads, self._buffer.threads = self._buffer.threads, HASH_THREADS
+            try:
+                for item in self._walk():
+                    self._put(item)
+            finally:
+                self._buffer.threads = threads
         except _Stopped:
             return
         except BaseException as e:  # handed to the job's thread, raised there
@@ -274,31 +335,11 @@ class Phase1Thread(_Phase1):
             except _Stopped:
                 return
 
-    def _walk(self) -> None:
-        threads, self._buffer.threads = self._buffer.threads, HASH_THREADS
-        try:
-            self._walk_partitions()
-        finally:
-            self._buffer.threads = threads
-
-    def _walk_partitions(self) -> None:
-        pointer = self._pointer
-        while (tp := pointer.next_partition()) is not None:
-            part = self._partition(tp)
-            self._put(part)
-            batches = self._phase1_batches(part)
-            if batches is not None:
-                for window in phase1_windows(batches, part.policy, self._buffer, self._acquire):
-                    self._put(window)
-                self._put(_END)
-        self._put(_DONE)
-
     def _check(self) -> None:
         if self._stop.is_set():
             raise _Stopped
 
     def _acquire(self) -> None:
-        """Waits for room for one more keep-set."""
         while not self._slots.acquire(timeout=_POLL_S):
             self._check()
         self._check()

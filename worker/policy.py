@@ -80,3 +80,14 @@ def header_value(headers: tuple[tuple[str, bytes | None], ...], name: str | None
         if k == name and v is not None and len(v) == 8:
             value = int.from_bytes(v, "big", signed=True)
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A partition of a job as phase 1 starts it: its (topic, partition), policy and
+    output group."""
+
+    topic: str
+    partition: int
+    policy: PartitionPolicy
+    group: str

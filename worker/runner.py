@@ -30,6 +30,7 @@ from compactor.fileformat import (
     StreamReader,
     read_footer,
 )
+from compactor.fileformat.batches import concat
 from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES, SHARE_BELOW
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
@@ -38,6 +39,7 @@ from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.gather import gathered, section_batches, weighed
+from compactor.worker.group import Group, group_survivors
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import (
@@ -47,7 +49,8 @@ from compactor.worker.partition import (
     drop_expired_prefix,
     phase2_windows,
 )
-from compactor.worker.pipeline import Partition, Phase1Inline, Phase1Thread, pipelined
+from compactor.worker.pipeline import Phase1Inline, Phase1Thread, pipelined
+from compactor.worker.policy import Partition
 from compactor.worker.stats import (
     CompactionStats,
     FileStats,
@@ -407,25 +410,37 @@ def _run_partitions(
     stats: CompactionStats,
     progress: ProgressReporter,
 ) -> None:
-    """Phase 2 and the writes, partition by partition, as phase 1 hands them over.
-    PhaseMismatch, naming the job and the partition, where the two pointers disagree."""
-    while (part := phase1.next_partition()) is not None:
-        tp = part.topic, part.partition
-        at = phase2.next_partition()
-        if at != tp:
-            where = "has no more sections" if at is None else f"is at {at[0]}/{at[1]}"
-            raise PhaseMismatch(
-                f"phase 2's pointer {where}", job_id=job.id, topic=tp[0], partition=tp[1]
-            )
+    """Phase 2 and the writes, partition by partition (or group by group), as phase 1
+    hands them over. PhaseMismatch, naming the job and the partition, where the two
+    pointers disagree."""
+    while (unit := phase1.next_unit()) is not None:
+        if isinstance(unit, Group):
+            _run_group(job, unit, phase2, outputs, stats, progress)
+            phase1.release_group()
+            continue
+        _check_phase2_at(job, phase2, unit)
         try:
-            _run_partition(part, phase1, phase2, outputs[part.group], stats, progress)
+            _run_partition(unit, phase1, phase2, outputs[unit.group], stats, progress)
         except PhaseMismatch as mismatch:
-            mismatch.locate(job.id, *tp)
+            mismatch.locate(job.id, unit.topic, unit.partition)
             raise
     if (at := phase2.next_partition()) is not None:
         raise PhaseMismatch(
             f"phase 2's pointer has sections phase 1's did not, from {at[0]}/{at[1]}",
             job_id=job.id,
+        )
+
+
+def _check_phase2_at(job: Job, phase2: SectionMerge, part: Partition) -> None:
+    """PhaseMismatch unless the phase-2 pointer is at ``part`` too."""
+    at = phase2.next_partition()
+    if at != (part.topic, part.partition):
+        where = "has no more sections" if at is None else f"is at {at[0]}/{at[1]}"
+        raise PhaseMismatch(
+            f"phase 2's pointer {where}",
+            job_id=job.id,
+            topic=part.topic,
+            partition=part.partition,
         )
 
 
@@ -438,19 +453,60 @@ def _run_partition(
     progress: ProgressReporter,
 ) -> None:
     """One partition: its survivors (or, without deduplication, all its records) from the
-    phase-2 pointer's sections, less what retention.ms removes from its start, written
-    to the partition's output group."""
-    stats.partitions += 1
+    phase-2 pointer's sections, written to the partition's output group."""
     sections2 = phase2.take(part.topic, part.partition)
-    policy = part.policy
-    if policy.deduplicate:
+    if part.policy.deduplicate:
         survivors = phase2_windows(
-            gathered(section_batches(sections2)), phase1.windows(), policy, stats
+            gathered(section_batches(sections2)), phase1.windows(), part.policy, stats
         )
     else:
         survivors = copy_partition(gathered(section_batches(sections2)), stats)
-    if policy.retention_cutoff_ms is not None:
-        survivors = drop_expired_prefix(survivors, policy.retention_cutoff_ms, stats)
+    _write_survivors(part, survivors, output, stats, progress)
+
+
+def _run_group(
+    job: Job,
+    group: Group,
+    phase2: SectionMerge,
+    outputs: dict[str, _GroupOutput],
+    stats: CompactionStats,
+    progress: ProgressReporter,
+) -> None:
+    """A group of small partitions in one window (``worker.group``): their records off the
+    phase-2 pointer as one batch (PhaseMismatch unless each partition has as many as
+    phase 1 saw), filtered once, each partition's survivors written."""
+    batches: list[pa.RecordBatch] = []
+    for part, count in zip(group.parts, group.counts, strict=True):
+        _check_phase2_at(job, phase2, part)
+        rows = 0
+        for batch, _ in section_batches(phase2.take(part.topic, part.partition)):
+            if batch.num_rows:
+                batches.append(batch)
+                rows += batch.num_rows
+        if rows != count:
+            raise PhaseMismatch(
+                f"phase 2's pointer holds {rows} records, phase 1's held {count}",
+                job_id=job.id,
+                topic=part.topic,
+                partition=part.partition,
+            )
+    kept = group_survivors(concat(batches), group, stats)
+    for part, survivors in zip(group.parts, kept, strict=True):
+        _write_survivors(part, iter((survivors,)), outputs[part.group], stats, progress)
+
+
+def _write_survivors(
+    part: Partition,
+    survivors: Iterator[pa.RecordBatch],
+    output: _GroupOutput,
+    stats: CompactionStats,
+    progress: ProgressReporter,
+) -> None:
+    """A partition's survivors, less what retention.ms removes from its start, written to
+    its output group."""
+    stats.partitions += 1
+    if part.policy.retention_cutoff_ms is not None:
+        survivors = drop_expired_prefix(survivors, part.policy.retention_cutoff_ms, stats)
     survivors = counted(survivors, stats)
     output.write_partition(part.topic, part.partition, _polled(survivors, progress))
     progress.poll()

@@ -1,0 +1,205 @@
+"""Windows that span partitions: one key-buffer window for a run of small partitions.
+
+A partition of small sections costs a window of its own on the partition-by-partition
+path (``worker.partition``): a reset, an insert, a keep-set, survivor masks and a filter,
+about as much as its records' hashing. So consecutive small partitions are compacted as
+one *group*, in one window:
+
+- Phase 1 takes the group's records (each partition's, in the pointer's order) as one
+  batch. Each key is salted with its partition's ordinal in the group, a 4-byte
+  big-endian suffix, so equal keys of different partitions never meet (``key || salt``
+  is injective for a fixed-width salt). Each record's *sequence number*, its row in the
+  group's batch, stands in for its offset: within a partition rows follow offsets, so
+  the offset, timestamp and header strategies rank exactly as they would by offset. The
+  window's keep-set holds winning sequence numbers.
+- Phase 2 takes the same partitions' records from its own pointer as one batch (the same
+  rows in the same order: PhaseMismatch otherwise), keeps a record iff it has no key or
+  its sequence number won, and filters once; each partition's survivors are then a slice.
+
+Invariants, enforced where a group is built (``pipeline``): every partition of a group is
+deduplicated under the same strategy (and header), with no record too young to compact
+(``min.compaction.lag.ms`` is 0: a group keeps no young-key map); and a group is one
+window or none: if the buffer cannot take all of it (a tiny buffer, or timestamps too far
+apart to store as deltas), its partitions are compacted one by one instead. So each
+partition of a group is wholly in the group's window, which is both its first window and
+its last, and a tombstone past its horizon may go wherever the partition's policy says
+tombstones are droppable (``worker.partition``, module doc).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from compactor.fileformat import RECORD_SCHEMA
+from compactor.fileformat.batches import filter_batch, validity_bits
+from compactor.worker.gather import GATHER_BYTES
+from compactor.worker.masks import at_most, bool_array
+from compactor.worker.partition import KeepSet, KeyIndex, strategy_values
+from compactor.worker.policy import Partition, PartitionPolicy
+from compactor.worker.stats import CompactionStats
+
+SMALL_PARTITION_BYTES = GATHER_BYTES
+"""A partition joins a group only if its sections are all shared (their size is known
+before they are read) and together weigh less than this."""
+GROUP_BYTES = 1 << 20
+"""A group takes partitions while together they weigh less than this: a group's records
+are held by both pointers until it is written."""
+
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct("<q")
+_HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
+_HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)
+_EMPTY_SALT = pa.scalar(b"", pa.binary())
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A closed window over a run of small partitions, as phase 1 hands it to phase 2:
+    the partitions, how many records phase 1 saw of each, in order, and the keep-set."""
+
+    parts: tuple[Partition, ...]
+    counts: tuple[int, ...]
+    keep: KeepSet
+    """The winning sequence numbers."""
+    utilization: float
+    """The key buffer's utilization when the window closed."""
+
+
+def same_window(a: PartitionPolicy, b: PartitionPolicy) -> bool:
+    """Whether partitions of these policies may share a window."""
+    return (a.strategy, a.header) == (b.strategy, b.header)
+
+
+def groupable(policy: PartitionPolicy, logical_bytes: Sequence[int | None]) -> bool:
+    """Whether a partition of this policy, whose sections weigh ``logical_bytes`` (None:
+    not known before reading, a framed section), may join a group."""
+    return (
+        policy.deduplicate
+        and policy.lag_cutoff_ms is None
+        and all(b is not None for b in logical_bytes)
+        and sum(b for b in logical_bytes if b is not None) < SMALL_PARTITION_BYTES
+    )
+
+
+def sequence(n: int) -> pa.Array:
+    """The sequence numbers 0..n-1, as int64."""
+    global _SEQUENCE
+    if len(_SEQUENCE) < n:
+        _SEQUENCE = pa.array(range(max(n, 2 * len(_SEQUENCE))), pa.int64())
+    return _SEQUENCE.slice(0, n)
+
+
+_SEQUENCE = pa.array(range(1 << 16), pa.int64())
+
+
+def salted_keys(keys: pa.Array, counts: Sequence[int]) -> pa.Array:
+    """``keys`` (a group's, partition after partition, ``counts[i]`` records of partition
+    i) each followed by its partition's ordinal as 4 big-endian bytes; null keys stay
+    null."""
+    salts = b"".join(_U32.pack(i) * c for i, c in enumerate(counts))
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4), len(keys), [None, pa.py_buffer(salts)]
+    )
+    return pc.binary_join_element_wise(keys, fixed.cast(pa.binary()), _EMPTY_SALT)
+
+
+def group_window(
+    batch: pa.RecordBatch,
+    counts: Sequence[int],
+    policy: PartitionPolicy,
+    buffer: KeyIndex,
+    before_close: Callable[[], None] = lambda: None,
+) -> tuple[KeepSet, float] | None:
+    """Phase 1 of a group whose records (phase 1's columns) are ``batch``: its keep-set and
+    the buffer's utilization, or None if one window cannot hold it (the buffer is left to
+    be reset). ``before_close`` runs before the keep-set is taken out."""
+    n = batch.num_rows
+    keys = salted_keys(batch.column("key"), counts)
+    values, has_value = strategy_values(batch, policy)
+    buffer.reset(policy.strategy, 0)
+    if buffer.insert(keys, sequence(n), values, has_value, None, 0, n) < n:
+        return None
+    before_close()
+    return KeepSet(buffer.winners()), buffer.utilization
+
+
+def group_survivors(
+    batch: pa.RecordBatch, group: Group, stats: CompactionStats
+) -> list[pa.RecordBatch]:
+    """Phase 2 of a group whose records are ``batch``: each partition's survivors, in the
+    group's order. The rules are ``partition._survivors``' for a partition's only window
+    (no young keys), with per-partition rules as row masks."""
+    n = batch.num_rows
+    stats.records_in += n
+    stats.windows += 1
+    stats.max_buffer_utilization = max(stats.max_buffer_utilization, group.utilization)
+    full = (1 << n) - 1
+    keys, values = batch.column("key"), batch.column("value")
+    eligible = validity_bits(keys)
+    won = eligible & group.keep.bits(sequence(n))
+    keep = (full & ~eligible) | won
+    stats.null_keys += keys.null_count
+    stats.dropped_superseded += n - keep.bit_count()
+    tombstone = full & ~validity_bits(values)
+    stats.tombstones_removed += (tombstone & ~keep).bit_count()
+    horizons = batch.column(_HORIZON)
+    winning_tombstone = won & tombstone
+    past = 0
+    droppable = _rows(group, lambda p: p.tombstones_droppable) if tombstone & keep else 0
+    if droppable:
+        past = tombstone & keep & droppable & validity_bits(horizons)
+        if past:
+            past &= at_most(horizons, group.parts[0].policy.now_ms)
+    gone = winning_tombstone & past
+    if gone:
+        removed = gone.bit_count()
+        stats.dropped_tombstone_expired += removed
+        stats.tombstones_removed += removed
+        keep &= ~gone
+        past &= ~gone
+    stamp = (winning_tombstone & ~validity_bits(horizons)) | past
+    if stamp:
+        stamped = pc.if_else(bool_array(stamp, n), _horizons(group), horizons)
+        batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
+    survivors = batch if keep == full else filter_batch(batch, bool_array(keep, n))
+    return _split(survivors, keep, group)
+
+
+def _rows(group: Group, rule: Callable[[PartitionPolicy], bool]) -> int:
+    """The rows of the partitions whose policy passes ``rule``, as a mask."""
+    bits, start = 0, 0
+    for p, count in zip(group.parts, group.counts, strict=True):
+        if rule(p.policy):
+            bits |= ((1 << count) - 1) << start
+        start += count
+    return bits
+
+
+def _horizons(group: Group) -> pa.Scalar | pa.Array:
+    """Each row's partition's delete horizon to stamp."""
+    first = group.parts[0].policy.horizon_ms
+    if all(p.policy.horizon_ms == first for p in group.parts):
+        return pa.scalar(first, pa.int64())
+    raw = b"".join(
+        _I64.pack(p.policy.horizon_ms) * count
+        for p, count in zip(group.parts, group.counts, strict=True)
+    )
+    return pa.Array.from_buffers(pa.int64(), sum(group.counts), [None, pa.py_buffer(raw)])
+
+
+def _split(survivors: pa.RecordBatch, keep: int, group: Group) -> list[pa.RecordBatch]:
+    """``survivors`` cut back into the group's partitions (``keep``: which rows of the
+    group's batch they are)."""
+    out = []
+    start = kept = 0
+    for count in group.counts:
+        k = ((keep >> start) & ((1 << count) - 1)).bit_count()
+        out.append(survivors.slice(kept, k))
+        start += count
+        kept += k
+    return out
