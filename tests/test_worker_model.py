@@ -121,6 +121,17 @@ class Scenario:
     block_bytes: int
 
 
+_SHARING = [
+    {"share_below": share, "block_bytes": block}
+    for share, block in [
+        (0, BLOCK_BYTES),
+        (200, 400),
+        (200, BLOCK_BYTES),
+        (SHARE_BELOW, BLOCK_BYTES),
+    ]
+]
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> Scenario:
     files = draw(st.integers(1, 4))
@@ -139,8 +150,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         plain_rules=TopicRules(
             compacted=False, retention_ms=draw(st.sampled_from([None, 0, 3_000, 8_000]))
         ),
-        share_below=draw(st.sampled_from([0, 200, SHARE_BELOW])),
-        block_bytes=draw(st.sampled_from([400, BLOCK_BYTES])),
+        **draw(st.sampled_from(_SHARING)),
     )
 
 

@@ -5,15 +5,16 @@ whole batches, keep the survivors, encode the output) each leave the other core 
 idle: the kernel releases the GIL while hashing and Arrow while decoding and
 compressing. So a :class:`Phase1Thread` walks the phase-1 pointer partition by partition
 and hands each closed window (its keep-set taken out of the key buffer, see
-``worker.partition.phase1_windows``) to the job's thread, which walks the phase-2 pointer
-and writes. Each pointer stays on one thread, read in order: still exactly two GET
+``worker.partition.phase1_windows``), or each closed window of a run of small partitions
+(``worker.group.Group``), to the job's thread, which walks the phase-2 pointer and
+writes. Each pointer stays on one thread, read in order: still exactly two GET
 streams per input file. Jobs of small sections, where both phases are bound by Python
 rather than by hashing or Arrow, gain nothing from a second thread (it only contends for
 the GIL): they run phase 1 inline (:class:`Phase1Inline`, see ``pipelined``).
 
 Bounds: at most ``MAX_KEEP_SETS`` windows' keep-sets exist at a time (the one phase 2 is
 filtering and the next), so phase 1 waits before taking out a third; and at most
-``MAX_ITEMS`` items (partition starts, windows, partition ends) are queued.
+``MAX_ITEMS`` items (partition starts, windows, partition ends, groups) are queued.
 
 Failure: anything phase 1 raises (a corrupt file's FormatError, a store error, a
 WorkerError) is handed over in order and raised on the job's thread when phase 2 gets
