@@ -1,16 +1,26 @@
 """Windows that span partitions (worker.group) against the Kafka model: many small
 partitions of two compacted topics with different delete horizons, in version-3 inputs,
-compacted in shared windows; and the fallback when one window cannot hold a group."""
+under every strategy and time rule, compacted in shared windows; and with buffers of a
+few entries, the fallback when one window cannot hold a group."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_model import TopicRules, compact, view
-from test_worker_model import NOW, partition_records
+from test_worker_model import (
+    FULL_SIZE,
+    NOW,
+    _buffer,
+    _check_partition,
+    partition_records,
+    settings_of,
+    topic_rules,
+)
 from worker_scenarios import add_file, make_topics, read_file, read_live
 
 from compactor.catalog import Catalog
@@ -23,103 +33,106 @@ from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
 from compactor.worker.policy import PartitionPolicy
 from compactor.worker.runner import run_job
 
-TOPICS = {"a": 0, "b": 86_400_000}
-"""Two compacted topics under one strategy, with different delete.retention.ms."""
 FILES = 3
+DELETE_RETENTION = {"a": 0, "b": 86_400_000}
+"""Two compacted topics under one strategy, with different delete.retention.ms."""
 
 
-def _settings(delete_retention_ms: int) -> dict[str, str]:
-    return {"cleanup.policy": "compact", "delete.retention.ms": str(delete_retention_ms)}
+@dataclass
+class GroupScenario:
+    rules: TopicRules
+    """Topic "a"'s; topic "b" differs only in delete.retention.ms."""
+    partitions: dict[tuple[str, int], list[list[Record]]]
+    """Each partition's records, per file."""
+    first: int
+    """The job compacts files ``first``..."""
+    buffer_entries: int
+
+    def rules_of(self, topic: str) -> TopicRules:
+        return replace(self.rules, delete_retention_ms=DELETE_RETENTION[topic])
 
 
-def _rules(delete_retention_ms: int) -> TopicRules:
-    return TopicRules(compacted=True, strategy="offset", delete_retention_ms=delete_retention_ms)
+@st.composite
+def group_scenarios(draw: st.DrawFn) -> GroupScenario:
+    rules = draw(topic_rules())
+    if draw(st.integers(0, 3)):  # mostly no min.compaction.lag.ms: groups form
+        rules = replace(rules, min_lag_ms=0)
+    count = draw(st.integers(1, 12))
+    partitions = {}
+    for topic in DELETE_RETENTION:
+        for p in range(count):
+            records = draw(partition_records())
+            cuts = sorted(draw(st.lists(st.integers(0, len(records)), min_size=2, max_size=2)))
+            partitions[(topic, p)] = [
+                records[: cuts[0]],
+                records[cuts[0] : cuts[1]],
+                records[cuts[1] :],
+            ]
+    return GroupScenario(
+        rules=rules,
+        partitions=partitions,
+        first=draw(st.integers(0, FILES - 1)),
+        buffer_entries=draw(st.sampled_from([1, 2, 3, 7, 12, 10_000, FULL_SIZE])),
+    )
 
 
-def _run(
-    partitions: dict[tuple[str, int], list[list[Record]]], first: int, buffer: KeyBuffer
-) -> None:
-    """Compacts files ``first``.. of ``partitions`` (records per file) and checks each
-    partition against the model (exactly, with a buffer that holds every group; never
-    fewer records otherwise) and the materialized view."""
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group_scenarios())
+def test_small_partitions_share_windows_and_match_the_model(sc: GroupScenario) -> None:
+    """Compacts files ``first``.. and checks each partition against the model (exactly,
+    with a buffer that holds every group; never fewer records otherwise) and the
+    materialized view."""
     with tempfile.TemporaryDirectory() as root:
         store = LocalStore(root)
         catalog = Catalog(store)
-        count = max(p for _, p in partitions) + 1
-        make_topics(catalog, {t: (count, _settings(ms)) for t, ms in TOPICS.items()})
+        count = max(p for _, p in sc.partitions) + 1
+        make_topics(
+            catalog,
+            {t: (count, settings_of(sc.rules_of(t))) for t in DELETE_RETENTION},
+        )
         files = [
             add_file(
                 store,
                 catalog,
                 f"f{i}",
-                {tp: chunks[i] for tp, chunks in partitions.items()},
+                {tp: chunks[i] for tp, chunks in sc.partitions.items()},
                 share_below=SHARE_BELOW,
             )
             for i in range(FILES)
         ]
         job = Job(
-            inputs=tuple(JobInput(f.id, f.key, f.size) for f in files[first:]),
+            inputs=tuple(JobInput(f.id, f.key, f.size) for f in files[sc.first :]),
             output_level=2,
             deduplicate=True,
         )
         before = read_live(store, catalog)
-        report = run_job(store, catalog, job, buffer, now_ms=NOW)
+        report = run_job(store, catalog, job, _buffer(sc.buffer_entries), now_ms=NOW)
         assert report.committed
         assert all(f.gets == 2 for f in report.inputs)
         out: dict[tuple[str, int], list[Record]] = {}
         for key in report.outputs:
             out.update(read_file(store, key))
         after = read_live(store, catalog)
-        exact = buffer.capacity >= 1000
-        deduplicated = [tp for tp, chunks in partitions.items() if any(chunks[first:])]
-        if exact:  # a few groups, not a window per partition
-            assert report.stats.windows < len(deduplicated) or len(deduplicated) <= 1
-        for tp, chunks in partitions.items():
-            rules = _rules(TOPICS[tp[0]])
+        big_buffer = sc.buffer_entries >= 10_000
+        compacted = [tp for tp, chunks in sc.partitions.items() if any(chunks[sc.first :])]
+        if big_buffer and sc.rules.min_lag_ms == 0 and len(compacted) > 1:
+            assert report.stats.windows < len(compacted), "no window spans partitions"
+        for tp, chunks in sc.partitions.items():
+            rules = sc.rules_of(tp[0])
             holding = [i for i, c in enumerate(chunks) if c]
-            inp = [r for chunk in chunks[first:] for r in chunk]
+            oldest = bool(holding) and sc.first <= holding[0]
+            inp = [r for chunk in chunks[sc.first :] for r in chunk]
             expected = compact(
                 inp,
                 rules,
                 deduplicate=True,
                 now_ms=NOW,
-                includes_oldest=bool(holding) and first <= holding[0],
+                includes_oldest=oldest,
                 includes_newest=True,
             )
-            got = out.get(tp, [])
-            if exact:
-                assert got == expected, tp
-            else:
-                assert {r.offset for r in expected} <= {r.offset for r in got}, tp
-            assert view(after.get(tp, []), rules) == view(before.get(tp, []), rules), tp
-
-
-@st.composite
-def small_partitions(draw: st.DrawFn) -> dict[tuple[str, int], list[list[Record]]]:
-    count = draw(st.integers(1, 12))
-    out = {}
-    for topic in TOPICS:
-        for p in range(count):
-            records = draw(partition_records())
-            cuts = sorted(draw(st.lists(st.integers(0, len(records)), min_size=2, max_size=2)))
-            out[(topic, p)] = [records[: cuts[0]], records[cuts[0] : cuts[1]], records[cuts[1] :]]
-    return out
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_partitions(), st.integers(0, FILES - 1))
-def test_small_partitions_share_windows_and_match_the_model(
-    partitions: dict[tuple[str, int], list[list[Record]]], first: int
-) -> None:
-    _run(partitions, first, KeyBuffer(1 << 20))
-
-
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_partitions(), st.integers(0, FILES - 1), st.integers(1, 12))
-def test_a_group_one_window_cannot_hold_is_compacted_partition_by_partition(
-    partitions: dict[tuple[str, int], list[list[Record]]], first: int, entries: int
-) -> None:
-    _run(partitions, first, KeyBuffer(entries * ENTRY_BYTES))
+            _check_partition(tp, inp, out.get(tp, []), expected, rules, big_buffer, oldest)
+            if rules.retention_ms is None:
+                assert view(after.get(tp, []), rules) == view(before.get(tp, []), rules), tp
 
 
 def test_equal_keys_of_different_partitions_never_meet() -> None:
