@@ -15,6 +15,7 @@ decoded, the stats of all its sections from one grouped aggregation.
 from __future__ import annotations
 
 import bisect
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -24,15 +25,18 @@ import pyarrow.compute as pc
 
 from compactor.fileformat.batches import (
     NO_HORIZON,
+    RECORD_OVERHEAD,
     BatchStats,
     batch_stats,
     int64_view,
     record_sizes,
 )
+from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
+    FORMAT_VERSION,
     FRAME_HEADER,
     I32,
     MIN_SECTION_HEADER_PAYLOAD,
@@ -50,6 +54,7 @@ from compactor.fileformat.meta import section_key
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import (
+    FLAG_HORIZON,
     TRAILER_FIXED,
     TrailerHead,
     encode_section_header,
@@ -115,37 +120,119 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> tuple[S
     sections: list[SharedSection] = []
     start = 0
     topics: dict[bytes, str] = {}  # a block's sections mostly share a topic: decode it once
+    previous: tuple[bytes, int] | None = None
     for _ in range(count):
-        at = cur.position
-        topic_at = cur.offset + U16.size
-        n = U16.unpack_from(payload, cur.offset)[0] if cur.remaining >= U16.size else 0
-        raw_topic = payload[topic_at : topic_at + n]
-        topic = topics.get(raw_topic) if n and len(raw_topic) == n else None
-        if topic is None:
-            topic, partition = read_topic_partition(cur, "section table entry")
-            topics[raw_topic] = topic
-        else:
-            cur.offset = topic_at + n
-            (partition,) = cur.unpack(I32, "section table entry partition")
-            if partition < 0:
-                raise cur.error(f"negative partition {partition} in section table entry", at)
-        key = (raw_topic, partition)
-        if sections and key <= sections[-1].key:
-            raise cur.error(f"section {topic}/{partition} is out of order in the block", at)
-        (length,) = cur.unpack(U32, "section table entry")
-        trailer_at = cur.position
-        raw = cur.take(length, "shared section trailer")
-        trailer = parse_trailer_head(raw, trailer_at, object_name, SHARED_VERSION)
-        if trailer.index != ((trailer.stats.first_offset, 0),):
-            raise cur.error(
-                f"shared section {topic}/{partition} indexes {len(trailer.index)} batches, "
-                "not one at position 0",
-                trailer_at,
-            )
-        sections.append(SharedSection(topic, partition, key, trailer, start))
-        start += trailer.stats.record_count
+        section = _usual_entry(cur, topics, previous, start)
+        if section is None:
+            section = _any_entry(cur, topics, previous, start)
+        sections.append(section)
+        previous = section.key
+        start += section.count
     cur.expect_end("the section table")
     return tuple(sections)
+
+
+_USUAL_ENTRY = struct.Struct("<iI")
+"""An entry's partition and trailer length, after its topic."""
+_USUAL_TRAILER = struct.Struct(TRAILER_FIXED.format + "qqQ")
+"""A shared section's trailer up to its bitmap: the fixed fields, the delete horizon
+(layout 2) and the one batch index entry."""
+
+
+def _usual_entry(
+    cur: Cursor, topics: dict[bytes, str], previous: tuple[bytes, int] | None, start: int
+) -> SharedSection | None:
+    """The table entry at ``cur``, read without a Cursor per field, if it is what this
+    system writes (a topic already seen in the table, a layout-2 trailer with one index
+    entry at (first offset, 0)) and passes every check ``_any_entry`` makes; else None,
+    and ``cur`` has not moved. Half the cost of a whole parse, for 10,000s of entries."""
+    data, o = cur.data, cur.offset
+    size = len(data)
+    if o + U16.size > size:
+        return None
+    topic_at = o + U16.size
+    topic_end = topic_at + U16.unpack_from(data, o)[0]
+    raw_topic = data[topic_at:topic_end]
+    topic = topics.get(raw_topic)
+    trailer_at = topic_end + _USUAL_ENTRY.size
+    if topic is None or trailer_at > size:
+        return None
+    partition, length = _USUAL_ENTRY.unpack_from(data, topic_end)
+    end = trailer_at + length
+    key = (raw_topic, partition)
+    if (
+        partition < 0
+        or length < _USUAL_TRAILER.size
+        or end > size
+        or (previous is not None and key <= previous)
+    ):
+        return None
+    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags, raw, o1, p1) = (
+        _USUAL_TRAILER.unpack_from(data, trailer_at)
+    )
+    horizon = None if raw == NO_HORIZON else raw
+    if not (
+        flags == FLAG_HORIZON
+        and batches == 1
+        and o1 == first
+        and p1 == 0
+        and 1 <= count <= last - first + 1
+        and tombstones <= count
+        and nbytes >= RECORD_OVERHEAD * count
+        and min_ts <= max_ts
+        and (horizon is None or tombstones)
+        and kind == (KIND_ROARING32 if last - first < SPAN_32 else KIND_ROARING64)
+        and data[trailer_at + TRAILER_FIXED.size - 2 : trailer_at + TRAILER_FIXED.size] == b"\0\0"
+    ):
+        return None
+    bitmap_at = trailer_at + _USUAL_TRAILER.size
+    stats = BatchStats(first, last, count, tombstones, nbytes, min_ts, max_ts, horizon)
+    trailer = TrailerHead(
+        stats,
+        ((first, 0),),
+        FORMAT_VERSION,
+        kind,
+        data[bitmap_at:end],
+        cur.base + bitmap_at,
+        cur.object_name,
+    )
+    cur.offset = end
+    return SharedSection(topic, partition, key, trailer, start)
+
+
+def _any_entry(
+    cur: Cursor, topics: dict[bytes, str], previous: tuple[bytes, int] | None, start: int
+) -> SharedSection:
+    """The table entry at ``cur``, checked field by field (FormatError naming the first
+    that is wrong)."""
+    payload = cur.data
+    at = cur.position
+    topic_at = cur.offset + U16.size
+    n = U16.unpack_from(payload, cur.offset)[0] if cur.remaining >= U16.size else 0
+    raw_topic = payload[topic_at : topic_at + n]
+    topic = topics.get(raw_topic) if n and len(raw_topic) == n else None
+    if topic is None:
+        topic, partition = read_topic_partition(cur, "section table entry")
+        topics[raw_topic] = topic
+    else:
+        cur.offset = topic_at + n
+        (partition,) = cur.unpack(I32, "section table entry partition")
+        if partition < 0:
+            raise cur.error(f"negative partition {partition} in section table entry", at)
+    key = (raw_topic, partition)
+    if previous is not None and key <= previous:
+        raise cur.error(f"section {topic}/{partition} is out of order in the block", at)
+    (length,) = cur.unpack(U32, "section table entry")
+    trailer_at = cur.position
+    raw = cur.take(length, "shared section trailer")
+    trailer = parse_trailer_head(raw, trailer_at, cur.object_name, SHARED_VERSION)
+    if trailer.index != ((trailer.stats.first_offset, 0),):
+        raise cur.error(
+            f"shared section {topic}/{partition} indexes {len(trailer.index)} batches, "
+            "not one at position 0",
+            trailer_at,
+        )
+    return SharedSection(topic, partition, key, trailer, start)
 
 
 def find_section(

@@ -41,13 +41,21 @@ def encode_footer(sections: list[SectionMeta], version: int = FORMAT_VERSION) ->
 
 def encode_footer_entry(s: SectionMeta, topic: bytes) -> bytes:
     """A section's version-2 footer entry; ``topic`` is its topic as UTF-8."""
+    return footer_entry(topic, s.partition, s.position, s.length, s)
+
+
+def footer_entry(
+    topic: bytes, partition: int, position: int, length: int, s: BatchStats | SectionMeta
+) -> bytes:
+    """The version-2 footer entry of a section at ``position`` whose records ``s``
+    describes (a shared section's, from its block's table, without a SectionMeta)."""
     return (
         U16.pack(len(topic))
         + topic
         + FOOTER_ENTRY_HEAD.pack(
-            s.partition,
-            s.position,
-            s.length,
+            partition,
+            position,
+            length,
             s.first_offset,
             s.last_offset,
             s.record_count,

@@ -28,7 +28,7 @@ from compactor.fileformat.block import (
 )
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
-from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
+from compactor.fileformat.footer import encode_footer_entry, footer_entry, parse_footer, parse_tail
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -252,10 +252,11 @@ class StreamReader:
                     previous = shared.key
                     section = SharedSectionReader(self, block, shared, at, length)
                     yield section
-                    assert section.meta is not None
-                    streamed.append(_digest(section.meta))
+                    stats = shared.trailer.stats
+                    streamed.append(_digest_of(shared.topic, shared.partition, at, length, stats))
                     if expected is not None:
-                        expected.update(encode_footer_entry(section.meta, shared.key[0]))
+                        raw = shared.key[0]
+                        expected.update(footer_entry(raw, shared.partition, at, length, stats))
                 del block, section  # one block held at a time, not this one into the next
             elif tag == TAG_FOOTER and payload is not None:
                 footer = self._finish(payload, length, crc, at, streamed, expected)
@@ -351,7 +352,29 @@ def _digest(meta: SectionMeta) -> int:
     rather than a whole SectionMeta kept per section (a job streams every input twice, and
     an input may hold 10,000 sections). Equal metas, horizons included, digest equally;
     unequal ones collide with odds of about 2^-64, on top of the CRCs both sides passed."""
-    return hash((meta, meta.min_delete_horizon))
+    return _digest_of(meta.topic, meta.partition, meta.position, meta.length, meta)
+
+
+def _digest_of(
+    topic: str, partition: int, position: int, length: int, s: BatchStats | SectionMeta
+) -> int:
+    """``_digest`` of the meta of a section at ``position`` whose records ``s`` describes."""
+    return hash(
+        (
+            topic,
+            partition,
+            position,
+            length,
+            s.first_offset,
+            s.last_offset,
+            s.record_count,
+            s.tombstones,
+            s.uncompressed_bytes,
+            s.min_timestamp,
+            s.max_timestamp,
+            s.min_delete_horizon,
+        )
+    )
 
 
 class SectionReader:
@@ -521,12 +544,24 @@ class SharedSectionReader(SectionReader):
         position: int,
         length: int,
     ) -> None:
-        super().__init__(stream, shared.topic, shared.partition, position, shared.key)
+        # Not SectionReader.__init__: a job makes one of these per section of every input,
+        # twice, and needs none of a framed section's state.
+        self.topic = shared.topic
+        self.partition = shared.partition
+        self.key = shared.key
+        self.position = position
+        self._length = length
+        self._stream = stream
         self._block = block
         self._shared = shared
-        self.meta = shared.trailer.stats.section_meta(
-            shared.topic, shared.partition, position, length
-        )
+        self._offsets: OffsetSet | None = None
+        self._done = False
+
+    @property
+    def meta(self) -> SectionMeta:  # type: ignore[override]
+        """Made when first asked for (a compaction never asks)."""
+        s = self._shared
+        return s.trailer.stats.section_meta(s.topic, s.partition, self.position, self._length)
 
     @property
     def offsets(self) -> OffsetSet:

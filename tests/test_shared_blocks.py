@@ -1334,3 +1334,62 @@ def test_a_range_that_is_not_exactly_a_block_is_not_fetched_whole() -> None:
     with pytest.raises(FormatError):
         list(read_section(read_range, wide, object_name=NAME, max_read=64))
     assert all(b - a <= TAIL_READ for a, b in fetched)
+
+
+def table_payloads(data: bytes) -> list[tuple[int, bytes]]:
+    """(absolute position, payload) of every section table of a valid version-3 file."""
+    return [
+        (at + FRAME_HEADER.size, data[at + FRAME_HEADER.size : at + FRAME_HEADER.size + length])
+        for at, tag, length in frames_of(data)
+        if tag == b"STBL"
+    ]
+
+
+def parse_outcome(payload: bytes, base: int) -> object:
+    """What parsing a table gives: its sections, or the FormatError's message."""
+    try:
+        return block_module._parse_section_table(payload, base, NAME)
+    except FormatError as e:
+        return str(e)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=section_specs(), flips=st.lists(st.tuples(st.integers(0), st.integers(1, 255))))
+def test_table_entries_parse_alike_without_the_usual_entry_path(
+    specs: list[Spec], flips: list[tuple[int, int]]
+) -> None:
+    """The usual-entry path (``block._usual_entry``) reads every entry this system writes
+    but a table's first of each topic, and gives exactly what the field-by-field parse
+    gives, sections or error, on those tables with any bytes changed."""
+    w = write(specs, share_below=1 << 20, block_bytes=1 << 20)
+    tables = table_payloads(w.data)
+    assert tables
+    cases = []
+    for base, payload in tables:
+        changed = bytearray(payload)
+        for at, xor in flips:
+            changed[at % len(changed)] ^= xor
+        cases += [(base, payload), (base, bytes(changed))]
+    fast = [parse_outcome(payload, base) for base, payload in cases]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(block_module, "_usual_entry", lambda *args: None)
+        slow = [parse_outcome(payload, base) for base, payload in cases]
+    assert fast == slow
+    usual = block_module._usual_entry
+    taken = []
+
+    def counted(*args: Any) -> Any:
+        section = usual(*args)
+        taken.append(section is not None)
+        return section
+
+    expected = []  # an entry whose topic the table named before takes the usual path
+    for outcome in fast[::2]:
+        assert isinstance(outcome, tuple)
+        topics = [s.topic for s in outcome]
+        expected += [t in topics[:i] for i, t in enumerate(topics)]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(block_module, "_usual_entry", counted)
+        for base, payload in tables:
+            block_module._parse_section_table(payload, base, NAME)
+    assert taken == expected
