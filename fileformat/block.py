@@ -303,6 +303,10 @@ class Block:
     def rows(self, section: SharedSection, fields: Sequence[str] | None = None) -> pa.RecordBatch:
         """A section's rows, whole or with ``fields`` (and the offset) in schema order,
         as ``SectionReader.batches`` gives them."""
+        return self.shaped(fields).slice(section.start, section.count)
+
+    def shaped(self, fields: Sequence[str] | None = None) -> pa.RecordBatch:
+        """The block's batch, whole or with ``fields`` (and the offset) in schema order."""
         key = None if fields is None else tuple(fields)
         batch = self._shaped.get(key)
         if batch is None:
@@ -312,7 +316,7 @@ class Block:
                 if batch.schema.names != names:
                     batch = batch.select(names)
             self._shaped[key] = batch
-        return batch.slice(section.start, section.count)
+        return batch
 
 
 def read_block(data: bytes, base: int, object_name: str) -> Block:

@@ -602,6 +602,17 @@ class SharedSectionReader(SectionReader):
     def skip(self) -> None:
         self._done = True
 
+    def place(self, fields: Sequence[str] | None = None) -> tuple[pa.RecordBatch, int, int]:
+        """Where the section's rows are, instead of them: (its block's batch, whole or with
+        ``fields`` as ``batches`` gives them, the section's first row in it, its row
+        count). The section is then read, as after ``batches``; a verifying stream reads
+        it through ``batches``, whose checks a place skips."""
+        if self._done or self._stream._verify:
+            raise RuntimeError("place() is for an unread section of a non-verifying stream")
+        self._done = True
+        shared = self._shared
+        return self._block.shaped(fields), shared.start, shared.count
+
 
 def verify_stream(source: Source, *, object_name: str, size: int | None = None) -> FileMeta:
     """Reads and checks a whole file; returns its footer, or raises FormatError.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 import struct
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -20,6 +21,7 @@ from compactor.fileformat import (
     FileWriter,
     FormatError,
     Record,
+    SectionReader,
     StreamReader,
     batch_to_records,
     records_to_batch,
@@ -28,7 +30,7 @@ from compactor.fileformat.batches import RECORD_OVERHEAD, filter_batch
 from compactor.fileformat.bitmap import OffsetSetBuilder
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.worker.gather import gathered, weighed, weight
+from compactor.worker.gather import PlacedRows, gathered, weighed, weight
 
 
 def _records(rnd: random.Random, n: int, headers: bool) -> list[Record]:
@@ -262,3 +264,46 @@ def test_a_slice_of_a_shared_block_weighs_its_own_rows() -> None:
     out = list(gathered(weighed(iter(parts))))
     assert len(out) == 1
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
+
+
+@pytest.mark.parametrize("inputs", [1, 3])
+@pytest.mark.parametrize("share_below", [0, 600, 1 << 20])
+def test_placed_rows_are_the_sections_rows_in_the_order_taken(
+    inputs: int, share_below: int
+) -> None:
+    """``PlacedRows`` (a group's partitions, each from every input) gives exactly the rows
+    of the sections it took, in the order taken, whether they are shared sections of one
+    or many blocks, framed sections, or both; with a few columns or all."""
+    rnd = random.Random(inputs * 7 + share_below)
+    files = []
+    for _ in range(inputs):
+        sink = io.BytesIO()
+        writer = FileWriter(
+            sink,
+            object_name="f",
+            max_batch_bytes=400,
+            share_below=share_below,
+            block_bytes=max(share_below, 2000),
+        )
+        for p in range(40):
+            recs = _records(rnd, rnd.randrange(1, 9), p % 4 == 0)
+            writer.write_section("t", p, [records_to_batch(recs)])
+        writer.finish()
+        files.append(sink.getvalue())
+
+    def pointer(data: bytes) -> Iterator[SectionReader]:
+        return StreamReader(io.BytesIO(data), object_name="f", size=len(data)).sections()
+
+    for fields in (None, ("offset", "key")):
+        alone = [{s.partition: list(s.batches(fields)) for s in pointer(data)} for data in files]
+        pointers = [pointer(data) for data in files]
+        for group in range(0, 40, 7):  # groups of 7 partitions: runs start mid-block
+            placed, expected = PlacedRows(fields), []
+            for p in range(group, min(group + 7, 40)):  # partition p of every input
+                for i, sections in enumerate(pointers):
+                    section = next(sections)
+                    assert section.partition == p
+                    assert placed.add(section) == sum(b.num_rows for b in alone[i][p])
+                    expected += alone[i][p]
+            got = placed.batch()
+            assert got.equals(pa.concat_batches(expected))

@@ -9,12 +9,15 @@ fewer calls. Gathering copies only the small batches, at most ``GATHER_BYTES`` o
 
 from __future__ import annotations
 
+import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat
+from compactor.fileformat.reader import SharedSectionReader
 
 GATHER_BYTES = 64 << 10
 """Batches are gathered while together they weigh less than this (``weight``)."""
@@ -80,3 +83,61 @@ def gathered(batches: Iterable[Weighed], limit: int = GATHER_BYTES) -> Iterator[
             total += w
     if pending:
         yield concat(pending)
+
+
+class PlacedRows:
+    """The rows of many sections, taken in order and assembled as one batch in that order
+    (a group's partitions, each from every input: ``worker.group``).
+
+    A shared section is taken by its place in its block (``SharedSectionReader.place``),
+    not sliced out: one input's consecutive sections of a block are consecutive rows of
+    it, so the rows of all the sections come from a few runs, one per block. The runs are
+    concatenated (in the order their blocks were first met) and the sections' rows taken
+    from them in the order the sections came: one concatenation of a few pieces and one
+    ``take``, instead of a slice per section and a concatenation of all of them. (Any
+    other section's batches are runs of their own.)"""
+
+    def __init__(self, fields: Sequence[str] | None = None) -> None:
+        self._fields = fields
+        self._runs: dict[int, list[Any]] = {}  # id(batch) -> [batch, first row, end row]
+        self._sections: list[tuple[int, int, int]] = []  # (run, first row, rows)
+        self._in_order = True  # each section's rows follow the last's in one run
+        self._rows = 0
+
+    def add(self, section: SectionReader) -> int:
+        """Takes ``section``'s rows; returns how many it has."""
+        if isinstance(section, SharedSectionReader):
+            return self._add(*section.place(self._fields))
+        return sum(self._add(b, 0, b.num_rows) for b in section.batches(self._fields))
+
+    def _add(self, batch: pa.RecordBatch, start: int, count: int) -> int:
+        key = id(batch)
+        run = self._runs.get(key)
+        if run is None:
+            self._in_order &= not self._runs
+            self._runs[key] = [batch, start, start + count]
+        else:
+            self._in_order &= key == self._sections[-1][0] and run[2] == start
+            run[1], run[2] = min(run[1], start), max(run[2], start + count)
+        self._sections.append((key, start, count))
+        self._rows += count
+        return count
+
+    def batch(self) -> pa.RecordBatch:
+        """All the rows taken, in order (ValueError if none were)."""
+        if not self._runs:
+            raise ValueError("no rows were taken")
+        if self._in_order:
+            ((batch, first, end),) = self._runs.values()
+            return batch.slice(first, end - first)
+        bases, pieces, at = {}, [], 0
+        for key, (batch, first, end) in self._runs.items():
+            bases[key] = at - first
+            pieces.append(batch.slice(first, end - first))
+            at += end - first
+        indices = array.array("q")
+        for key, start, count in self._sections:
+            base = bases[key] + start
+            indices.extend(range(base, base + count))
+        take = pa.Array.from_buffers(pa.int64(), self._rows, [None, pa.py_buffer(indices)])
+        return concat(pieces).take(take)

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from compactor.catalog import LiveFile, Snapshot
-from compactor.fileformat.batches import concat
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
-from compactor.worker.gather import Weighed, gathered, section_batches
+from compactor.worker.gather import PlacedRows, Weighed, gathered, section_batches
 from compactor.worker.group import GROUP_BYTES, Group, group_window, groupable, same_window
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
@@ -176,29 +175,34 @@ class _Phase1:
         partition after the run, None at the pointer's end. The group's phase-1 batches
         are held until its window closes (at most ``GROUP_BYTES`` of them)."""
         parts: list[Partition] = []
-        taken: list[list[Weighed]] = []
+        counts: list[int] = []
+        rows = PlacedRows(phase1_fields(first.policy))
         weight = 0
         part: Partition | None = first
         while part is not None and weight < GROUP_BYTES:
-            batches = [(b, w) for b, w in self._phase1_batches(part) if b.num_rows]
+            count = 0
+            for section in self._pointer.take(part.topic, part.partition):
+                self._check()
+                weight += section.logical_bytes or 0
+                count += rows.add(section)
             parts.append(part)
-            taken.append(batches)
-            weight += sum(w for _, w in batches)
+            counts.append(count)
             tp = self._pointer.next_partition()
             part = None if tp is None else self._partition(tp)
             if part is not None and not self._joins_group(part, first.policy):
                 break
-        counts = tuple(sum(b.num_rows for b, _ in batches) for batches in taken)
-        records = concat([b for batches in taken for b, _ in batches])
+        records = rows.batch()
         window = group_window(records, counts, first.policy, self._buffer, self._acquire)
         if window is not None:
-            yield Group(tuple(parts), counts, *window)
+            yield Group(tuple(parts), tuple(counts), *window)
         else:
-            for one, batches in zip(parts, taken, strict=True):
+            at = 0
+            for one, count in zip(parts, counts, strict=True):
                 yield one
-                windows = phase1_windows(gathered(batches), one.policy, self._buffer, self._acquire)
-                yield from windows
+                own = records.slice(at, count)
+                yield from phase1_windows([own], one.policy, self._buffer, self._acquire)
                 yield _END
+                at += count
         return part
 
     def _partition(self, tp: tuple[str, int]) -> Partition:

@@ -30,7 +30,6 @@ from compactor.fileformat import (
     StreamReader,
     read_footer,
 )
-from compactor.fileformat.batches import concat
 from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES, SHARE_BELOW
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
@@ -38,7 +37,7 @@ from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
-from compactor.worker.gather import gathered, section_batches, weighed
+from compactor.worker.gather import PlacedRows, gathered, section_batches, weighed
 from compactor.worker.group import Group, group_survivors
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
@@ -475,14 +474,10 @@ def _run_group(
     """A group of small partitions in one window (``worker.group``): their records off the
     phase-2 pointer as one batch (PhaseMismatch unless each partition has as many as
     phase 1 saw), filtered once, each partition's survivors written."""
-    batches: list[pa.RecordBatch] = []
+    placed = PlacedRows()
     for part, count in zip(group.parts, group.counts, strict=True):
         _check_phase2_at(job, phase2, part)
-        rows = 0
-        for batch, _ in section_batches(phase2.take(part.topic, part.partition)):
-            if batch.num_rows:
-                batches.append(batch)
-                rows += batch.num_rows
+        rows = sum(placed.add(s) for s in phase2.take(part.topic, part.partition))
         if rows != count:
             raise PhaseMismatch(
                 f"phase 2's pointer holds {rows} records, phase 1's held {count}",
@@ -490,7 +485,7 @@ def _run_group(
                 topic=part.topic,
                 partition=part.partition,
             )
-    kept = group_survivors(concat(batches), group, stats)
+    kept = group_survivors(placed.batch(), group, stats)
     for part, survivors in zip(group.parts, kept, strict=True):
         _write_survivors(part, iter((survivors,)), outputs[part.group], stats, progress)
 
