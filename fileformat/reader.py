@@ -244,20 +244,28 @@ class StreamReader:
             ):
                 block = self._block(payload, at)
                 length = inp.position - at
-                for shared in block.sections:
-                    if previous is not None and shared.key <= previous:
-                        raise FormatError(
-                            name, at, f"section {shared.topic}/{shared.partition} is out of order"
+                shared = block.sections  # strictly sorted (parse_section_table)
+                if previous is not None and shared[0].key <= previous:
+                    first = shared[0]
+                    raise FormatError(
+                        name, at, f"section {first.topic}/{first.partition} is out of order"
+                    )
+                previous = shared[-1].key
+                # The footer's entries of the block's sections, all at once: they are the
+                # table's, whatever the reader of the sections does.
+                streamed.extend(
+                    _digest_of(s.topic, s.partition, at, length, s.trailer.stats) for s in shared
+                )
+                if expected is not None:
+                    expected.update(
+                        b"".join(
+                            footer_entry(s.key[0], s.partition, at, length, s.trailer.stats)
+                            for s in shared
                         )
-                    previous = shared.key
-                    section = SharedSectionReader(self, block, shared, at, length)
-                    yield section
-                    stats = shared.trailer.stats
-                    streamed.append(_digest_of(shared.topic, shared.partition, at, length, stats))
-                    if expected is not None:
-                        raw = shared.key[0]
-                        expected.update(footer_entry(raw, shared.partition, at, length, stats))
-                del block, section  # one block held at a time, not this one into the next
+                    )
+                for one in shared:
+                    yield SharedSectionReader(self, block, one, at, length)
+                del block, shared  # one block held at a time, not this one into the next
             elif tag == TAG_FOOTER and payload is not None:
                 footer = self._finish(payload, length, crc, at, streamed, expected)
                 self.footer = footer if self._keep_footer else None
