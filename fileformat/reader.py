@@ -54,7 +54,12 @@ from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import Role
-from compactor.fileformat.section import parse_section_end, parse_section_header, parse_trailer
+from compactor.fileformat.section import (
+    encode_topic,
+    parse_section_end,
+    parse_section_header,
+    parse_trailer,
+)
 
 __all__ = [
     "SectionReader",
@@ -215,7 +220,12 @@ class StreamReader:
         self.format_version = check_file_header(
             Cursor(inp.read(FILE_HEADER.size, "file header"), 0, name)
         )
-        streamed = array.array("q")  # _digest of each section's meta, in order
+        # Each streamed section's footer entry, as the hash of its encoding: what the
+        # footer's entry is checked against, in 8 bytes rather than a whole SectionMeta
+        # kept per section (a job streams every input twice, and an input may hold 10,000
+        # sections). Unequal entries collide with odds of about 2^-64, on top of the CRCs
+        # both sides passed.
+        streamed = array.array("q")
         # What the footer of a version-2 file must be, byte for byte, as a hash of the
         # entries of the sections streamed (encode_footer's): a footer that matches needs
         # no parse when it is not kept.
@@ -234,9 +244,10 @@ class StreamReader:
                 yield section
                 section.skip()
                 assert section.meta is not None
-                streamed.append(_digest(section.meta))
+                entry = encode_footer_entry(section.meta, key[0])
+                streamed.append(hash(entry))
                 if expected is not None:
-                    expected.update(encode_footer_entry(section.meta, key[0]))
+                    expected.update(entry)
             elif (
                 tag == TAG_SHARED_BATCH
                 and payload is not None
@@ -253,16 +264,12 @@ class StreamReader:
                 previous = shared[-1].key
                 # The footer's entries of the block's sections, all at once: they are the
                 # table's, whatever the reader of the sections does.
-                streamed.extend(
-                    _digest_of(s.topic, s.partition, at, length, s.trailer.stats) for s in shared
-                )
+                entries = [
+                    footer_entry(s.key[0], s.partition, at, length, s.trailer.stats) for s in shared
+                ]
+                streamed.extend(map(hash, entries))
                 if expected is not None:
-                    expected.update(
-                        b"".join(
-                            footer_entry(s.key[0], s.partition, at, length, s.trailer.stats)
-                            for s in shared
-                        )
-                    )
+                    expected.update(b"".join(entries))
                 for one in shared:
                     yield SharedSectionReader(self, block, one, at, length)
                 del block, shared  # one block held at a time, not this one into the next
@@ -345,7 +352,7 @@ class StreamReader:
                 name, at, f"footer lists {len(sections)} sections, the file has {len(streamed)}"
             )
         for i, (listed, seen) in enumerate(zip(sections, streamed, strict=True)):
-            if _digest(listed) != seen:
+            if hash(encode_footer_entry(listed, encode_topic(listed.topic))) != seen:
                 raise FormatError(
                     name, at, f"footer entry {i} {listed} disagrees with the section streamed"
                 )
@@ -353,36 +360,6 @@ class StreamReader:
 
 
 _TOP_TAGS = (TAG_SECTION_HEADER, TAG_SHARED_BATCH, TAG_FOOTER)
-
-
-def _digest(meta: SectionMeta) -> int:
-    """What the footer's entry for a streamed section is checked against, in 8 bytes
-    rather than a whole SectionMeta kept per section (a job streams every input twice, and
-    an input may hold 10,000 sections). Equal metas, horizons included, digest equally;
-    unequal ones collide with odds of about 2^-64, on top of the CRCs both sides passed."""
-    return _digest_of(meta.topic, meta.partition, meta.position, meta.length, meta)
-
-
-def _digest_of(
-    topic: str, partition: int, position: int, length: int, s: BatchStats | SectionMeta
-) -> int:
-    """``_digest`` of the meta of a section at ``position`` whose records ``s`` describes."""
-    return hash(
-        (
-            topic,
-            partition,
-            position,
-            length,
-            s.first_offset,
-            s.last_offset,
-            s.record_count,
-            s.tombstones,
-            s.uncompressed_bytes,
-            s.min_timestamp,
-            s.max_timestamp,
-            s.min_delete_horizon,
-        )
-    )
 
 
 class SectionReader:

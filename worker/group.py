@@ -35,11 +35,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compactor.fileformat import RECORD_SCHEMA
 from compactor.fileformat.batches import filter_batch, validity_bits
 from compactor.worker.gather import GATHER_BYTES
-from compactor.worker.masks import at_most, bool_array
-from compactor.worker.partition import KeepSet, KeyIndex, strategy_values
+from compactor.worker.masks import bool_array
+from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
 from compactor.worker.policy import Partition, PartitionPolicy
 from compactor.worker.stats import CompactionStats
 
@@ -52,8 +51,6 @@ are held by both pointers until it is written."""
 
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct("<q")
-_HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
-_HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)
 _EMPTY_SALT = pa.scalar(b"", pa.binary())
 
 
@@ -132,41 +129,23 @@ def group_survivors(
     batch: pa.RecordBatch, group: Group, stats: CompactionStats
 ) -> list[pa.RecordBatch]:
     """Phase 2 of a group whose records are ``batch``: each partition's survivors, in the
-    group's order. The rules are ``partition._survivors``' for a partition's only window
-    (no young keys), with per-partition rules as row masks."""
+    group's order. The rules are ``partition.decide``'s, as for a partition's only window
+    (no young keys), with the per-partition rules as row masks."""
     n = batch.num_rows
     stats.records_in += n
     stats.windows += 1
     stats.max_buffer_utilization = max(stats.max_buffer_utilization, group.utilization)
-    full = (1 << n) - 1
-    keys, values = batch.column("key"), batch.column("value")
-    eligible = validity_bits(keys)
-    won = eligible & group.keep.bits(sequence(n))
-    keep = (full & ~eligible) | won
-    stats.null_keys += keys.null_count
-    stats.dropped_superseded += n - keep.bit_count()
-    tombstone = full & ~validity_bits(values)
-    stats.tombstones_removed += (tombstone & ~keep).bit_count()
-    horizons = batch.column(_HORIZON)
-    winning_tombstone = won & tombstone
-    past = 0
-    droppable = _rows(group, lambda p: p.tombstones_droppable) if tombstone & keep else 0
-    if droppable:
-        past = tombstone & keep & droppable & validity_bits(horizons)
-        if past:
-            past &= at_most(horizons, group.parts[0].policy.now_ms)
-    gone = winning_tombstone & past
-    if gone:
-        removed = gone.bit_count()
-        stats.dropped_tombstone_expired += removed
-        stats.tombstones_removed += removed
-        keep &= ~gone
-        past &= ~gone
-    stamp = (winning_tombstone & ~validity_bits(horizons)) | past
-    if stamp:
-        stamped = pc.if_else(bool_array(stamp, n), _horizons(group), horizons)
-        batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
-    survivors = batch if keep == full else filter_batch(batch, bool_array(keep, n))
+    eligible = validity_bits(batch.column("key"))
+    droppable = _rows(group, lambda p: p.tombstones_droppable)
+    verdict = Verdict(
+        eligible=eligible,
+        won=eligible & group.keep.bits(sequence(n)),
+        droppable=droppable,
+        may_drop=droppable,  # each partition's only window
+    )
+    now_ms = group.parts[0].policy.now_ms
+    kept, keep = decide(batch, verdict, lambda: _horizons(group), now_ms, stats)
+    survivors = kept if keep == (1 << n) - 1 else filter_batch(kept, bool_array(keep, n))
     return _split(survivors, keep, group)
 
 

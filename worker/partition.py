@@ -352,45 +352,93 @@ def _survivors(
     if not n:
         return
     full = (1 << n) - 1
-    keys, values = batch.column("key"), batch.column("value")
-    eligible = validity_bits(keys)
+    eligible = validity_bits(batch.column("key"))
     if policy.lag_cutoff_ms is not None:
         eligible &= at_most(batch.column("timestamp"), policy.lag_cutoff_ms)
-    won = eligible & window.keep.bits(batch.column("offset"))
-    keep = (full & ~eligible) | won
+    droppable = full if policy.tombstones_droppable else 0
+    young = window.young
+
+    def spare(gone: int) -> int:
+        return _spare_outranking(batch, gone, policy, young) if young.lowest else gone
+
+    kept, keep = decide(
+        batch,
+        Verdict(
+            eligible=eligible,
+            won=eligible & window.keep.bits(batch.column("offset")),
+            droppable=droppable,
+            may_drop=droppable if window.may_drop_tombstones else 0,
+        ),
+        lambda: pa.scalar(policy.horizon_ms, pa.int64()),
+        policy.now_ms,
+        stats,
+        spare,
+    )
+    if keep == full:
+        yield kept
+    elif keep:
+        yield filter_batch(kept, bool_array(keep, n))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a window says of a batch's records, as masks (bit i: record i)."""
+
+    eligible: int
+    """The records that take part in deduplication (a key, old enough to compact)."""
+    won: int
+    """The eligible records whose offset (or sequence number) won the window."""
+    droppable: int
+    """The records of a partition whose tombstones may go past their horizon (the
+    policy's ``tombstones_droppable``)."""
+    may_drop: int
+    """The records of ``droppable`` in a window that may drop them (a partition's first
+    window, and under the timestamp and header strategies its last: module doc)."""
+
+
+def decide(
+    batch: pa.RecordBatch,
+    verdict: Verdict,
+    horizon: Callable[[], pa.Scalar | pa.Array],
+    now_ms: int,
+    stats: CompactionStats,
+    spare: Callable[[int], int] = lambda gone: gone,
+) -> tuple[pa.RecordBatch, int]:
+    """Which records of ``batch`` survive: those not eligible, and the winners, less the
+    winning tombstones past their horizon that may go (less what ``spare`` keeps of those:
+    tombstones that outrank a record too young to compact). Returns the batch, with a new
+    delete horizon (``horizon()``: one, or one per record) stamped on each winning
+    tombstone without one and each droppable one past its horizon that stays (module
+    doc: the planner then comes back to it a delete.retention.ms later, not at once), and
+    the survivors' mask. Counts what it drops in ``stats``."""
+    n = batch.num_rows
+    full = (1 << n) - 1
+    keys, values = batch.column("key"), batch.column("value")
+    won = verdict.won
+    keep = (full & ~verdict.eligible) | won
     stats.null_keys += keys.null_count
     stats.dropped_superseded += n - keep.bit_count()
     tombstone = full & ~validity_bits(values)
     stats.tombstones_removed += (tombstone & ~keep).bit_count()
     horizons = batch.column(_HORIZON)
     winning_tombstone = won & tombstone
-    past = 0
-    if policy.tombstones_droppable and tombstone & keep:
-        past = tombstone & keep & validity_bits(horizons)
+    past = tombstone & keep & verdict.droppable
+    if past:
+        past &= validity_bits(horizons)
         if past:
-            past &= at_most(horizons, policy.now_ms)
-    if window.may_drop_tombstones and winning_tombstone & past:
-        gone = winning_tombstone & past
-        if window.young.lowest:
-            gone = _spare_outranking(batch, gone, policy, window.young)
+            past &= at_most(horizons, now_ms)
+    if winning_tombstone & past & verdict.may_drop:
+        gone = spare(winning_tombstone & past & verdict.may_drop)
         removed = gone.bit_count()
         stats.dropped_tombstone_expired += removed
         stats.tombstones_removed += removed
         keep &= ~gone
         past &= ~gone
-    # A new horizon for a winning tombstone without one, and for one past its horizon that
-    # this job could have dropped but keeps (module doc): the planner then comes back to
-    # it a delete.retention.ms later, not at once.
     stamp = (winning_tombstone & ~validity_bits(horizons)) | past
     if stamp:
-        stamped = pc.if_else(
-            bool_array(stamp, n), pa.scalar(policy.horizon_ms, pa.int64()), horizons
-        )
+        stamped = pc.if_else(bool_array(stamp, n), horizon(), horizons)
         batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
-    if keep == full:
-        yield batch
-    elif keep:
-        yield filter_batch(batch, bool_array(keep, n))
+    return batch, keep
 
 
 def drop_expired_prefix(
