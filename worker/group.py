@@ -84,11 +84,13 @@ def groupable(policy: PartitionPolicy, logical_bytes: Sequence[int | None]) -> b
 
 
 def sequence(n: int) -> pa.Array:
-    """The sequence numbers 0..n-1, as int64."""
+    """The sequence numbers 0..n-1, as int64. (Phase 1 on its own thread and phase 2 may
+    both ask: each slices the array it read or made, never one another thread replaced.)"""
     global _SEQUENCE
-    if len(_SEQUENCE) < n:
-        _SEQUENCE = pa.array(range(max(n, 2 * len(_SEQUENCE))), pa.int64())
-    return _SEQUENCE.slice(0, n)
+    numbers = _SEQUENCE
+    if len(numbers) < n:
+        numbers = _SEQUENCE = pa.array(range(max(n, 2 * len(numbers))), pa.int64())
+    return numbers.slice(0, n)
 
 
 _SEQUENCE = pa.array(range(1 << 16), pa.int64())

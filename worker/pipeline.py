@@ -192,8 +192,10 @@ class _Phase1:
             if part is not None and not self._joins_group(part, first.policy):
                 break
         records = rows.batch()
+        del rows
         window = group_window(records, counts, first.policy, self._buffer, self._acquire)
         if window is not None:
+            del records  # not held while phase 2 works on the group
             yield Group(tuple(parts), tuple(counts), *window)
         else:
             at = 0

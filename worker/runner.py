@@ -415,6 +415,7 @@ def _run_partitions(
     while (unit := phase1.next_unit()) is not None:
         if isinstance(unit, Group):
             _run_group(job, unit, phase2, outputs, stats, progress)
+            del unit  # its keep-set goes before its slot does (MAX_KEEP_SETS)
             phase1.release_group()
             continue
         _check_phase2_at(job, phase2, unit)
