@@ -6,6 +6,7 @@ few entries, the fallback when one window cannot hold a group."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from compactor.fileformat import Record, records_to_batch
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
-from compactor.worker.group import group_window, salted_keys
+from compactor.worker.group import group_window, salted_keys, sequence
 from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
 from compactor.worker.policy import PartitionPolicy
 from compactor.worker.runner import run_job
@@ -167,3 +168,22 @@ def test_a_group_too_big_for_the_buffer_is_refused() -> None:
     )
     policy = PartitionPolicy(True, "offset", None, NOW, None, None, NOW, False)
     assert group_window(batch, [3], policy, KeyBuffer(2 * ENTRY_BYTES)) is None
+
+
+def test_sequence_numbers_past_the_cached_ones_from_two_threads() -> None:
+    """Phase 1 on its own thread and phase 2 both ask for sequence numbers; each gets all
+    it asked for, whichever grows the shared array."""
+    sizes = [70_000 + 1_000 * i for i in range(40)]
+    got: dict[int, list[int]] = {}
+
+    def ask(part: list[int]) -> None:
+        for n in part:
+            numbers = sequence(n)
+            got[n] = [len(numbers), numbers[0].as_py(), numbers[n - 1].as_py()]
+
+    threads = [threading.Thread(target=ask, args=(sizes[i::2],)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {n: [n, 0, n - 1] for n in sizes}
