@@ -72,15 +72,14 @@ def same_window(a: PartitionPolicy, b: PartitionPolicy) -> bool:
     return (a.strategy, a.header) == (b.strategy, b.header)
 
 
-def groupable(policy: PartitionPolicy, logical_bytes: Sequence[int | None]) -> bool:
-    """Whether a partition of this policy, whose sections weigh ``logical_bytes`` (None:
-    not known before reading, a framed section), may join a group."""
-    return (
-        policy.deduplicate
-        and policy.lag_cutoff_ms is None
-        and all(b is not None for b in logical_bytes)
-        and sum(b for b in logical_bytes if b is not None) < SMALL_PARTITION_BYTES
-    )
+def group_weight(policy: PartitionPolicy, logical_bytes: Sequence[int | None]) -> int | None:
+    """What a partition of this policy, whose sections weigh ``logical_bytes`` (None: not
+    known before reading, a framed section), adds to a group's weight; None if it may not
+    join one."""
+    if not policy.deduplicate or policy.lag_cutoff_ms is not None or None in logical_bytes:
+        return None
+    weight = sum(b for b in logical_bytes if b is not None)
+    return weight if weight < SMALL_PARTITION_BYTES else None
 
 
 def sequence(n: int) -> pa.Array:

@@ -35,7 +35,7 @@ from compactor.catalog import LiveFile, Snapshot
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
 from compactor.worker.gather import PlacedRows, Weighed, gathered, section_batches
-from compactor.worker.group import GROUP_BYTES, Group, group_window, groupable, same_window
+from compactor.worker.group import GROUP_BYTES, Group, group_weight, group_window, same_window
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
 from compactor.worker.policy import Partition, PartitionPolicy
@@ -143,12 +143,11 @@ class _Phase1:
     # --- phase 1 ------------------------------------------------------------------------
 
     def _walk(self) -> Generator[_Item, None, None]:
-        pointer = self._pointer
-        tp = pointer.next_partition()
-        part = None if tp is None else self._partition(tp)
+        part = self._next()
         while part is not None:
-            if self._joins_group(part, None):
-                part = yield from self._group(part)
+            weight = self._group_weight(part, None)
+            if weight is not None:
+                part = yield from self._group(part, weight)
                 continue
             if not part.policy.deduplicate:
                 self._skip(part)  # before phase 2 reads it: the second-read memo
@@ -158,39 +157,45 @@ class _Phase1:
                 batches = gathered(self._phase1_batches(part))
                 yield from phase1_windows(batches, part.policy, self._buffer, self._acquire)
                 yield _END
-            tp = pointer.next_partition()
-            part = None if tp is None else self._partition(tp)
+            part = self._next()
         yield _DONE
 
-    def _joins_group(self, part: Partition, like: PartitionPolicy | None) -> bool:
-        """Whether ``part`` may join a group (of partitions like ``like``, or a new one)."""
-        if like is not None and not same_window(part.policy, like):
-            return False
-        heads = self._pointer.peek(part.topic, part.partition)
-        return groupable(part.policy, [h.logical_bytes for h in heads])
+    def _next(self) -> Partition | None:
+        """The partition the pointer is at, None at its end."""
+        tp = self._pointer.next_partition()
+        return None if tp is None else self._partition(tp)
 
-    def _group(self, first: Partition) -> Generator[_Item, None, Partition | None]:
-        """Takes a run of small partitions from ``first`` on and yields their ``Group``
-        (or, if one window cannot hold them, each partition's own windows); returns the
-        partition after the run, None at the pointer's end. The group's phase-1 batches
-        are held until its window closes (at most ``GROUP_BYTES`` of them)."""
+    def _group_weight(self, part: Partition, like: PartitionPolicy | None) -> int | None:
+        """What ``part`` adds to a group's weight (of partitions like ``like``, or a new
+        one), from its sections at the pointer's heads; None if it may not join."""
+        if like is not None and not same_window(part.policy, like):
+            return None
+        heads = self._pointer.peek(part.topic, part.partition)
+        return group_weight(part.policy, [h.logical_bytes for h in heads])
+
+    def _group(self, first: Partition, weight: int) -> Generator[_Item, None, Partition | None]:
+        """Takes a run of small partitions from ``first`` (which weighs ``weight``) on and
+        yields their ``Group`` (or, if one window cannot hold them, each partition's own
+        windows); returns the partition after the run, None at the pointer's end. The
+        group's phase-1 rows are held until its window closes (at most ``GROUP_BYTES``)."""
         parts: list[Partition] = []
         counts: list[int] = []
         rows = PlacedRows(phase1_fields(first.policy))
-        weight = 0
         part: Partition | None = first
-        while part is not None and weight < GROUP_BYTES:
+        while part is not None:
             count = 0
             for section in self._pointer.take(part.topic, part.partition):
                 self._check()
-                weight += section.logical_bytes or 0
                 count += rows.add(section)
             parts.append(part)
             counts.append(count)
-            tp = self._pointer.next_partition()
-            part = None if tp is None else self._partition(tp)
-            if part is not None and not self._joins_group(part, first.policy):
+            part = self._next()
+            if part is None or weight >= GROUP_BYTES:
                 break
+            more = self._group_weight(part, first.policy)
+            if more is None:
+                break
+            weight += more
         records = rows.batch()
         del rows
         window = group_window(records, counts, first.policy, self._buffer, self._acquire)
