@@ -77,10 +77,9 @@ class SharedSection:
     """Its trailer, checked but for the bitmap, which ``trailer.offsets()`` reads."""
     start: int
     """Its first row in the block's batch."""
-
-    @property
-    def count(self) -> int:
-        return self.trailer.stats.record_count
+    count: int
+    """Its rows (``trailer.stats.record_count``), a field because a job reads it for every
+    section of every block, twice."""
 
 
 def encode_section_table(sections: Sequence[tuple[str, int, bytes]]) -> bytes:
@@ -197,7 +196,7 @@ def _usual_entry(
         cur.object_name,
     )
     cur.offset = end
-    return SharedSection(topic, partition, key, trailer, start)
+    return SharedSection(topic, partition, key, trailer, start, count)
 
 
 def _any_entry(
@@ -232,7 +231,7 @@ def _any_entry(
             "not one at position 0",
             trailer_at,
         )
-    return SharedSection(topic, partition, key, trailer, start)
+    return SharedSection(topic, partition, key, trailer, start, trailer.stats.record_count)
 
 
 def find_section(
@@ -364,13 +363,16 @@ def check_block_batch(
         )
     offsets = int64_view(batch.column(0))
     for s in sections:
-        found = (offsets[s.start], offsets[s.start + s.count - 1])
         stats = s.trailer.stats
-        if found != (stats.first_offset, stats.last_offset):
+        if (
+            offsets[s.start] != stats.first_offset
+            or offsets[s.start + s.count - 1] != stats.last_offset
+        ):
             raise FormatError(
                 object_name,
                 at,
-                f"shared section {s.topic}/{s.partition} holds offsets {found[0]}..{found[1]}, "
+                f"shared section {s.topic}/{s.partition} holds offsets "
+                f"{offsets[s.start]}..{offsets[s.start + s.count - 1]}, "
                 f"its trailer says {stats.first_offset}..{stats.last_offset}",
             )
     n = batch.num_rows
@@ -382,14 +384,24 @@ def check_block_batch(
             raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if whole:
         for s in sections:
-            s.trailer.offsets()  # the bitmap's consistency with the stats (FORMAT.md 6.4)
-        for s, seen in zip(sections, section_stats(batch, sections), strict=True):
-            if s.trailer.stats != seen:
+            s.trailer.check_bitmap()  # its consistency with the stats (FORMAT.md 6.4)
+        for s, seen in zip(sections, _section_figures(batch, sections), strict=True):
+            st = s.trailer.stats
+            if seen != (
+                st.first_offset,
+                st.last_offset,
+                st.record_count,
+                st.tombstones,
+                st.uncompressed_bytes,
+                st.min_timestamp,
+                st.max_timestamp,
+                st.min_delete_horizon,
+            ):
                 raise FormatError(
                     object_name,
                     at,
                     f"shared section {s.topic}/{s.partition}: trailer stats "
-                    f"{s.trailer.stats} disagree with the records {seen}",
+                    f"{st} disagree with the records {BatchStats(*seen)}",
                 )
 
 
@@ -399,10 +411,32 @@ aggregation costs about a millisecond however few groups it has."""
 
 
 def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[BatchStats]:
-    """The stats of each section's rows of a whole block batch: for many sections in one
-    grouped aggregation rather than a few compute calls per section."""
+    """The stats of each section's rows of a whole block batch."""
+    return [BatchStats(*figures) for figures in _section_figures(batch, sections)]
+
+
+_Figures = tuple[int, int, int, int, int, int, int, int | None]
+"""A section's stats as a tuple, in the order of BatchStats's fields (cheaper to make and
+compare than a BatchStats, for every section of every block)."""
+
+
+def _section_figures(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[_Figures]:
+    """``section_stats`` as tuples: for many sections in one grouped aggregation rather
+    than a few compute calls per section."""
     if len(sections) <= FEW_SECTIONS:
-        return [batch_stats(batch.slice(s.start, s.count)) for s in sections]
+        return [
+            (
+                st.first_offset,
+                st.last_offset,
+                st.record_count,
+                st.tombstones,
+                st.uncompressed_bytes,
+                st.min_timestamp,
+                st.max_timestamp,
+                st.min_delete_horizon,
+            )
+            for st in (batch_stats(batch.slice(s.start, s.count)) for s in sections)
+        ]
     ends = [s.start + s.count for s in sections]
     ids = pc.run_end_decode(
         pa.RunEndEncodedArray.from_arrays(
@@ -435,23 +469,21 @@ def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> l
         )
         .sort_by("s")
     )
-    columns = [
+    min_ts, max_ts, size, tombstones, horizon = (
         grouped.column(name).to_pylist()
         for name in ("ts_min", "ts_max", "size_sum", "tomb_sum", "horizon_min")
-    ]
+    )
     offsets = int64_view(batch.column(0))
-    out = []
-    for s, min_ts, max_ts, size, tombstones, horizon in zip(sections, *columns, strict=True):
-        out.append(
-            BatchStats(
-                offsets[s.start],
-                offsets[s.start + s.count - 1],
-                s.count,
-                tombstones,
-                size,
-                min_ts,
-                max_ts,
-                None if horizon is None or horizon == NO_HORIZON else horizon,
-            )
+    return [
+        (
+            offsets[s.start],
+            offsets[s.start + s.count - 1],
+            s.count,
+            tombstones[i],
+            size[i],
+            min_ts[i],
+            max_ts[i],
+            None if horizon[i] is None or horizon[i] == NO_HORIZON else horizon[i],
         )
-    return out
+        for i, s in enumerate(sections)
+    ]

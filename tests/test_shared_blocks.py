@@ -38,7 +38,7 @@ from compactor.fileformat import (
     verify_stream,
 )
 from compactor.fileformat.batches import batch_stats
-from compactor.fileformat.bitmap import OffsetSetBuilder
+from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSetBuilder
 from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail, parse_footer
 from compactor.fileformat.framing import (
@@ -61,7 +61,7 @@ from compactor.fileformat.offset_index import (
 from compactor.fileformat.ranged import TAIL_READ
 from compactor.fileformat.reader import SharedSectionReader
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.fileformat.section import encode_trailer
+from compactor.fileformat.section import TrailerHead, dense_bitmap, encode_trailer
 
 NAME = "bucket/data/shared.cf"
 INT64_MAX = 2**63 - 1
@@ -1295,6 +1295,42 @@ def test_a_bitmap_that_disagrees_with_its_trailer_is_rejected_by_a_whole_read() 
     # Reading one section's offsets reads only its own bitmap.
     check_rejected(data, placed, reason, offsets_reason=None, index_sees_it=False)
     format_error(lambda: read_section_offsets(ranged(data), placed[1], object_name=NAME), reason)
+
+
+def test_a_dense_bitmap_is_checked_by_its_bytes_and_any_other_by_its_offsets() -> None:
+    """``TrailerHead.check_bitmap`` passes a dense section's bitmap (every offset from
+    first to last) by comparing its bytes with ``dense_bitmap``. Those must be the bytes
+    the writer's builder makes for dense offsets that come in one batch, or the shortcut
+    would never be taken; offsets that came in pieces may serialize otherwise (roaring
+    picks between equal-sized containers by history), and still pass the whole check."""
+    base = 1_000
+    for count in (1, 2, 3, 4, 100, 4_096, 70_000):
+        dense = batch_stats(
+            records_to_batch([Record(base + i, 0, b"k", b"v") for i in range(count)])
+        )
+        for cut in sorted({0, count // 3, count - 1}):
+            builder = OffsetSetBuilder(base)
+            for lo, hi in ((0, cut), (cut, count)):
+                if hi > lo:
+                    offsets = pa.array(range(base + lo, base + hi), pa.int64())
+                    builder.add(offsets, base + lo, base + hi - 1)
+            written = builder.build().serialize()
+            if cut == 0:
+                assert written == dense_bitmap(count)
+            TrailerHead(dense, ((base, 0),), 3, KIND_ROARING32, written, 0, NAME).check_bitmap()
+        if count > 1:
+            # The same bytes under stats with a gap (count offsets over a wider range):
+            # not the dense case, so the whole check runs and rejects them.
+            gapped = replace(dense, last_offset=dense.last_offset + 1)
+            with pytest.raises(FormatError, match="disagrees with the trailer stats"):
+                TrailerHead(
+                    gapped, ((base, 0),), 3, KIND_ROARING32, dense_bitmap(count), 0, NAME
+                ).check_bitmap()
+            # Dense stats with other bytes: the whole check runs and rejects them.
+            with pytest.raises(FormatError, match="disagrees with the trailer stats"):
+                TrailerHead(
+                    dense, ((base, 0),), 3, KIND_ROARING32, dense_bitmap(count - 1), 0, NAME
+                ).check_bitmap()
 
 
 def test_a_block_is_bounded_by_batching_weight_not_only_logical_bytes() -> None:
