@@ -212,6 +212,17 @@ class StreamReader:
         self._started = False
 
     def sections(self) -> Iterator[SectionReader]:
+        for unit in self.units():
+            if isinstance(unit, SharedRun):
+                yield from unit.readers()
+            else:
+                yield unit
+
+    def units(self) -> Iterator[SectionReader | SharedRun]:
+        """The file's sections as ``sections()`` gives them, except that the sections of a
+        shared block come as one ``SharedRun``: a reader that takes a block's sections by
+        their place in it (a job's pointers) makes no object per section. A unit is valid
+        until the next is asked for. Either iterator can be taken once, and only one."""
         if self._started:
             raise RuntimeError(f"{self.object_name}: sections() can only be iterated once")
         self._started = True
@@ -270,8 +281,7 @@ class StreamReader:
                 streamed.extend(map(hash, entries))
                 if expected is not None:
                     expected.update(b"".join(entries))
-                for one in shared:
-                    yield SharedSectionReader(self, block, one, at, length)
+                yield SharedRun(self, block, at, length)
                 del block, shared  # one block held at a time, not this one into the next
             elif tag == TAG_FOOTER and payload is not None:
                 footer = self._finish(payload, length, crc, at, streamed, expected)
@@ -516,6 +526,37 @@ class SectionReader:
         self._done = True
 
 
+class SharedRun:
+    """The sections of one shared block of a stream (``StreamReader.units``), in order:
+    ``block.sections[i]`` is the i-th. The block's footer accounting is done; its batch
+    is decoded when first asked for."""
+
+    __slots__ = ("stream", "block", "position", "length")
+
+    def __init__(self, stream: StreamReader, block: Block, position: int, length: int) -> None:
+        self.stream = stream
+        self.block = block
+        self.position = position
+        """The block's first byte in the file (its ``SBLK`` frame)."""
+        self.length = length
+
+    def reader(self, i: int) -> SharedSectionReader:
+        """The block's i-th section, as a SectionReader."""
+        return SharedSectionReader(
+            self.stream, self.block, self.block.sections[i], self.position, self.length
+        )
+
+    def readers(self) -> Iterator[SharedSectionReader]:
+        for one in self.block.sections:
+            yield SharedSectionReader(self.stream, self.block, one, self.position, self.length)
+
+    @property
+    def placeable(self) -> bool:
+        """Whether its sections may be taken by their place in the block (``place``): not
+        when the stream verifies, which reads every section through ``batches``."""
+        return not self.stream._verify
+
+
 class SharedSectionReader(SectionReader):
     """A section of a shared block (FORMAT.md section 13): its meta and offsets are known
     from the block's table at once; its batch is its rows of the block's batch, which is
@@ -586,6 +627,11 @@ class SharedSectionReader(SectionReader):
 
     def skip(self) -> None:
         self._done = True
+
+    @property
+    def placeable(self) -> bool:
+        """Whether ``place`` may be asked for (not by a verifying stream)."""
+        return not self._stream._verify
 
     def place(self, fields: Sequence[str] | None = None) -> tuple[pa.RecordBatch, int, int]:
         """Where the section's rows are, instead of them: (its block's batch, whole or with

@@ -31,6 +31,7 @@ from compactor.fileformat.bitmap import OffsetSetBuilder
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.worker.gather import PlacedRows, gathered, weighed, weight
+from compactor.worker.merge import SectionMerge
 
 
 def _records(rnd: random.Random, n: int, headers: bool) -> list[Record]:
@@ -266,14 +267,18 @@ def test_a_slice_of_a_shared_block_weighs_its_own_rows() -> None:
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
 
 
+@pytest.mark.parametrize("way", ["sections", "merge", "verifying merge"])
 @pytest.mark.parametrize("inputs", [1, 3])
 @pytest.mark.parametrize("share_below", [0, 600, 1 << 20])
 def test_placed_rows_are_the_sections_rows_in_the_order_taken(
-    inputs: int, share_below: int
+    inputs: int, share_below: int, way: str
 ) -> None:
     """``PlacedRows`` (a group's partitions, each from every input) gives exactly the rows
     of the sections it took, in the order taken, whether they are shared sections of one
-    or many blocks, framed sections, or both; with a few columns or all."""
+    or many blocks, framed sections, or both; with a few columns or all. Taken section by
+    section, or by ``SectionMerge.take_placed`` (a shared section by its place in its
+    block, or, from a verifying stream, through its reader), whose ``logical_bytes`` are
+    each section's, known before it is read only for a shared one."""
     rnd = random.Random(inputs * 7 + share_below)
     files = []
     for _ in range(inputs):
@@ -294,16 +299,36 @@ def test_placed_rows_are_the_sections_rows_in_the_order_taken(
     def pointer(data: bytes) -> Iterator[SectionReader]:
         return StreamReader(io.BytesIO(data), object_name="f", size=len(data)).sections()
 
+    def reader(data: bytes) -> StreamReader:
+        return StreamReader(
+            io.BytesIO(data), object_name="f", size=len(data), verify=way == "verifying merge"
+        )
+
+    sizes = [
+        {s.partition: s.logical_bytes for s in reader(data).sections() if s.skip() is None}
+        for data in files
+    ]
     for fields in (None, ("offset", "key")):
         alone = [{s.partition: list(s.batches(fields)) for s in pointer(data)} for data in files]
         pointers = [pointer(data) for data in files]
+        merge = SectionMerge([reader(data) for data in files])
         for group in range(0, 40, 7):  # groups of 7 partitions: runs start mid-block
             placed, expected = PlacedRows(fields), []
             for p in range(group, min(group + 7, 40)):  # partition p of every input
+                expected += [b for i in range(inputs) for b in alone[i][p]]
+                if way != "sections":
+                    assert merge.next_partition() == ("t", p)
+                    shared = [share_below > 0 and sizes[i][p] < share_below for i in range(inputs)]
+                    assert merge.logical_bytes("t", p) == [
+                        sizes[i][p] if shared[i] else None for i in range(inputs)
+                    ]
+                    rows = sum(b.num_rows for i in range(inputs) for b in alone[i][p])
+                    assert merge.take_placed("t", p, placed) == rows
+                    continue
                 for i, sections in enumerate(pointers):
                     section = next(sections)
                     assert section.partition == p
                     assert placed.add(section) == sum(b.num_rows for b in alone[i][p])
-                    expected += alone[i][p]
             got = placed.batch()
             assert got.equals(pa.concat_batches(expected))
+        assert merge.next_partition() is None or way == "sections"

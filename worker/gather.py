@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat
+from compactor.fileformat.block import Block
 from compactor.fileformat.reader import SharedSectionReader
 
 GATHER_BYTES = 64 << 10
@@ -106,9 +107,14 @@ class PlacedRows:
 
     def add(self, section: SectionReader) -> int:
         """Takes ``section``'s rows; returns how many it has."""
-        if isinstance(section, SharedSectionReader):
+        if isinstance(section, SharedSectionReader) and section.placeable:
             return self._add(*section.place(self._fields))
         return sum(self._add(b, 0, b.num_rows) for b in section.batches(self._fields))
+
+    def add_placed(self, block: Block, start: int, count: int) -> int:
+        """Takes the ``count`` rows from ``start`` of a shared block's batch (a section
+        by its place, ``SharedSectionReader.place``, without the section object)."""
+        return self._add(block.shaped(self._fields), start, count)
 
     def _add(self, batch: pa.RecordBatch, start: int, count: int) -> int:
         key = id(batch)

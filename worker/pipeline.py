@@ -170,8 +170,7 @@ class _Phase1:
         one), from its sections at the pointer's heads; None if it may not join."""
         if like is not None and not same_window(part.policy, like):
             return None
-        heads = self._pointer.peek(part.topic, part.partition)
-        return group_weight(part.policy, [h.logical_bytes for h in heads])
+        return group_weight(part.policy, self._pointer.logical_bytes(part.topic, part.partition))
 
     def _group(self, first: Partition, weight: int) -> Generator[_Item, None, Partition | None]:
         """Takes a run of small partitions from ``first`` (which weighs ``weight``) on and
@@ -183,10 +182,8 @@ class _Phase1:
         rows = PlacedRows(phase1_fields(first.policy))
         part: Partition | None = first
         while part is not None:
-            count = 0
-            for section in self._pointer.take(part.topic, part.partition):
-                self._check()
-                count += rows.add(section)
+            self._check()
+            count = self._pointer.take_placed(part.topic, part.partition, rows)
             parts.append(part)
             counts.append(count)
             part = self._next()

@@ -478,7 +478,7 @@ def _run_group(
     placed = PlacedRows()
     for part, count in zip(group.parts, group.counts, strict=True):
         _check_phase2_at(job, phase2, part)
-        rows = sum(placed.add(s) for s in phase2.take(part.topic, part.partition))
+        rows = phase2.take_placed(part.topic, part.partition, placed)
         if rows != count:
             raise PhaseMismatch(
                 f"phase 2's pointer holds {rows} records, phase 1's held {count}",
