@@ -387,16 +387,7 @@ def check_block_batch(
             s.trailer.check_bitmap()  # its consistency with the stats (FORMAT.md 6.4)
         for s, seen in zip(sections, _section_figures(batch, sections), strict=True):
             st = s.trailer.stats
-            if seen != (
-                st.first_offset,
-                st.last_offset,
-                st.record_count,
-                st.tombstones,
-                st.uncompressed_bytes,
-                st.min_timestamp,
-                st.max_timestamp,
-                st.min_delete_horizon,
-            ):
+            if seen != _figures(st):
                 raise FormatError(
                     object_name,
                     at,
@@ -420,23 +411,24 @@ _Figures = tuple[int, int, int, int, int, int, int, int | None]
 compare than a BatchStats, for every section of every block)."""
 
 
+def _figures(st: BatchStats) -> _Figures:
+    return (
+        st.first_offset,
+        st.last_offset,
+        st.record_count,
+        st.tombstones,
+        st.uncompressed_bytes,
+        st.min_timestamp,
+        st.max_timestamp,
+        st.min_delete_horizon,
+    )
+
+
 def _section_figures(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[_Figures]:
     """``section_stats`` as tuples: for many sections in one grouped aggregation rather
     than a few compute calls per section."""
     if len(sections) <= FEW_SECTIONS:
-        return [
-            (
-                st.first_offset,
-                st.last_offset,
-                st.record_count,
-                st.tombstones,
-                st.uncompressed_bytes,
-                st.min_timestamp,
-                st.max_timestamp,
-                st.min_delete_horizon,
-            )
-            for st in (batch_stats(batch.slice(s.start, s.count)) for s in sections)
-        ]
+        return [_figures(batch_stats(batch.slice(s.start, s.count))) for s in sections]
     ends = [s.start + s.count for s in sections]
     ids = pc.run_end_decode(
         pa.RunEndEncodedArray.from_arrays(
