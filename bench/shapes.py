@@ -9,6 +9,11 @@ below, one after the other, and writes one Markdown table, stamped with the comm
 measured, to stdout and to ``bench/out/shapes-<commit>-<time>.md`` (the JSON of every run
 sits next to it). The README's table is this output.
 
+On a shared machine one run of a contender can be 20-40% off the next. ``--repeat N``
+runs each shape's three contenders N times, one after the other in turn (so a slow spell
+falls on all of them), and each time cell is then the median of the N runs with their
+range; the ratio is of the medians, the peak RSS the largest seen.
+
 The shapes:
 
 - ``ingest-64p``: 4 M records of 100-byte values over 64 partitions in level-0 files of
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -78,33 +84,46 @@ def commit() -> str:
     return (rev or "unknown") + ("+dirty" if dirty else "")
 
 
-def _row(shape: Shape, report: dict[str, Any]) -> str:
-    results = {r["name"]: r for r in report["results"]}
-    w = report["workload"]
-    duck, comp, copy = results.get("duckdb"), results.get("compactor"), results.get("copy")
+def _row(shape: Shape, reports: list[dict[str, Any]]) -> str:
+    """One shape's row, from one or more runs of ``bench.run`` on it (medians over runs)."""
+    runs = [{r["name"]: r for r in report["results"]} for report in reports]
+    w = reports[0]["workload"]
+    records = w["params"]["records"]
     sections = w["files"] * shape.partitions
-    per_section = w["params"]["records"] / max(1, sections)
+    per_section = records / max(1, sections)
 
-    def cell(r: dict[str, Any] | None) -> str:
-        if r is None:
+    def seen(name: str) -> list[dict[str, Any]]:
+        return [run[name] for run in runs if name in run]
+
+    def median(name: str) -> float | None:
+        ok = [r["seconds"] for r in seen(name) if r["ok"]]
+        return statistics.median(ok) if ok and len(ok) == len(seen(name)) else None
+
+    def cell(name: str) -> str:
+        results = seen(name)
+        if not results:
             return "n/a"
-        mark = "" if r["ok"] else " FAILED"
-        return f"{r['seconds']:.2f} s{mark}"
+        if any(not r["ok"] for r in results):
+            return "FAILED"
+        times = [r["seconds"] for r in results]
+        spread = f" ({min(times):.2f}-{max(times):.2f})" if len(times) > 1 else ""
+        return f"{statistics.median(times):.2f} s{spread}"
 
-    ratio = (
-        f"{comp['records_per_s'] / duck['records_per_s']:.2f}x"
-        if comp and duck and comp["ok"] and duck["ok"]
-        else "n/a"
-    )
+    comp_s, duck_s = median("compactor"), median("duckdb")
+    ratio = f"{duck_s / comp_s:.2f}x" if comp_s and duck_s else "n/a"
+    comps = seen("compactor")
     gets = "n/a"
-    if comp is not None:
-        per_file = {i["gets"] for j in comp["detail"]["report"]["jobs"] for i in j["inputs"]}
+    if comps:
+        per_file = {
+            i["gets"] for c in comps for j in c["detail"]["report"]["jobs"] for i in j["inputs"]
+        }
         gets = ",".join(str(g) for g in sorted(per_file)) if per_file else "n/a"
-    rss = f"{comp['peak_rss_mib']:,.0f}" if comp else "n/a"
-    rate = f"{comp['records_per_s']:,}" if comp else "n/a"
+    rss = f"{max(c['peak_rss_mib'] for c in comps):,.0f}" if comps else "n/a"
+    rate = f"{records / comp_s:,.0f}" if comp_s else "n/a"
     return (
-        f"| {shape.name} | {w['params']['records']:,} | {w['files']} | {per_section:,.0f} | "
-        f"{cell(comp)} | {rate} | {cell(duck)} | {ratio} | {cell(copy)} | {rss} | {gets} |"
+        f"| {shape.name} | {records:,} | {w['files']} | {per_section:,.0f} | "
+        f"{cell('compactor')} | {rate} | {cell('duckdb')} | {ratio} | {cell('copy')} | "
+        f"{rss} | {gets} |"
     )
 
 
@@ -134,7 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(s.name for s in SHAPES), help="shapes to run")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every shape's records")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per contender")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each shape's contenders, in turn; the table gives medians and ranges",
+    )
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     wanted = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(wanted) - {s.name for s in SHAPES})
     if unknown:
@@ -143,19 +170,27 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     rows, ok = [], True
     for shape in (s for s in SHAPES if s.name in wanted):
-        results = OUT / f"shapes-{stamp}-{started}-{shape.name}.json"
         suffix = "" if args.scale == 1.0 else f"-x{args.scale:g}"
-        cmd = [sys.executable, "-m", "bench.run", *shape.argv(args.scale)]
-        cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
-        cmd += ["--workdir", str(OUT / f"shape-{shape.name}{suffix}")]
-        cmd += ["--results-json", str(results)]
         print(f"== {shape.name}: {shape.what}", flush=True)
-        done = subprocess.run(cmd, cwd=ROOT)
-        ok = ok and done.returncode == 0
-        if results.exists():
-            rows.append(_row(shape, json.loads(results.read_text())))
+        reports, failed = [], None
+        for run in range(1, args.repeat + 1):
+            results = OUT / f"shapes-{stamp}-{started}-{shape.name}-{run}.json"
+            cmd = [sys.executable, "-m", "bench.run", *shape.argv(args.scale)]
+            cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
+            cmd += ["--workdir", str(OUT / f"shape-{shape.name}{suffix}")]
+            cmd += ["--results-json", str(results)]
+            if args.repeat > 1:
+                print(f"-- run {run} of {args.repeat}", flush=True)
+            done = subprocess.run(cmd, cwd=ROOT)
+            ok = ok and done.returncode == 0
+            if results.exists():
+                reports.append(json.loads(results.read_text()))
+            else:
+                failed = done.returncode
+        if reports and failed is None:
+            rows.append(_row(shape, reports))
         else:
-            rows.append(f"| {shape.name} | bench.run exited {done.returncode} |" + " |" * 9)
+            rows.append(f"| {shape.name} | bench.run exited {failed} |" + " |" * 9)
     text = table(rows, stamp, argv)
     path = OUT / f"shapes-{stamp}-{started}.md"
     path.write_text(text + "\n")
