@@ -465,6 +465,8 @@ def _section_figures(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -
         grouped.column(name).to_pylist()
         for name in ("ts_min", "ts_max", "size_sum", "tomb_sum", "horizon_min")
     )
+    if len(min_ts) != len(sections):  # each section has rows: one group each
+        raise ValueError(f"{len(min_ts)} groups for {len(sections)} sections")
     offsets = int64_view(batch.column(0))
     return [
         (

@@ -211,6 +211,12 @@ class StreamReader:
         """Its part in a pair of readers of the same bytes (``fileformat.second_read``)."""
         self._started = False
 
+    @property
+    def placeable(self) -> bool:
+        """Whether its shared sections may be taken by their place in their block: not
+        when it verifies, which reads every section through ``batches``."""
+        return not self._verify
+
     def sections(self) -> Iterator[SectionReader]:
         for unit in self.units():
             if isinstance(unit, SharedRun):
@@ -224,7 +230,9 @@ class StreamReader:
         their place in it (a job's pointers) makes no object per section. A unit is valid
         until the next is asked for. Either iterator can be taken once, and only one."""
         if self._started:
-            raise RuntimeError(f"{self.object_name}: sections() can only be iterated once")
+            raise RuntimeError(
+                f"{self.object_name}: a stream's sections (or units) can be iterated once"
+            )
         self._started = True
         inp = self._input
         name = self.object_name
@@ -554,7 +562,7 @@ class SharedRun:
     def placeable(self) -> bool:
         """Whether its sections may be taken by their place in the block (``place``): not
         when the stream verifies, which reads every section through ``batches``."""
-        return not self.stream._verify
+        return self.stream.placeable
 
 
 class SharedSectionReader(SectionReader):
@@ -631,7 +639,7 @@ class SharedSectionReader(SectionReader):
     @property
     def placeable(self) -> bool:
         """Whether ``place`` may be asked for (not by a verifying stream)."""
-        return not self._stream._verify
+        return self._stream.placeable
 
     def place(self, fields: Sequence[str] | None = None) -> tuple[pa.RecordBatch, int, int]:
         """Where the section's rows are, instead of them: (its block's batch, whole or with
