@@ -1,9 +1,10 @@
 """What each codec the format allows costs and saves on a workload's own batches.
 
-    .venv/bin/python -m bench.codecs --store bench/out/shape-ingest-64p/store [--sections N]
+    .venv/bin/python -m bench.codecs --store bench/out/shape-ingest-64p/store [--batches N]
 
-Takes the whole batches of the first ``--sections`` sections of a store's live files (as
-the reader decodes them), encodes each as the writer does (``BatchEncoder``: zstd, lz4 or
+Takes the first ``--batches`` batches of a store's live files as the writer wrote them
+(a framed section's batches, a shared block's one batch), decoded whole, encodes each as
+the writer does (``BatchEncoder``: zstd, lz4 or
 none, at the writer's threshold for compressing) and decodes it as a job does
 (``decode_batch``, whole), best of three, on this thread (Arrow decompresses a batch's
 buffers on its own thread pool). Prints, per codec: the bytes stored per logical byte,
@@ -24,22 +25,28 @@ import pyarrow as pa
 from compactor.fileformat import StreamReader
 from compactor.fileformat.batches import batch_stats
 from compactor.fileformat.ipc import COMPRESSIONS, BatchEncoder, decode_batch
+from compactor.fileformat.reader import SharedRun
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import LocalStore
 
 from .contenders import live_files
 
 
-def _batches(store: LocalStore, sections: int) -> list[tuple[pa.RecordBatch, int]]:
-    """The whole batches of the first ``sections`` sections, each with its logical bytes."""
+def _batches(store: LocalStore, limit: int) -> list[tuple[pa.RecordBatch, int]]:
+    """The first ``limit`` batches of the store's live files as the writer wrote them
+    (a framed section's batches; a shared block's one batch), each with its logical
+    bytes."""
     out: list[tuple[pa.RecordBatch, int]] = []
     for live in live_files(store, None):
         with store.open_stream(live.key) as stream:
             reader = StreamReader(stream, object_name=live.key, size=live.size)
-            for section in reader.sections():
-                for batch in section.batches():
+            for unit in reader.units():
+                if isinstance(unit, SharedRun):
+                    batch = unit.block.records()
                     out.append((batch, batch_stats(batch).uncompressed_bytes))
-                if len(out) >= sections:
+                else:
+                    out += [(b, batch_stats(b).uncompressed_bytes) for b in unit.batches()]
+                if len(out) >= limit:
                     return out
     return out
 
@@ -61,9 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--store", type=Path, required=True, help="a bench.workload store")
-    ap.add_argument("--sections", type=int, default=500, help="sections to take batches of")
+    ap.add_argument("--batches", type=int, default=500, help="batches to take")
     args = ap.parse_args(argv)
-    batches = _batches(LocalStore(args.store), args.sections)
+    batches = _batches(LocalStore(args.store), args.batches)
     logical = sum(n for _, n in batches)
     print(
         f"{len(batches)} batches, {sum(b.num_rows for b, _ in batches):,} records, "
@@ -81,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def decode(payloads: list[bytes] = payloads) -> None:
             for p in payloads:
-                decode_batch(p, 0, "codecs")
+                decode_batch(p, 0, "codecs", ordered=False)  # a block spans sections
 
         enc_cpu, enc_wall = _best(encode)
         dec_cpu, dec_wall = _best(decode)
