@@ -1,0 +1,84 @@
+"""Before and after, alternating: ``compact --full`` of this checkout and of another one on
+the same workload, in turn.
+
+    .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-10kp --against /tmp/old
+
+This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
+a quarter of an hour apart do not compare. This runs the two checkouts' ``compact --full``
+one after the other, ``--pairs`` times, each on a fresh hard-linked clone of the workload's
+store with its files in the page cache, and prints every wall and CPU time and the
+medians. The other checkout is imported through ``PYTHONPATH`` (its
+``compactor`` package, and its compiled key buffer: copy ``worker/kernel/_keybuffer*.so``
+into it, or build it there). Not a test: the timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .run import warm
+from .workload import MANIFEST, Params
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(checkout: Path, store: Path, now_ms: int) -> tuple[float, float]:
+    """One ``compact --full`` of ``checkout`` on a clone of ``store``: wall seconds and
+    CPU seconds of the compactor process (``bench.run`` measures peak RSS)."""
+    with tempfile.TemporaryDirectory(prefix="bench-ab-", dir=store.parent) as tmp:
+        clone = Path(tmp) / "store"
+        shutil.copytree(store, clone, copy_function=os.link)
+        warm(sorted((clone / "data").rglob("*.cf")))
+        env = dict(os.environ, PYTHONPATH=str(checkout))
+        cmd = [sys.executable, "-m", "compactor.cli.main", "--store", str(clone)]
+        cmd += ["--now-ms", str(now_ms), "compact", "--full", "--json"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise SystemExit(f"{checkout}: compact --full exited {done.returncode}: "
+                             f"{done.stderr.strip().splitlines()[-1:]}")  # fmt: skip
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return wall, cpu
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.ab",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--workdir", type=Path, required=True, help="a bench.workload workdir")
+    ap.add_argument("--against", type=Path, required=True, help="the other checkout's root")
+    ap.add_argument("--pairs", type=int, default=4, help="runs of each, alternating")
+    args = ap.parse_args(argv)
+    params = Params(**json.loads((args.workdir / MANIFEST).read_text())["params"])
+    store = (args.workdir / "store").resolve()
+    now_ms = params.end_ms + 3_600_000  # as bench.run: an hour past the last record
+    sides = {"this": ROOT, "other": args.against.resolve()}
+    seen: dict[str, list[float]] = {name: [] for name in sides}
+    print(f"this: {ROOT}\nother: {sides['other']}\nworkload: {args.workdir}")
+    for pair in range(1, args.pairs + 1):
+        for name, checkout in sides.items():
+            wall, cpu = _run(checkout, store, now_ms)
+            seen[name].append(wall)
+            print(f"pair {pair} {name:5}: {wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
+    for name, walls in seen.items():
+        listed = ", ".join(f"{w:.2f}" for w in walls)
+        print(f"{name:5}: median {statistics.median(walls):.2f} s ({listed})")
+
+
+if __name__ == "__main__":
+    main()
