@@ -468,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(CONTENDERS)}")
     params = workload.params_from(args)
+    codec = "" if params.compression == "zstd" else f"-{params.compression or 'none'}"
     workdir = args.workdir or OUT / (
-        f"work-{params.records}-{params.value_bytes}b-{params.partitions}p"
+        f"work-{params.records}-{params.value_bytes}b-{params.partitions}p{codec}"
     )
     print(f"workload in {workdir}", flush=True)
     w = workload.ensure(params, workdir, regenerate=args.regenerate)

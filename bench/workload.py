@@ -84,6 +84,8 @@ class Params:
     """The level the files are registered at (0: as an agent's ingest leaves them)."""
     start_ms: int = 1_700_000_000_000
     seed: int = 0
+    compression: str | None = "zstd"
+    """The files' codec (the writer's default; ``--compression`` to weigh another)."""
     version: int = WORKLOAD_VERSION
 
     @property
@@ -239,7 +241,9 @@ def generate(p: Params, workdir: Path, *, progress: bool | None = None) -> Workl
             file_id = uuid.UUID(int=random.Random(p.seed * 7919 + len(files)).getrandbits(128)).hex
             key = f"data/L{p.level}/{file_id}.cf"
             sink = io.BytesIO()
-            writer = FileWriter(sink, object_name=key, share_below=SHARE_BELOW)
+            writer = FileWriter(
+                sink, object_name=key, share_below=SHARE_BELOW, compression=p.compression
+            )
             offsets: list[pa.Array] = []
             start = 0
             for part, count in enumerate(c.counts):
@@ -358,6 +362,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--file-mb", type=int, default=d.file_mb, help="logical MiB per file")
     ap.add_argument("--level", type=int, default=d.level, choices=range(0, 4))
     ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument(
+        "--compression",
+        choices=("zstd", "lz4", "none"),
+        default=d.compression,
+        help="the store files' codec (default zstd, the writer's)",
+    )
 
 
 def params_from(args: argparse.Namespace) -> Params:
@@ -371,6 +381,7 @@ def params_from(args: argparse.Namespace) -> Params:
         file_mb=args.file_mb,
         level=args.level,
         seed=args.seed,
+        compression=None if args.compression == "none" else args.compression,
     )
 
 
