@@ -44,7 +44,8 @@ def _run(checkout: Path, store: Path, now_ms: int) -> tuple[float, float]:
         cmd += ["--now-ms", str(now_ms), "compact", "--full", "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        # cwd too: ``python -m`` puts the working directory ahead of PYTHONPATH
+        done = subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
@@ -52,6 +53,18 @@ def _run(checkout: Path, store: Path, now_ms: int) -> tuple[float, float]:
                              f"{done.stderr.strip().splitlines()[-1:]}")  # fmt: skip
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         return wall, cpu
+
+
+def _imported(checkout: Path) -> str:
+    """Where a run in ``checkout`` imports the compactor from (it must be the checkout)."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    code = "import compactor.worker.runner as r; print(r.__file__)"
+    where = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=checkout, capture_output=True, text=True
+    ).stdout.strip()
+    if not where.startswith(str(checkout)):
+        raise SystemExit(f"{checkout}: its runs would import the compactor from {where!r}")
+    return where
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     now_ms = params.end_ms + 3_600_000  # as bench.run: an hour past the last record
     sides = {"this": ROOT, "other": args.against.resolve()}
     seen: dict[str, list[float]] = {name: [] for name in sides}
-    print(f"this: {ROOT}\nother: {sides['other']}\nworkload: {args.workdir}")
+    for name, checkout in sides.items():
+        print(f"{name}: {checkout} ({_imported(checkout)})")
+    print(f"workload: {args.workdir}")
     for pair in range(1, args.pairs + 1):
         for name, checkout in sides.items():
             wall, cpu = _run(checkout, store, now_ms)
