@@ -115,6 +115,7 @@ def _phase2(
     ``encode``, encodes those as the writer does (zstd). Returns the records kept."""
     encoder = BatchEncoder("zstd", MIN_COMPRESS_BYTES)
     stats = CompactionStats()
+    kept = 0  # (records_out is counted where the worker writes, not in phase2_windows)
     for tp, sections in _partitions(store):
         batches = (b for s in sections for b in s.batches())
         if windows is None:
@@ -122,9 +123,10 @@ def _phase2(
                 pass
             continue
         for b in phase2_windows(batches, windows[tp], policies[tp[0]], stats):
+            kept += b.num_rows
             if encode:
                 encoder.encode(b, batch_stats(b).uncompressed_bytes)
-    return stats.records_out
+    return kept
 
 
 def main(argv: list[str] | None = None) -> None:
