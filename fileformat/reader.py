@@ -555,8 +555,7 @@ class SharedRun:
         )
 
     def readers(self) -> Iterator[SharedSectionReader]:
-        for one in self.block.sections:
-            yield SharedSectionReader(self.stream, self.block, one, self.position, self.length)
+        return (self.reader(i) for i in range(len(self.block.sections)))
 
     @property
     def placeable(self) -> bool:
@@ -646,7 +645,7 @@ class SharedSectionReader(SectionReader):
         ``fields`` as ``batches`` gives them, the section's first row in it, its row
         count). The section is then read, as after ``batches``; a verifying stream reads
         it through ``batches``, whose checks a place skips."""
-        if self._done or self._stream._verify:
+        if self._done or not self.placeable:
             raise RuntimeError("place() is for an unread section of a non-verifying stream")
         self._done = True
         shared = self._shared

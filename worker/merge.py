@@ -65,9 +65,7 @@ class SectionMerge:
         tp = (topic, partition)
         for i, part in enumerate(self._parts):
             if part == tp:
-                run = self._runs[i]
-                head = self._framed[i] if run is None else run.reader(self._at[i])
-                assert head is not None
+                head = self._reader(i)
                 yield head
                 head.skip()
                 self._advance(i)
@@ -81,23 +79,21 @@ class SectionMerge:
             if part == tp:
                 run = self._runs[i]
                 if run is not None and run.placeable:
-                    sections, at = run.block.sections, self._at[i]
-                    shared = sections[at]
+                    shared = run.block.sections[self._at[i]]
                     added += rows.add_placed(run.block, shared.start, shared.count)
-                    if at + 1 < len(sections):  # _advance, inline: once per section
-                        self._at[i] = at + 1
-                        shared = sections[at + 1]
-                        self._keys[i] = shared.key
-                        self._parts[i] = (shared.topic, shared.partition)
-                    else:
-                        self._next_unit(i)
                 else:
-                    head = self._framed[i] if run is None else run.reader(self._at[i])
-                    assert head is not None
+                    head = self._reader(i)
                     added += rows.add(head)
                     head.skip()
-                    self._advance(i)
+                self._advance(i)
         return added
+
+    def _reader(self, i: int) -> SectionReader:
+        """Input i's head as a SectionReader (a shared section's made on demand)."""
+        run = self._runs[i]
+        head = self._framed[i] if run is None else run.reader(self._at[i])
+        assert head is not None
+        return head
 
     def _advance(self, i: int) -> None:
         """Moves input i past its head."""
