@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .run import warm
+from .run import clone_store
 from .workload import MANIFEST, Params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,15 +36,12 @@ def _run(checkout: Path, store: Path, now_ms: int) -> tuple[float, float]:
     CPU seconds of the compactor process (``bench.run`` measures peak RSS)."""
     with tempfile.TemporaryDirectory(prefix="bench-ab-", dir=store.parent) as tmp:
         clone = Path(tmp) / "store"
-        shutil.copytree(store, clone, copy_function=os.link)
-        warm(sorted((clone / "data").rglob("*.cf")))
-        env = dict(os.environ, PYTHONPATH=str(checkout))
+        clone_store(store, clone)
         cmd = [sys.executable, "-m", "compactor.cli.main", "--store", str(clone)]
         cmd += ["--now-ms", str(now_ms), "compact", "--full", "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        # cwd too: ``python -m`` puts the working directory ahead of PYTHONPATH
-        done = subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True)
+        done = _in(checkout, cmd)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
@@ -55,13 +51,17 @@ def _run(checkout: Path, store: Path, now_ms: int) -> tuple[float, float]:
         return wall, cpu
 
 
+def _in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """``cmd`` run with ``checkout``'s compactor: on its PYTHONPATH, and from it (``python
+    -m`` puts the working directory ahead of PYTHONPATH)."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    return subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True)
+
+
 def _imported(checkout: Path) -> str:
     """Where a run in ``checkout`` imports the compactor from (it must be the checkout)."""
-    env = dict(os.environ, PYTHONPATH=str(checkout))
     code = "import compactor.worker.runner as r; print(r.__file__)"
-    where = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=checkout, capture_output=True, text=True
-    ).stdout.strip()
+    where = _in(checkout, [sys.executable, "-c", code]).stdout.strip()
     if not where.startswith(str(checkout)):
         raise SystemExit(f"{checkout}: its runs would import the compactor from {where!r}")
     return where
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     params = Params(**json.loads((args.workdir / MANIFEST).read_text())["params"])
     store = (args.workdir / "store").resolve()
-    now_ms = params.end_ms + 3_600_000  # as bench.run: an hour past the last record
+    now_ms = params.compaction_now_ms
     sides = {"this": ROOT, "other": args.against.resolve()}
     seen: dict[str, list[float]] = {name: [] for name in sides}
     for name, checkout in sides.items():

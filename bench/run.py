@@ -91,6 +91,13 @@ def run_child(cmd: list[str], log_dir: Path, name: str, timeout_s: float | None)
     )
 
 
+def clone_store(store: Path, clone: Path) -> None:
+    """A hard-linked copy of ``store`` at ``clone`` (objects are immutable and every store
+    write makes a new inode, so ``store`` stays as it is), its files in the page cache."""
+    shutil.copytree(store, clone, copy_function=os.link)
+    warm(sorted((clone / "data").rglob("*.cf")))
+
+
 def warm(paths: list[Path]) -> None:
     """Read files once so each contender starts with its input in the page cache."""
     for path in paths:
@@ -238,9 +245,8 @@ def run_compactor(ctx: Context) -> Result:
     # workload is untouched).
     clone = ctx.run_dir / "compactor-store"
     shutil.rmtree(clone, ignore_errors=True)
-    shutil.copytree(ctx.w.store_dir, clone, copy_function=os.link)
-    warm(sorted(p for p in (clone / "data").rglob("*.cf")))
-    now_ms = ctx.w.params.end_ms + 3_600_000
+    clone_store(ctx.w.store_dir, clone)
+    now_ms = ctx.w.params.compaction_now_ms
     cmd = _compactor_cmd() + ["--store", str(clone), "--now-ms", str(now_ms), "compact"]
     cmd += ["--full", "--json", "--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)

@@ -100,14 +100,12 @@ def _row(shape: Shape, reports: list[dict[str, Any]]) -> str:
         return statistics.median(ok) if ok and len(ok) == len(seen(name)) else None
 
     def cell(name: str) -> str:
-        results = seen(name)
-        if not results:
-            return "n/a"
-        if any(not r["ok"] for r in results):
-            return "FAILED"
+        results, middle = seen(name), median(name)
+        if middle is None:
+            return "FAILED" if results else "n/a"
         times = [r["seconds"] for r in results]
         spread = f" ({min(times):.2f}-{max(times):.2f})" if len(times) > 1 else ""
-        return f"{statistics.median(times):.2f} s{spread}"
+        return f"{middle:.2f} s{spread}"
 
     comp_s, duck_s = median("compactor"), median("duckdb")
     ratio = f"{duck_s / comp_s:.2f}x" if comp_s and duck_s else "n/a"

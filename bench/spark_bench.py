@@ -107,7 +107,7 @@ def run_spark_compact(w: workload.Workload, run_dir: Path, args: argparse.Namesp
     shutil.copytree(w.store_dir, clone, copy_function=os.link)
     warm(sorted(p for p in (clone / "data").rglob("*.cf")))
     cmd = [str(Path(sys.executable).parent / "compactor"), "--store", str(clone)]
-    cmd += ["--now-ms", str(w.params.end_ms + 3_600_000), "spark", "compact"]
+    cmd += ["--now-ms", str(w.params.compaction_now_ms), "spark", "compact"]
     cmd += ["--master", "local[2]", "--full", "--json"]
     cmd += ["--key-buffer-bytes", str(args.key_buffer_bytes)]
     code, row.seconds, row.peak_rss_mib, out, err = measured(cmd, args.timeout)

@@ -104,6 +104,11 @@ class Params:
         """One past the last record's timestamp (one record per millisecond)."""
         return self.start_ms + self.records
 
+    @property
+    def compaction_now_ms(self) -> int:
+        """The clock a benchmark's compaction runs at: an hour past the last record."""
+        return self.end_ms + 3_600_000
+
     def check(self) -> None:
         if self.records < 1 or self.partitions < 1 or self.value_bytes < 0:
             raise ValueError("records and partitions must be >= 1, value bytes >= 0")
