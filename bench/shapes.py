@@ -157,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="runs of each shape's contenders, in turn; the table gives medians and ranges",
     )
+    ap.add_argument(
+        "--compression",
+        choices=("zstd", "lz4", "none"),
+        default=None,
+        help="the workloads' codec (default: their level's, as `compactor ingest` writes them)",
+    )
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -169,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, ok = [], True
     for shape in (s for s in SHAPES if s.name in wanted):
         suffix = "" if args.scale == 1.0 else f"-x{args.scale:g}"
+        suffix += f"-{args.compression}" if args.compression else ""
         print(f"== {shape.name}: {shape.what}", flush=True)
         reports, failed = [], None
         for run in range(1, args.repeat + 1):
@@ -176,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "bench.run", *shape.argv(args.scale)]
             cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
             cmd += ["--workdir", str(OUT / f"shape-{shape.name}{suffix}")]
+            cmd += ["--compression", args.compression] if args.compression else []
             cmd += ["--results-json", str(results)]
             if args.repeat > 1:
                 print(f"-- run {run} of {args.repeat}", flush=True)

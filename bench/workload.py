@@ -46,15 +46,17 @@ from compactor.catalog.changes import append_files, create_topic
 from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore
+from compactor.planner.codecs import DEFAULT_CODECS
 
 TOPIC = "bench"
 KEY_BYTES = 36
 RECORD_OVERHEAD = 16
 """Offset and timestamp: counted in a record's logical size, as the file format does."""
 MANIFEST = "manifest.json"
-WORKLOAD_VERSION = 4
+WORKLOAD_VERSION = 5
 """Bump when the generator changes what it writes, so cached workdirs are regenerated
-(4: format version 3 with footer_version, sections under 128 KiB in 256 KiB blocks)."""
+(4: format version 3 with footer_version, sections under 128 KiB in 256 KiB blocks;
+5: lz4, the codec below the top level, by default)."""
 
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
 _PARQUET_SCHEMA = pa.schema(
@@ -84,8 +86,9 @@ class Params:
     """The level the files are registered at (0: as an agent's ingest leaves them)."""
     start_ms: int = 1_700_000_000_000
     seed: int = 0
-    compression: str | None = "zstd"
-    """The files' codec (the writer's default; ``--compression`` to weigh another)."""
+    compression: str | None = DEFAULT_CODECS.below_top
+    """The files' codec: by default their level's (``planner.codecs``; a workload's levels
+    are all below the top), ``--compression`` to weigh another."""
     version: int = WORKLOAD_VERSION
 
     @property
@@ -371,7 +374,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--compression",
         choices=("zstd", "lz4", "none"),
         default=d.compression,
-        help="the store files' codec (default zstd, the writer's)",
+        help=f"the store files' codec (default {d.compression}, their level's)",
     )
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from compactor.catalog.garbage import DEFAULT_GRACE_MS, DEFAULT_HISTORY_RETENTION_MS
+from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.context import Context, UsageError
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
@@ -50,6 +51,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     compactor = Compactor(
         ctx.store,
         key_buffer_bytes=args.key_buffer_bytes,
+        codecs=level_codecs(args),
         grace_ms=args.grace_ms,
         history_retention_ms=args.history_retention_ms,
     )
@@ -106,6 +108,7 @@ def register(
         help="catalog.history.retention.ms: how long commits stay in `compactor history` "
         "(default 7 days; never less than the grace period)",
     )
+    add_codec_options(p)
     add_planner_options(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from compactor.catalog import CatalogError
+from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.compact import job_summary, progress_line
 from compactor.cli.context import Context, UsageError, positive_int
 from compactor.cli.exit_codes import ExitCode
@@ -95,7 +96,9 @@ def _load(path: str) -> Job:
 
 def _execute(ctx: Context, args: argparse.Namespace, job: Job) -> int:
     compactor = Compactor(
-        ctx.store, key_buffer_bytes=args.key_buffer_bytes or DEFAULT_KEY_BUFFER_BYTES
+        ctx.store,
+        key_buffer_bytes=args.key_buffer_bytes or DEFAULT_KEY_BUFFER_BYTES,
+        codecs=level_codecs(args),
     )
     progress = Progress()
     try:
@@ -191,7 +194,9 @@ def _from_queue(ctx: Context, args: argparse.Namespace) -> int:
 def _drain(ctx: Context, args: argparse.Namespace, queue: JobQueue) -> int:
     timeout_s = queue.visibility_timeout_s()
     compactor = Compactor(
-        ctx.store, key_buffer_bytes=args.key_buffer_bytes or DEFAULT_KEY_BUFFER_BYTES
+        ctx.store,
+        key_buffer_bytes=args.key_buffer_bytes or DEFAULT_KEY_BUFFER_BYTES,
+        codecs=level_codecs(args),
     )
     worker = QueueWorker(
         compactor,
@@ -327,5 +332,6 @@ def register(
         default=DEFAULT_LEASE_MS,
         help="--execute of a file or commit: the job lease's duration, renewed at a third",
     )
+    add_codec_options(p)  # --execute; --verify writes in the codec the commit recorded
     p.add_argument("--log-format", choices=FORMATS, default="text", help="--from-queue --execute")
     p.set_defaults(run=run)

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from compactor.catalog.garbage import DEFAULT_GRACE_MS, collect_all_garbage
+from compactor.cli.codec_options import add_codec_options
 from compactor.cli.context import Context, UsageError, positive_int
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
@@ -42,6 +43,8 @@ def compact(ctx: Context, args: argparse.Namespace) -> int:
         now_ms=ctx.now_ms,
         lease_ms=args.lease_ms,
         inject_fault=fault,
+        compression_top=args.compression_top,
+        compression_below_top=args.compression_below_top,
     )
     run = SparkCompaction(
         settings,
@@ -139,6 +142,7 @@ def register(
         help="each job's lease, taken by the driver, renewed by its task at a third",
     )
     c.add_argument("--grace-ms", type=int, default=DEFAULT_GRACE_MS)
+    add_codec_options(c)
     add_planner_options(c)
     c.add_argument("--json", action="store_true")
     c.set_defaults(run=compact)

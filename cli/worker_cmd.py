@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.context import Context, UsageError, positive_int
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
@@ -39,7 +40,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 "queue keeps its scheduler lease for the queue's, and is published again "
                 "(a stale duplicate) if it waits longer",
             )
-        compactor = Compactor(ctx.store, key_buffer_bytes=args.key_buffer_bytes)
+        compactor = Compactor(
+            ctx.store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args)
+        )
         if args.metrics_port is not None:
             metrics.serve(args.metrics_port)
             log("metrics_serving", port=args.metrics_port)
@@ -106,5 +109,6 @@ def register(
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
     )
+    add_codec_options(p)
     p.add_argument("--log-format", choices=FORMATS, default="text")
     p.set_defaults(run=run)

@@ -36,6 +36,7 @@ from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta, StreamR
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.ingest.jsonl import InputRecord
 from compactor.objectstore import ObjectStore
+from compactor.planner.codecs import DEFAULT_CODECS
 
 DEFAULT_MAX_FILE_BYTES = 8 << 20
 RECORD_OVERHEAD_BYTES = 16
@@ -82,7 +83,9 @@ class UnknownPartition(CatalogError):
 
 
 class L0Ingest:
-    """One ingest: ``add`` records, then ``commit``; ``abandon`` deletes what was uploaded."""
+    """One ingest: ``add`` records, then ``commit``; ``abandon`` deletes what was uploaded.
+    Its L0 files are written in ``compression`` (default: the codec below the top level,
+    ``planner.codecs``)."""
 
     def __init__(
         self,
@@ -92,7 +95,7 @@ class L0Ingest:
         now_ms: int,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         max_file_records: int | None = None,
-        compression: str | None = "zstd",
+        compression: str | None = DEFAULT_CODECS.for_level(0),
     ) -> None:
         if max_file_bytes < 1:
             raise ValueError("--max-file-bytes must be at least 1")

@@ -20,6 +20,7 @@ from compactor.catalog.leases import JobLeases, LeaseKeeper
 from compactor.fileformat.offset_index import build_index, encode_index, index_key
 from compactor.jobqueue.scheduler import process_owner
 from compactor.objectstore import ObjectStore, PreconditionFailed, open_store
+from compactor.planner.codecs import DEFAULT_CODECS, LevelCodecs
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import StaleJob, run_job
@@ -44,6 +45,12 @@ class TaskSettings:
     now_ms: int
     lease_ms: int
     inject_fault: str | None = None
+    compression_top: str | None = DEFAULT_CODECS.top
+    compression_below_top: str | None = DEFAULT_CODECS.below_top
+
+    @property
+    def codecs(self) -> LevelCodecs:
+        return LevelCodecs(self.compression_top, self.compression_below_top)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,7 +99,15 @@ def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str,
             raise InjectedFault(f"job {job.id}: injected fault before the commit (attempt 0)")
 
     try:
-        report = run_job(store, catalog, job, _buffer(s), now_ms=s.now_ms, guard=guard)
+        report = run_job(
+            store,
+            catalog,
+            job,
+            _buffer(s),
+            now_ms=s.now_ms,
+            compression=s.codecs.for_level(job.output_level),
+            guard=guard,
+        )
     except StaleJob as stale:
         live = {f.id for f in catalog.snapshot().files}
         earlier = any(job.output_file_id(g) in live for g in OUTPUT_GROUPS)

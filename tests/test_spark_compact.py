@@ -24,6 +24,7 @@ from compactor.ingest.agent import L0Ingest
 from compactor.ingest.workload import Workload
 from compactor.objectstore import LocalStore
 from compactor.objectstore.s3 import S3Store
+from compactor.planner.codecs import DEFAULT_CODECS
 
 COMPACTOR = Path(sys.executable).parent / "compactor"
 BUFFER = str(1 << 20)
@@ -56,6 +57,17 @@ def _compactions(store_args: list[str]) -> list[str]:
     r = run_cli(*store_args, "history", "--json", "--limit", "100000")
     assert r.code == 0, r.err
     return [e["job"]["id"] for e in json.loads(r.out) if e["kind"] == "compaction"]
+
+
+def _codecs_by_level(store_args: list[str]) -> dict[int, set[str | None]]:
+    """The codecs the compaction commits recorded, by their jobs' output level."""
+    r = run_cli(*store_args, "history", "--json", "--limit", "100000")
+    assert r.code == 0, r.err
+    found: dict[int, set[str | None]] = {}
+    for e in json.loads(r.out):
+        if e["kind"] == "compaction":
+            found.setdefault(e["job"]["output_level"], set()).add(e["run"]["compression"])
+    return found
 
 
 def _local_store(root: Path) -> list[str]:
@@ -116,6 +128,9 @@ def test_spark_compact_equals_compact_until_idle(tmp_path: Path) -> None:
     after = _dumps(spark_args)
     assert after == _dumps(local_args)  # record for record, offsets included
     assert after != before  # compaction did drop superseded records
+    codecs = _codecs_by_level(spark_args)
+    assert codecs == _codecs_by_level(local_args)
+    assert codecs == {level: {DEFAULT_CODECS.for_level(level)} for level in codecs}
     assert run_cli(*spark_args, "verify").code == 0
     pids = {r["executor"]["pid"] for r in spark["jobs"]}
     assert 1 <= len(pids) <= 2  # local[2]: at most two executor Python workers

@@ -12,6 +12,7 @@ from compactor.catalog.garbage import (
 )
 from compactor.objectstore import ObjectStore
 from compactor.objectstore.throttle import ReadThrottle
+from compactor.planner.codecs import DEFAULT_CODECS, LevelCodecs
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
@@ -29,7 +30,7 @@ class Compactor:
         store: ObjectStore,
         *,
         key_buffer_bytes: int = DEFAULT_KEY_BUFFER_BYTES,
-        compression: str | None = "zstd",
+        codecs: LevelCodecs = DEFAULT_CODECS,
         grace_ms: int = DEFAULT_GRACE_MS,
         history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
     ) -> None:
@@ -37,7 +38,7 @@ class Compactor:
         self.history_retention_ms = history_retention_ms
         self.catalog = Catalog(store)
         self.buffer = KeyBuffer(key_buffer_bytes)
-        self.compression = compression
+        self.codecs = codecs
         self.grace_ms = grace_ms
 
     def run(
@@ -49,14 +50,15 @@ class Compactor:
         read_throttle: ReadThrottle | None = None,
         guard: Callable[[], None] = lambda: None,
     ) -> JobReport:
-        """Runs ``job`` with this process's key buffer (``worker.runner.run_job``)."""
+        """Runs ``job`` with this process's key buffer (``worker.runner.run_job``), its
+        outputs in the codec of their level."""
         return run_job(
             self.store,
             self.catalog,
             job,
             self.buffer,
             now_ms=now_ms,
-            compression=self.compression,
+            compression=self.codecs.for_level(job.output_level),
             on_progress=on_progress,
             read_throttle=read_throttle,
             guard=guard,
