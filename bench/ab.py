@@ -23,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .run import clone_store
 from .workload import MANIFEST, Params
@@ -31,24 +33,33 @@ from .workload import MANIFEST, Params
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(checkout: Path, store: Path, now_ms: int) -> tuple[float, float]:
-    """One ``compact --full`` of ``checkout`` on a clone of ``store``: wall seconds and
-    CPU seconds of the compactor process (``bench.run`` measures peak RSS)."""
+@dataclass(frozen=True, slots=True)
+class Timed:
+    wall_s: float
+    cpu_s: float
+    """CPU seconds of the compactor process (``bench.run`` measures peak RSS)."""
+    output: dict[str, Any]
+    """What ``compact --json`` printed."""
+
+
+def compact_clone(checkout: Path, store: Path, now_ms: int, args: list[str]) -> Timed:
+    """One ``compact <args> --json`` of ``checkout`` on a fresh hard-linked clone of
+    ``store``, timed."""
     with tempfile.TemporaryDirectory(prefix="bench-ab-", dir=store.parent) as tmp:
         clone = Path(tmp) / "store"
         clone_store(store, clone)
         cmd = [sys.executable, "-m", "compactor.cli.main", "--store", str(clone)]
-        cmd += ["--now-ms", str(now_ms), "compact", "--full", "--json"]
+        cmd += ["--now-ms", str(now_ms), "compact", *args, "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = _in(checkout, cmd)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
-            raise SystemExit(f"{checkout}: compact --full exited {done.returncode}: "
+            raise SystemExit(f"{checkout}: compact {' '.join(args)} exited {done.returncode}: "
                              f"{done.stderr.strip().splitlines()[-1:]}")  # fmt: skip
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        return wall, cpu
+        return Timed(wall, cpu, json.loads(done.stdout))
 
 
 def _in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
@@ -87,9 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"workload: {args.workdir}")
     for pair in range(1, args.pairs + 1):
         for name, checkout in sides.items():
-            wall, cpu = _run(checkout, store, now_ms)
-            seen[name].append(wall)
-            print(f"pair {pair} {name:5}: {wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
+            t = compact_clone(checkout, store, now_ms, ["--full"])
+            seen[name].append(t.wall_s)
+            print(f"pair {pair} {name:5}: {t.wall_s:6.2f} s wall {t.cpu_s:6.2f} s CPU", flush=True)
     for name, walls in seen.items():
         listed = ", ".join(f"{w:.2f}" for w in walls)
         print(f"{name:5}: median {statistics.median(walls):.2f} s ({listed})")

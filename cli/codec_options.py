@@ -18,23 +18,21 @@ def codec_argument(text: str) -> str | None:
 
 
 def add_codec_options(p: argparse.ArgumentParser) -> None:
-    names = "|".join(CODECS)
-    p.add_argument(
-        "--compression-top",
-        type=codec_argument,
-        default=DEFAULT_CODECS.top,
-        metavar=names,
-        help=f"the codec of L{MAX_LEVEL} files, the ones kept "
-        f"(default {codec_name(DEFAULT_CODECS.top)})",
-    )
-    p.add_argument(
-        "--compression-below-top",
-        type=codec_argument,
-        default=DEFAULT_CODECS.below_top,
-        metavar=names,
-        help=f"the codec of L1..L{MAX_LEVEL - 1} files, read again by the next compaction "
-        f"(default {codec_name(DEFAULT_CODECS.below_top)})",
-    )
+    for flag, default, files in (
+        ("--compression-top", DEFAULT_CODECS.top, f"L{MAX_LEVEL} files, the ones kept"),
+        (
+            "--compression-below-top",
+            DEFAULT_CODECS.below_top,
+            f"L1..L{MAX_LEVEL - 1} files, read again by the next compaction",
+        ),
+    ):
+        p.add_argument(
+            flag,
+            type=codec_argument,
+            default=default,
+            metavar="|".join(CODECS),
+            help=f"the codec of {files} (default {codec_name(default)})",
+        )
 
 
 def level_codecs(args: argparse.Namespace) -> LevelCodecs:

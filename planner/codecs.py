@@ -4,7 +4,7 @@ Files below the top level (L0 to L3) live for minutes to hours and are read agai
 next compaction; the top level is what is kept. So the default spends bytes where they are
 short-lived and CPU where it is read again: lz4 below the top (about half zstd's CPU to
 encode and decode, about twice its bytes), zstd at the top (docs/ARCHITECTURE.md §9.1,
-step 9; ``python -m bench.codecs`` measures the trade on a store's own batches). Every
+step 6; ``python -m bench.codecs`` measures the trade on a store's own batches). Every
 reader reads every codec, so a store may hold files of both, and changing the choice needs
 no migration.
 """
