@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compactor.planner.codecs import CODECS
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--compression",
-        choices=("zstd", "lz4", "none"),
+        choices=list(CODECS),
         default=None,
         help="the workloads' codec (default: their level's, as `compactor ingest` writes them)",
     )

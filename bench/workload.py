@@ -46,7 +46,7 @@ from compactor.catalog.changes import append_files, create_topic
 from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore
-from compactor.planner.codecs import DEFAULT_CODECS
+from compactor.planner.codecs import CODECS, DEFAULT_CODECS, codec_name, codec_named
 
 TOPIC = "bench"
 KEY_BYTES = 36
@@ -372,8 +372,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument(
         "--compression",
-        choices=("zstd", "lz4", "none"),
-        default=d.compression,
+        choices=list(CODECS),
+        default=codec_name(d.compression),
         help=f"the store files' codec (default {d.compression}, their level's)",
     )
 
@@ -389,7 +389,7 @@ def params_from(args: argparse.Namespace) -> Params:
         file_mb=args.file_mb,
         level=args.level,
         seed=args.seed,
-        compression=None if args.compression == "none" else args.compression,
+        compression=codec_named(args.compression),
     )
 
 
