@@ -62,6 +62,34 @@ def compact_clone(checkout: Path, store: Path, now_ms: int, args: list[str]) -> 
         return Timed(wall, cpu, json.loads(done.stdout))
 
 
+def alternate(
+    runs: dict[str, tuple[Path, Path, list[str]]], now_ms: int, pairs: int
+) -> dict[str, list[Timed]]:
+    """``compact <args>`` of each of ``runs`` (a checkout, a store, the arguments) in turn,
+    ``pairs`` times, each on a fresh clone; prints every run, then each one's medians."""
+    width = max(len(name) for name in runs)
+    seen: dict[str, list[Timed]] = {name: [] for name in runs}
+    for pair in range(1, pairs + 1):
+        for name, (checkout, store, args) in runs.items():
+            t = compact_clone(checkout, store, now_ms, args)
+            seen[name].append(t)
+            jobs = t.output["jobs"]
+            out_mb = sum(int(j["bytes_out"]) for j in jobs) / 1e6
+            print(
+                f"pair {pair} {name:{width}}: {t.wall_s:6.2f} s wall {t.cpu_s:6.2f} s CPU; "
+                f"{len(jobs)} job(s), {sum(len(j['inputs']) for j in jobs)} inputs, "
+                f"{out_mb:,.0f} MB out",
+                flush=True,
+            )
+    for name, timed in seen.items():
+        walls = ", ".join(f"{t.wall_s:.2f}" for t in timed)
+        print(
+            f"{name:{width}}: median {statistics.median(t.wall_s for t in timed):.2f} s wall "
+            f"({walls}), {statistics.median(t.cpu_s for t in timed):.2f} s CPU"
+        )
+    return seen
+
+
 def _in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
     """``cmd`` run with ``checkout``'s compactor: on its PYTHONPATH, and from it (``python
     -m`` puts the working directory ahead of PYTHONPATH)."""
@@ -92,18 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     store = (args.workdir / "store").resolve()
     now_ms = params.compaction_now_ms
     sides = {"this": ROOT, "other": args.against.resolve()}
-    seen: dict[str, list[float]] = {name: [] for name in sides}
     for name, checkout in sides.items():
         print(f"{name}: {checkout} ({_imported(checkout)})")
     print(f"workload: {args.workdir}")
-    for pair in range(1, args.pairs + 1):
-        for name, checkout in sides.items():
-            t = compact_clone(checkout, store, now_ms, ["--full"])
-            seen[name].append(t.wall_s)
-            print(f"pair {pair} {name:5}: {t.wall_s:6.2f} s wall {t.cpu_s:6.2f} s CPU", flush=True)
-    for name, walls in seen.items():
-        listed = ", ".join(f"{w:.2f}" for w in walls)
-        print(f"{name:5}: median {statistics.median(walls):.2f} s ({listed})")
+    runs = {name: (checkout, store, ["--full"]) for name, checkout in sides.items()}
+    alternate(runs, now_ms, args.pairs)
 
 
 if __name__ == "__main__":

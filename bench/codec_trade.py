@@ -20,52 +20,30 @@ Not a test: the timings depend on the machine.
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 
-from compactor.planner.codecs import DEFAULT_CODECS
 from compactor.planner.config import PlannerConfig
 
 from . import workload
-from .ab import ROOT, Timed, compact_clone
-from .shapes import OUT, SHAPES, Shape
+from .ab import ROOT, alternate
+from .shapes import SHAPES, Shape
 
-CODECS = ("zstd", "lz4")
+COMPARED = ("zstd", "lz4")
 
 
 def _workload(shape: Shape, codec: str) -> workload.Workload:
     ap = argparse.ArgumentParser()
     workload.add_arguments(ap)
     params = workload.params_from(ap.parse_args([*shape.argv(1.0), "--compression", codec]))
-    suffix = "" if params.compression == DEFAULT_CODECS.below_top else f"-{codec}"
-    return workload.ensure(params, OUT / f"shape-{shape.name}{suffix}")
+    return workload.ensure(params, shape.workdir(1.0, codec))
 
 
-def _output_mb(t: Timed) -> float:
-    return sum(int(j["bytes_out"]) for j in t.output["jobs"]) / 1e6
-
-
-def _compare(title: str, runs: dict[str, tuple[Path, list[str]]], now_ms: int, pairs: int) -> None:
-    """``compact`` of each entry of ``runs`` (a store and its arguments), in turn."""
+def _compare(
+    title: str, stores: dict[str, tuple[Path, list[str]]], now_ms: int, pairs: int
+) -> None:
+    """``compact`` of this checkout on each of ``stores`` (a store, the arguments), in turn."""
     print(f"\n== {title}", flush=True)
-    seen: dict[str, list[Timed]] = {name: [] for name in runs}
-    for pair in range(1, pairs + 1):
-        for name, (store, args) in runs.items():
-            t = compact_clone(ROOT, store, now_ms, args)
-            seen[name].append(t)
-            jobs = t.output["jobs"]
-            print(
-                f"pair {pair} {name:4}: {t.wall_s:6.2f} s wall {t.cpu_s:6.2f} s CPU; "
-                f"{len(jobs)} job(s), {sum(len(j['inputs']) for j in jobs)} inputs, "
-                f"{_output_mb(t):,.0f} MB out",
-                flush=True,
-            )
-    for name, timed in seen.items():
-        walls = ", ".join(f"{t.wall_s:.2f}" for t in timed)
-        print(
-            f"{name:4}: median {statistics.median(t.wall_s for t in timed):.2f} s wall "
-            f"({walls}), {statistics.median(t.cpu_s for t in timed):.2f} s CPU"
-        )
+    alternate({name: (ROOT, *run) for name, run in stores.items()}, now_ms, pairs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,14 +56,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pairs", type=int, default=3, help="runs of each, alternating")
     args = ap.parse_args(argv)
     shape = next(s for s in SHAPES if s.name == args.shape)
-    made = {codec: _workload(shape, codec) for codec in CODECS}
+    made = {codec: _workload(shape, codec) for codec in COMPARED}
     for codec, w in made.items():
         print(f"{codec}: {w.workdir}, {w.files} files, {w.store_bytes / 1e6:,.0f} MB in the store")
     now_ms = made["lz4"].params.compaction_now_ms
     stores = {codec: (w.workdir / "store").resolve() for codec, w in made.items()}
     _compare(
         "compact --full, the workload in each codec (output at L4: zstd)",
-        {codec: (stores[codec], ["--full"]) for codec in CODECS},
+        {codec: (stores[codec], ["--full"]) for codec in COMPARED},
         now_ms,
         args.pairs,
     )
@@ -95,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     once = ["--once", "--set", f"level.trigger.files={trigger}", "--compression-below-top"]
     _compare(
         "compact --once, one L0 -> L1 job of the lz4 workload, its output in each codec",
-        {codec: (stores["lz4"], [*once, codec]) for codec in CODECS},
+        {codec: (stores["lz4"], [*once, codec]) for codec in COMPARED},
         now_ms,
         args.pairs,
     )

@@ -35,7 +35,6 @@ from bench import workload
 from bench.contenders import digest_cf, digest_parquet, raw_sha_c
 from bench.kernel_table import kernel_rows
 from bench.workload import Workload
-from compactor.planner.codecs import codec_name
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -475,8 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(CONTENDERS)}")
     params = workload.params_from(args)
-    default = workload.Params().compression
-    codec = "" if params.compression == default else f"-{codec_name(params.compression)}"
+    codec = workload.codec_suffix(params.compression)
     workdir = args.workdir or OUT / (
         f"work-{params.records}-{params.value_bytes}b-{params.partitions}p{codec}"
     )

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compactor.planner.codecs import CODECS
+from compactor.planner.codecs import CODECS, codec_named
+
+from . import workload
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -52,6 +54,14 @@ class Shape:
     file_mb: int
     level: int
     what: str
+
+    def workdir(self, scale: float, compression: str | None = None) -> Path:
+        """Its workload's workdir, at ``scale``, its files in ``compression`` (a codec's name;
+        None: their level's)."""
+        suffix = "" if scale == 1.0 else f"-x{scale:g}"
+        if compression is not None:
+            suffix += workload.codec_suffix(codec_named(compression))
+        return OUT / f"shape-{self.name}{suffix}"
 
     def argv(self, scale: float) -> list[str]:
         records = max(self.partitions, int(self.records * scale))
@@ -176,15 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     rows, ok = [], True
     for shape in (s for s in SHAPES if s.name in wanted):
-        suffix = "" if args.scale == 1.0 else f"-x{args.scale:g}"
-        suffix += f"-{args.compression}" if args.compression else ""
         print(f"== {shape.name}: {shape.what}", flush=True)
         reports, failed = [], None
         for run in range(1, args.repeat + 1):
             results = OUT / f"shapes-{stamp}-{started}-{shape.name}-{run}.json"
             cmd = [sys.executable, "-m", "bench.run", *shape.argv(args.scale)]
             cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
-            cmd += ["--workdir", str(OUT / f"shape-{shape.name}{suffix}")]
+            cmd += ["--workdir", str(shape.workdir(args.scale, args.compression))]
             cmd += ["--compression", args.compression] if args.compression else []
             cmd += ["--results-json", str(results)]
             if args.repeat > 1:

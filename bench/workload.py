@@ -354,6 +354,12 @@ def ensure(p: Params, workdir: Path, *, regenerate: bool = False) -> Workload:
     return cached if cached is not None else generate(p, workdir)
 
 
+def codec_suffix(compression: str | None) -> str:
+    """How a workdir's default name marks a workload whose files are not in the default
+    codec: "" for it, else "-zstd" or "-none"."""
+    return "" if compression == Params().compression else f"-{codec_name(compression)}"
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     d = Params()
     ap.add_argument("--records", type=int, default=d.records)

@@ -17,22 +17,30 @@ def codec_argument(text: str) -> str | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def add_codec_option(
+    p: argparse.ArgumentParser, flag: str, default: str | None, files: str
+) -> None:
+    """``flag``: the codec of ``files``, a codec's name (``planner.codecs.CODECS``)."""
+    p.add_argument(
+        flag,
+        type=codec_argument,
+        default=default,
+        metavar="|".join(CODECS),
+        help=f"the codec of {files} (default {codec_name(default)})",
+    )
+
+
 def add_codec_options(p: argparse.ArgumentParser) -> None:
-    for flag, default, files in (
-        ("--compression-top", DEFAULT_CODECS.top, f"L{MAX_LEVEL} files, the ones kept"),
-        (
-            "--compression-below-top",
-            DEFAULT_CODECS.below_top,
-            f"L1..L{MAX_LEVEL - 1} files, read again by the next compaction",
-        ),
-    ):
-        p.add_argument(
-            flag,
-            type=codec_argument,
-            default=default,
-            metavar="|".join(CODECS),
-            help=f"the codec of {files} (default {codec_name(default)})",
-        )
+    """The codecs of the files a job writes, by level."""
+    add_codec_option(
+        p, "--compression-top", DEFAULT_CODECS.top, f"L{MAX_LEVEL} files, the ones kept"
+    )
+    add_codec_option(
+        p,
+        "--compression-below-top",
+        DEFAULT_CODECS.below_top,
+        f"L1..L{MAX_LEVEL - 1} files, read again by the next compaction",
+    )
 
 
 def level_codecs(args: argparse.Namespace) -> LevelCodecs:

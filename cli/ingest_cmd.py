@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from compactor.cli.codec_options import codec_argument
+from compactor.cli.codec_options import add_codec_option
 from compactor.cli.context import Context, UsageError, positive_int
 from compactor.cli.progress import Progress
 from compactor.ingest.agent import DEFAULT_MAX_FILE_BYTES, L0Ingest, UnknownPartition
 from compactor.ingest.jsonl import InputError, parse_line
-from compactor.planner.codecs import CODECS, DEFAULT_CODECS, codec_name
+from compactor.planner.codecs import DEFAULT_CODECS
 
 
 @contextmanager
@@ -81,12 +81,7 @@ def register(
     p.add_argument("file", help="a JSON Lines file, or - for stdin")
     p.add_argument("--max-file-bytes", type=positive_int, default=DEFAULT_MAX_FILE_BYTES)
     p.add_argument("--max-file-records", type=positive_int, default=None)
-    p.add_argument(
-        "--compression",
-        type=codec_argument,
-        default=DEFAULT_CODECS.for_level(0),
-        metavar="|".join(CODECS),
-        help="the L0 files' codec (default: the one below the top level, "
-        f"{codec_name(DEFAULT_CODECS.for_level(0))})",
+    add_codec_option(
+        p, "--compression", DEFAULT_CODECS.for_level(0), "its L0 files, below the top level"
     )
     p.set_defaults(run=run)

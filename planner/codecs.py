@@ -25,7 +25,11 @@ def codec_named(name: str) -> str | None:
     try:
         return CODECS[name]
     except KeyError:
-        raise ValueError(f"unknown codec {name!r}; one of {', '.join(CODECS)}") from None
+        raise _unknown(name) from None
+
+
+def _unknown(codec: str | None) -> ValueError:
+    return ValueError(f"unknown codec {codec!r}; one of {', '.join(CODECS)}")
 
 
 def codec_name(codec: str | None) -> str:
@@ -43,16 +47,13 @@ class LevelCodecs:
     def __post_init__(self) -> None:
         for codec in (self.top, self.below_top):
             if codec not in CODECS.values():
-                raise ValueError(f"unknown codec {codec!r}; one of {', '.join(CODECS)}")
+                raise _unknown(codec)
 
     def for_level(self, level: int) -> str | None:
         """The codec of a file written at ``level`` (0 for ingest's files)."""
         if not 0 <= level <= MAX_LEVEL:
             raise ValueError(f"level must be in 0..{MAX_LEVEL}, got {level}")
         return self.top if level == MAX_LEVEL else self.below_top
-
-    def to_json(self) -> dict[str, str]:
-        return {"top": codec_name(self.top), "below_top": codec_name(self.below_top)}
 
 
 DEFAULT_CODECS: Final = LevelCodecs()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clirunner import assert_one_line_error, run_cli
@@ -62,10 +63,15 @@ def _live_files(store: str) -> dict[int, list[str]]:
     return by_level
 
 
+def _compaction_commits(store: str) -> list[dict[str, Any]]:
+    """The compaction commits, oldest first."""
+    history = json.loads(_cli(store, "history", "--json"))
+    return [e for e in history if e["kind"] == "compaction"][::-1]
+
+
 def _compaction_codecs(store: str) -> list[str | None]:
     """The codec each compaction commit recorded, oldest first."""
-    history = json.loads(_cli(store, "history", "--json"))
-    return [e["run"]["compression"] for e in history if e["kind"] == "compaction"][::-1]
+    return [e["run"]["compression"] for e in _compaction_commits(store)]
 
 
 def _latest_values(store: str) -> dict[tuple[int, str], str]:
@@ -114,8 +120,7 @@ def test_each_level_is_written_in_its_codec_and_replay_verifies_it(ingested: str
     assert _compaction_codecs(ingested) == ["lz4", "lz4", "zstd"]
     assert _latest_values(ingested) == view
 
-    history = json.loads(_cli(ingested, "history", "--json"))
-    for commit in (e["id"] for e in history if e["kind"] == "compaction"):
+    for commit in (e["id"] for e in _compaction_commits(ingested)):
         verified = run_cli(
             "--store", ingested, "replay", "--from-history", str(commit), "--verify", "--json"
         )

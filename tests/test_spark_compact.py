@@ -53,20 +53,21 @@ def _spark_compact(
     return result, done.stderr.decode()
 
 
-def _compactions(store_args: list[str]) -> list[str]:
+def _compaction_commits(store_args: list[str]) -> list[dict[str, Any]]:
     r = run_cli(*store_args, "history", "--json", "--limit", "100000")
     assert r.code == 0, r.err
-    return [e["job"]["id"] for e in json.loads(r.out) if e["kind"] == "compaction"]
+    return [e for e in json.loads(r.out) if e["kind"] == "compaction"]
+
+
+def _compactions(store_args: list[str]) -> list[str]:
+    return [e["job"]["id"] for e in _compaction_commits(store_args)]
 
 
 def _codecs_by_level(store_args: list[str]) -> dict[int, set[str | None]]:
     """The codecs the compaction commits recorded, by their jobs' output level."""
-    r = run_cli(*store_args, "history", "--json", "--limit", "100000")
-    assert r.code == 0, r.err
     found: dict[int, set[str | None]] = {}
-    for e in json.loads(r.out):
-        if e["kind"] == "compaction":
-            found.setdefault(e["job"]["output_level"], set()).add(e["run"]["compression"])
+    for e in _compaction_commits(store_args):
+        found.setdefault(e["job"]["output_level"], set()).add(e["run"]["compression"])
     return found
 
 
