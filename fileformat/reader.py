@@ -13,7 +13,7 @@ from __future__ import annotations
 import array
 import hashlib
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -53,7 +53,7 @@ from compactor.fileformat.ipc import decode_batch
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.fileformat.second_read import Role
+from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import (
     encode_topic,
     parse_section_end,
@@ -272,7 +272,7 @@ class StreamReader:
                 and payload is not None
                 and self.format_version >= SHARED_VERSION
             ):
-                block = self._block(payload, at)
+                block, entries = self._block(payload, at)
                 length = inp.position - at
                 shared = block.sections  # strictly sorted (parse_section_table)
                 if previous is not None and shared[0].key <= previous:
@@ -281,11 +281,6 @@ class StreamReader:
                         name, at, f"section {first.topic}/{first.partition} is out of order"
                     )
                 previous = shared[-1].key
-                # The footer's entries of the block's sections, all at once: they are the
-                # table's, whatever the reader of the sections does.
-                entries = [
-                    footer_entry(s.key[0], s.partition, at, length, s.trailer.stats) for s in shared
-                ]
                 streamed.extend(map(hash, entries))
                 if expected is not None:
                     expected.update(b"".join(entries))
@@ -301,9 +296,12 @@ class StreamReader:
                     name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
                 )
 
-    def _block(self, payload: bytes, at: int) -> Block:
+    def _block(self, payload: bytes, at: int) -> tuple[Block, list[bytes]]:
         """The rest of the shared block whose ``SBLK`` frame (at ``at``) was just read:
-        its section table and its end, checked; the batch is decoded when asked for."""
+        its section table and its end, checked; the batch is decoded when asked for. With
+        it, the footer's entries of its sections, all at once: they are the table's,
+        whatever the reader of the sections does (and, like the table, a job's second
+        pointer takes them from its first, ``fileformat.second_read``)."""
         inp = self._input
         tag, length, crc, table_at = inp.frame_header("section table")
         if tag != TAG_SECTION_TABLE:
@@ -316,10 +314,20 @@ class StreamReader:
         end_at = inp.position
         end = inp.read(SECTION_END.size, "block end")
         check_block_end(end, end_at, self.object_name, FRAME_HEADER.size + length)
-        sections = parse_section_table(
-            table, table_at + FRAME_HEADER.size, self.object_name, self.role
-        )
-        return Block(payload, at + FRAME_HEADER.size, sections, self.object_name, self.role)
+        role = self.role
+        sections = parse_section_table(table, table_at + FRAME_HEADER.size, self.object_name, role)
+        block = Block(payload, at + FRAME_HEADER.size, sections, self.object_name, role)
+        size = inp.position - at
+        memo = MEMO.keeps(table, role)
+        key = ("footer entries", table, at, size)
+        if memo and role == "second":
+            hit = MEMO.take(key)
+            if hit is not None:
+                return block, cast(list[bytes], hit)
+        entries = [footer_entry(s.key[0], s.partition, at, size, s.trailer.stats) for s in sections]
+        if memo and role == "first":
+            MEMO.put(key, entries, 2 * len(table))
+        return block, entries
 
     def _finish(
         self,

@@ -8,8 +8,9 @@ import struct
 
 import pytest
 
-from compactor.fileformat import FormatError, StreamReader
+from compactor.fileformat import FileWriter, FormatError, Record, StreamReader, records_to_batch
 from compactor.fileformat.ipc import decode_batch, inspect_message
+from compactor.fileformat.reader import SharedRun
 from compactor.fileformat.second_read import MEMO, SecondReadMemo
 from compactor.fileformat.section import parse_trailer
 from tests.test_fileformat_corruption import (
@@ -88,6 +89,29 @@ def test_a_pair_of_readers_reads_the_same_as_one_and_leaves_the_memo_empty() -> 
     assert batches["first"] and all(
         a.equals(b) for a, b in zip(batches["first"], batches["second"], strict=True)
     )
+    assert len(MEMO) == 0
+
+
+def test_a_pair_of_readers_of_shared_blocks_takes_each_blocks_table_and_footer_entries_once() -> (
+    None
+):
+    """The second pointer takes a shared block's parsed table and its sections' footer
+    entries from the first; a third reader of the same bytes finds nothing left."""
+    sink = io.BytesIO()
+    writer = FileWriter(sink, object_name=NAME, share_below=4000, block_bytes=4000)
+    for p in range(60):
+        recs = [Record(p * 10 + i, 1_700_000_000_000, b"k%d" % i, b"v" * 50, ()) for i in range(5)]
+        writer.write_section("t", p, [records_to_batch(recs)])
+    writer.finish()
+    data = sink.getvalue()
+    MEMO.clear()
+    for role in ("first", "second"):
+        r = StreamReader(
+            io.BytesIO(data), object_name=NAME, size=len(data), keep_footer=False, role=role
+        )
+        blocks = sum(1 for unit in r.units() if isinstance(unit, SharedRun))
+        if role == "first":
+            assert blocks > 1 and len(MEMO) == 2 * blocks  # a table and its entries each
     assert len(MEMO) == 0
 
 

@@ -30,7 +30,7 @@ from compactor.fileformat.batches import RECORD_OVERHEAD, filter_batch
 from compactor.fileformat.bitmap import OffsetSetBuilder
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.worker.gather import PlacedRows, gathered, weighed, weight
+from compactor.worker.gather import GroupRows, gathered, weighed, weight
 from compactor.worker.merge import SectionMerge
 
 
@@ -267,18 +267,21 @@ def test_a_slice_of_a_shared_block_weighs_its_own_rows() -> None:
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
 
 
-@pytest.mark.parametrize("way", ["sections", "merge", "verifying merge"])
+@pytest.mark.parametrize("way", ["by partition", "by input", "merge", "verifying merge"])
 @pytest.mark.parametrize("inputs", [1, 3])
 @pytest.mark.parametrize("share_below", [0, 600, 1 << 20])
-def test_placed_rows_are_the_sections_rows_in_the_order_taken(
+def test_group_rows_are_each_partitions_rows_input_after_input(
     inputs: int, share_below: int, way: str
 ) -> None:
-    """``PlacedRows`` (a group's partitions, each from every input) gives exactly the rows
-    of the sections it took, in the order taken, whether they are shared sections of one
-    or many blocks, framed sections, or both; with a few columns or all. Taken section by
-    section, or by ``SectionMerge.take_placed`` (a shared section by its place in its
-    block, or, from a verifying stream, through its reader), whose ``logical_bytes`` are
-    each section's, known before it is read only for a shared one."""
+    """``GroupRows`` (a group's partitions, each from every input) gives each partition's
+    rows, partitions in group order, and within one its inputs' rows oldest input first,
+    whatever order they were taken in: section by section partition after partition, or
+    input after input (which the merge's runs are), or by ``SectionMerge.take_upto``
+    (shared sections as runs of their blocks, framed ones and a verifying stream's through
+    their readers); whether shared sections of one or many blocks, framed ones, or both;
+    with a few columns or all. ``pending_shared`` lists, from the pointer's head, the
+    partitions whose sections are all shared, with their logical bytes together, looking
+    no further than its budget needs."""
     rnd = random.Random(inputs * 7 + share_below)
     files = []
     for _ in range(inputs):
@@ -308,27 +311,46 @@ def test_placed_rows_are_the_sections_rows_in_the_order_taken(
         {s.partition: s.logical_bytes for s in reader(data).sections() if s.skip() is None}
         for data in files
     ]
+    shared = [
+        {p: share_below > 0 and size < share_below for p, size in sizes[i].items()}
+        for i in range(inputs)
+    ]
     for fields in (None, ("offset", "key")):
         alone = [{s.partition: list(s.batches(fields)) for s in pointer(data)} for data in files]
         pointers = [pointer(data) for data in files]
         merge = SectionMerge([reader(data) for data in files])
         for group in range(0, 40, 7):  # groups of 7 partitions: runs start mid-block
-            placed, expected = PlacedRows(fields), []
-            for p in range(group, min(group + 7, 40)):  # partition p of every input
+            members = range(group, min(group + 7, 40))
+            ordinals = {(b"t", p): p - group for p in members}
+            rows, expected = GroupRows(fields), []
+            for p in members:
                 expected += [b for i in range(inputs) for b in alone[i][p]]
-                if way != "sections":
-                    assert merge.next_partition() == ("t", p)
-                    shared = [share_below > 0 and sizes[i][p] < share_below for i in range(inputs)]
-                    assert merge.logical_bytes("t", p) == [
-                        sizes[i][p] if shared[i] else None for i in range(inputs)
-                    ]
-                    rows = sum(b.num_rows for i in range(inputs) for b in alone[i][p])
-                    assert merge.take_placed("t", p, placed) == rows
-                    continue
-                for i, sections in enumerate(pointers):
-                    section = next(sections)
+            if way.startswith("by"):
+                taken = [(i, p) for p in members for i in range(inputs)]
+                if way == "by input":
+                    taken.sort()  # each input's stream is still read in order
+                for i, p in taken:
+                    section = next(pointers[i])
                     assert section.partition == p
-                    assert placed.add(section) == sum(b.num_rows for b in alone[i][p])
-            got = placed.batch()
+                    assert rows.add(section, p - group) == sum(b.num_rows for b in alone[i][p])
+            else:
+                assert merge.next_partition() == ("t", group)
+                pending = merge.pending_shared(1 << 30)
+                # a budget a section fills: every input looks at its head alone
+                assert merge.pending_shared(1) == pending[:1]
+                all_shared = [p for p in members if all(s[p] for s in shared)]
+                assert [(k, t, p) for k, t, p, _ in pending][: len(all_shared)] == [
+                    ((b"t", p), "t", p) for p in all_shared[: len(pending)]
+                ]
+                for _, _, p, size in pending:
+                    assert all(s[p] for s in shared)
+                    assert size == sum(sizes[i][p] for i in range(inputs))
+                if share_below > 1000:  # every section shared: the group's first is pending
+                    assert pending[0][2] == group
+                merge.take_upto((b"t", members[-1]), rows, ordinals)
+            got, counts = rows.batch(len(members))
             assert got.equals(pa.concat_batches(expected))
-        assert merge.next_partition() is None or way == "sections"
+            assert counts == [
+                sum(b.num_rows for i in range(inputs) for b in alone[i][p]) for p in members
+            ]
+        assert merge.next_partition() is None or way.startswith("by")

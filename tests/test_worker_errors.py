@@ -13,6 +13,7 @@ from worker_scenarios import add_file, make_topics
 
 from compactor.catalog import Catalog, TopicConfig
 from compactor.fileformat import FileWriter, Record, records_to_batch
+from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore, ObjectStore, ObjectStream
 from compactor.planner.job import Job, JobInput
 from compactor.worker.errors import PhaseMismatch, WorkerError
@@ -29,9 +30,9 @@ def _records(n: int, first: int = 0) -> list[Record]:
     return [Record(first + i, NOW, b"k%d" % (i % 3), b"v%d" % i) for i in range(n)]
 
 
-def _object(sections: dict[tuple[str, int], list[Record]]) -> bytes:
+def _object(sections: dict[tuple[str, int], list[Record]], share_below: int = 0) -> bytes:
     sink = io.BytesIO()
-    writer = FileWriter(sink, object_name="replacement")
+    writer = FileWriter(sink, object_name="replacement", share_below=share_below)
     for (topic, partition), records in sorted(sections.items()):
         writer.write_section(topic, partition, [records_to_batch(records)])
     writer.finish()
@@ -97,6 +98,62 @@ def test_an_input_replaced_between_the_phases_is_a_phase_mismatch(
     assert (error.job_id, error.topic, error.partition) == (job.id, "t", 0)
     assert str(error).startswith(f"job {job.id}: partition t/0: phase 2's pointer")
     assert reason in str(error)
+    assert catalog.snapshot() == snap_before
+    assert _objects(store) == objects_before
+
+
+@pytest.mark.parametrize("phase1_thread", [False, True], ids=["inline", "thread"])
+@pytest.mark.parametrize(
+    ("replacement", "partition", "reason"),
+    [
+        (
+            {("t", 0): _records(30), ("t", 2): _records(10)},
+            2,
+            "phase 2's pointer holds 40 records, phase 1's held 60",
+        ),
+        (
+            {("t", 0): _records(30)},
+            2,
+            "phase 2's pointer holds 30 records, phase 1's held 60",
+        ),
+        (
+            {("t", 0): _records(30), ("t", 1): _records(30), ("t", 2): _records(30)},
+            1,
+            "phase 2's pointer has a section of this partition, which phase 1's group does not",
+        ),
+    ],
+    ids=["fewer records", "partition missing", "partition added"],
+)
+def test_a_group_replaced_between_the_phases_is_a_phase_mismatch(
+    tmp_path: Path,
+    replacement: dict[tuple[str, int], list[Record]],
+    partition: int,
+    reason: str,
+    phase1_thread: bool,
+) -> None:
+    """Small partitions in shared blocks share one window (``worker.group``): phase 2
+    takes the group's partitions as runs of blocks, and a partition phase 1's group lacks,
+    or one with other records than phase 1 saw, fails the job naming it. (Partition 4,
+    too big to share a block, ends the group before phase 2 reaches the replaced file's
+    end, where its size would be the error.)"""
+    store = SwappingStore(tmp_path / "store", "data/L0/f0.cf", "other.cf")
+    catalog = Catalog(store)
+    make_topics(catalog, {"t": (5, {"cleanup.policy": "compact"})})
+    old = {("t", 0): _records(30), ("t", 2): _records(30)}
+    new = {("t", 0): _records(30, 30), ("t", 2): _records(30, 30)}
+    big = [Record(i, NOW, b"b%d" % i, b"x" * 1000) for i in range(200)]
+    old[("t", 4)] = new[("t", 4)] = replacement[("t", 4)] = big
+    add_file(store, catalog, "f0", old, share_below=SHARE_BELOW)
+    add_file(store, catalog, "f1", new, share_below=SHARE_BELOW)
+    live = catalog.snapshot().files
+    job = Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True)
+    store.put("other.cf", _object(replacement, SHARE_BELOW))
+    snap_before, objects_before = catalog.snapshot(), _objects(store)
+    with pytest.raises(PhaseMismatch) as failure:
+        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1_thread=phase1_thread)
+    error = failure.value
+    assert (error.job_id, error.topic, error.partition) == (job.id, "t", partition)
+    assert str(error).startswith(f"job {job.id}: partition t/{partition}: {reason}")
     assert catalog.snapshot() == snap_before
     assert _objects(store) == objects_before
 

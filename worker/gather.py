@@ -9,16 +9,16 @@ fewer calls. Gathering copies only the small batches, at most ``GATHER_BYTES`` o
 
 from __future__ import annotations
 
-import array
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat
 from compactor.fileformat.block import Block
-from compactor.fileformat.reader import SharedSectionReader
 
 GATHER_BYTES = 64 << 10
 """Batches are gathered while together they weigh less than this (``weight``)."""
@@ -86,64 +86,64 @@ def gathered(batches: Iterable[Weighed], limit: int = GATHER_BYTES) -> Iterator[
         yield concat(pending)
 
 
-class PlacedRows:
-    """The rows of many sections, taken in order and assembled as one batch in that order
-    (a group's partitions, each from every input: ``worker.group``).
+class GroupRows:
+    """The rows of a group's partitions (``worker.group``), taken from a pointer's inputs
+    and assembled partition after partition.
 
-    A shared section is taken by its place in its block (``SharedSectionReader.place``),
-    not sliced out: one input's consecutive sections of a block are consecutive rows of
-    it, so the rows of all the sections come from a few runs, one per block. The runs are
-    concatenated (in the order their blocks were first met) and the sections' rows taken
-    from them in the order the sections came: one concatenation of a few pieces and one
-    ``take``, instead of a slice per section and a concatenation of all of them. (Any
-    other section's batches are runs of their own.)"""
+    The merge hands over whole runs: an input's consecutive sections of one block are
+    consecutive rows of its batch, so a run is one slice, whatever the number of sections
+    in it (``add_run``), with each section's partition ordinal in the group and row count.
+    ``batch`` concatenates the runs and, unless the sections already came partition after
+    partition, reorders the rows by ordinal with one stable sort: a partition's rows then
+    come input after input, oldest first, and within an input in its order, which is
+    offset order. No Python runs per row, and per section only a list entry."""
 
     def __init__(self, fields: Sequence[str] | None = None) -> None:
-        self._fields = fields
-        self._runs: dict[int, list[Any]] = {}  # id(batch) -> [batch, first row, end row]
-        self._sections: list[tuple[int, int, int]] = []  # (run, first row, rows)
-        self._in_order = True  # each section's rows follow the last's in one run
+        self.fields = fields
+        self._pieces: list[pa.RecordBatch] = []
+        self._ordinals: list[int] = []  # each section's partition ordinal, in taken order
+        self._counts: list[int] = []  # each section's rows
         self._rows = 0
 
-    def add(self, section: SectionReader) -> int:
-        """Takes ``section``'s rows; returns how many it has."""
-        if isinstance(section, SharedSectionReader) and section.placeable:
-            return self._add(*section.place(self._fields))
-        return sum(self._add(b, 0, b.num_rows) for b in section.batches(self._fields))
+    def add_run(
+        self, block: Block, start: int, ordinals: Sequence[int], counts: Sequence[int]
+    ) -> None:
+        """Takes the rows from ``start`` of a shared block's batch: sections of the
+        partitions ``ordinals``, ``counts`` rows each, one after another."""
+        rows = sum(counts)
+        self._pieces.append(block.shaped(self.fields).slice(start, rows))
+        self._ordinals += ordinals
+        self._counts += counts
+        self._rows += rows
 
-    def add_placed(self, block: Block, start: int, count: int) -> int:
-        """Takes the ``count`` rows from ``start`` of a shared block's batch (a section
-        by its place, ``SharedSectionReader.place``, without the section object)."""
-        return self._add(block.shaped(self._fields), start, count)
+    def add(self, section: SectionReader, ordinal: int) -> int:
+        """Takes a section through its reader (a framed one, or one of a verifying
+        stream); returns how many rows it has."""
+        rows = 0
+        for batch in section.batches(self.fields):
+            self._pieces.append(batch)
+            rows += batch.num_rows
+        self._ordinals.append(ordinal)
+        self._counts.append(rows)
+        self._rows += rows
+        return rows
 
-    def _add(self, batch: pa.RecordBatch, start: int, count: int) -> int:
-        key = id(batch)
-        run = self._runs.get(key)
-        if run is None:
-            self._in_order &= not self._runs
-            self._runs[key] = [batch, start, start + count]
-        else:
-            self._in_order &= key == self._sections[-1][0] and run[2] == start
-            run[1], run[2] = min(run[1], start), max(run[2], start + count)
-        self._sections.append((key, start, count))
-        self._rows += count
-        return count
-
-    def batch(self) -> pa.RecordBatch:
-        """All the rows taken, in order (ValueError if none were)."""
-        if not self._runs:
+    def batch(self, partitions: int) -> tuple[pa.RecordBatch, list[int]]:
+        """All the rows taken, partition after partition, and how many each of the
+        ``partitions`` ordinals has (ValueError if no rows were taken)."""
+        if not self._rows:
             raise ValueError("no rows were taken")
-        if self._in_order:
-            ((batch, first, end),) = self._runs.values()
-            return batch.slice(first, end - first)
-        bases, pieces, at = {}, [], 0
-        for key, (batch, first, end) in self._runs.items():
-            bases[key] = at - first
-            pieces.append(batch.slice(first, end - first))
-            at += end - first
-        indices = array.array("q")
-        for key, start, count in self._sections:
-            base = bases[key] + start
-            indices.extend(range(base, base + count))
-        take = pa.Array.from_buffers(pa.int64(), self._rows, [None, pa.py_buffer(indices)])
-        return concat(pieces).take(take)
+        per_partition = [0] * partitions
+        for ordinal, count in zip(self._ordinals, self._counts, strict=True):
+            per_partition[ordinal] += count
+        rows = concat(self._pieces)
+        ordinals = self._ordinals
+        if all(map(operator.le, ordinals, itertools.islice(ordinals, 1, None))):
+            return rows, per_partition
+        ends = list(itertools.accumulate(self._counts))
+        of_row = pc.run_end_decode(
+            pa.RunEndEncodedArray.from_arrays(
+                pa.array(ends, pa.int32()), pa.array(ordinals, pa.int32())
+            )
+        )
+        return rows.take(pc.sort_indices(of_row)), per_partition

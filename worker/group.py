@@ -29,7 +29,7 @@ tombstones are droppable (``worker.partition``, module doc).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -38,13 +38,15 @@ import pyarrow.compute as pc
 from compactor.fileformat.batches import filter_batch, validity_bits
 from compactor.worker.gather import GATHER_BYTES
 from compactor.worker.masks import bool_array
+from compactor.worker.merge import Key
 from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
 from compactor.worker.policy import Partition, PartitionPolicy
 from compactor.worker.stats import CompactionStats
 
 SMALL_PARTITION_BYTES = GATHER_BYTES
 """A partition joins a group only if its sections are all shared (their size is known
-before they are read) and together weigh less than this."""
+before they are read: ``SectionMerge.pending_shared``) and together weigh less than
+this."""
 GROUP_BYTES = 1 << 20
 """A group takes partitions while together they weigh less than this: a group's records
 are held by both pointers until it is written."""
@@ -61,6 +63,8 @@ class Group:
 
     parts: tuple[Partition, ...]
     counts: tuple[int, ...]
+    ordinals: Mapping[Key, int]
+    """Each partition's place in ``parts``, by its key (``fileformat.meta.section_key``)."""
     keep: KeepSet
     """The winning sequence numbers."""
     utilization: float
@@ -72,14 +76,18 @@ def same_window(a: PartitionPolicy, b: PartitionPolicy) -> bool:
     return (a.strategy, a.header) == (b.strategy, b.header)
 
 
-def group_weight(policy: PartitionPolicy, logical_bytes: Sequence[int | None]) -> int | None:
-    """What a partition of this policy, whose sections weigh ``logical_bytes`` (None: not
-    known before reading, a framed section), adds to a group's weight; None if it may not
-    join one."""
-    if not policy.deduplicate or policy.lag_cutoff_ms is not None or None in logical_bytes:
+def may_group(policy: PartitionPolicy) -> bool:
+    """Whether a partition of this policy may join a group at all (whatever its size):
+    deduplicated, with no record too young to compact."""
+    return policy.deduplicate and policy.lag_cutoff_ms is None
+
+
+def group_weight(policy: PartitionPolicy, logical_bytes: int) -> int | None:
+    """What a partition of this policy, whose sections weigh ``logical_bytes`` together,
+    adds to a group's weight; None if it may not join one."""
+    if not may_group(policy) or logical_bytes >= SMALL_PARTITION_BYTES:
         return None
-    weight = sum(b for b in logical_bytes if b is not None)
-    return weight if weight < SMALL_PARTITION_BYTES else None
+    return logical_bytes
 
 
 def sequence(n: int) -> pa.Array:

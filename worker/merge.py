@@ -9,13 +9,37 @@ writer still checks that offsets strictly increase).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import bisect
+import functools
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 
 from compactor.fileformat import SectionReader, StreamReader
+from compactor.fileformat.block import SharedSection
 from compactor.fileformat.reader import SharedRun
-from compactor.worker.gather import PlacedRows
+from compactor.worker.errors import PhaseMismatch
+from compactor.worker.gather import GroupRows
 
-_Key = tuple[bytes, int]
+Key = tuple[bytes, int]
+"""A section's place in the order of a file (``fileformat.meta.section_key``)."""
+
+LOOK_AHEAD = 256
+"""``pending_shared`` looks this many sections ahead in each input at most."""
+
+
+class _Table:
+    """A shared block's section table as columns: each section's key, rows and logical
+    bytes (what a group's walk reads of every section, without an attribute chain each)."""
+
+    __slots__ = ("keys", "counts", "sizes")
+
+    def __init__(self, sections: Sequence[SharedSection]) -> None:
+        self.keys = [s.key for s in sections]
+        self.counts = [s.count for s in sections]
+        self.sizes = [s.trailer.stats.uncompressed_bytes for s in sections]
+
+
+_NO_TABLE = _Table(())
 
 
 class SectionMerge:
@@ -23,10 +47,12 @@ class SectionMerge:
 
     Each input's head is its next section: a framed one as its ``SectionReader``, or the
     i-th section of a shared block (``SharedRun``), held as the run and i, so that taking
-    a block's sections one partition after another makes no object per section. Invariant:
+    a block's sections makes no object per section: one partition at a time (``take``)
+    or a group's run of partitions at once (``take_upto``). Invariant:
     ``_keys[i]``, ``_parts[i]`` are input i's head's key and (topic, partition), None once
     the input is done; ``_framed[i]`` is its head when that is a framed section, else
-    ``_runs[i]`` and ``_at[i]`` are its block and index."""
+    ``_runs[i]`` and ``_at[i]`` are its block and index, and ``_tables[i]`` the block's
+    table as columns."""
 
     def __init__(self, readers: Sequence[StreamReader]) -> None:
         n = len(readers)
@@ -34,7 +60,8 @@ class SectionMerge:
         self._framed: list[SectionReader | None] = [None] * n
         self._runs: list[SharedRun | None] = [None] * n
         self._at = [0] * n
-        self._keys: list[_Key | None] = [None] * n
+        self._tables = [_NO_TABLE] * n
+        self._keys: list[Key | None] = [None] * n
         self._parts: list[tuple[str, int] | None] = [None] * n
         for i in range(n):
             self._next_unit(i)
@@ -43,21 +70,33 @@ class SectionMerge:
         live = [(k, i) for i, k in enumerate(self._keys) if k is not None]
         return self._parts[min(live)[1]] if live else None
 
-    def logical_bytes(self, topic: str, partition: int) -> list[int | None]:
-        """Each input's section of this partition, not yet taken (oldest input first): its
-        logical bytes if known before it is read (a shared section), else None."""
-        tp = (topic, partition)
-        out: list[int | None] = []
-        for i, part in enumerate(self._parts):
-            if part == tp:
-                run = self._runs[i]
-                if run is None:
-                    head = self._framed[i]
-                    assert head is not None
-                    out.append(head.logical_bytes)
-                else:
-                    out.append(run.block.sections[self._at[i]].trailer.stats.uncompressed_bytes)
-        return out
+    def pending_shared(self, budget: int) -> list[tuple[Key, str, int, int]]:
+        """The partitions from the pointer's head on whose every pending section is a
+        shared one already read (in a block at an input's head), in order, each as (key,
+        topic, partition, its sections' logical bytes together): up to the first framed
+        section and to where an input's block ends, beyond which a partition may have
+        sections not yet seen. Each input is looked at only until its own sections weigh
+        its share of ``budget`` (or for ``LOOK_AHEAD`` sections): a walk that needs
+        ``budget`` bytes more may have to ask again, but never reads far past them."""
+        horizon: Key | None = None
+        sizes: dict[Key, int] = {}
+        share = max(1, budget // max(1, sum(run is not None for run in self._runs)))
+        for i, key in enumerate(self._keys):
+            if key is None:
+                continue
+            run = self._runs[i]
+            if run is None:  # a framed head: its partition and those after it wait
+                horizon = _before(key) if horizon is None else min(horizon, _before(key))
+                continue
+            at, table = self._at[i], self._tables[i]
+            weights = list(itertools.accumulate(table.sizes[at : at + LOOK_AHEAD]))
+            end = at + min(bisect.bisect_left(weights, share) + 1, len(weights))
+            horizon = table.keys[end - 1] if horizon is None else min(horizon, table.keys[end - 1])
+            for k, size in zip(table.keys[at:end], table.sizes[at:end], strict=True):
+                sizes[k] = sizes.get(k, 0) + size
+        if horizon is None:
+            return []
+        return [(k, _topic(k[0]), k[1], sizes[k]) for k in sorted(sizes) if k <= horizon]
 
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
         """The inputs' sections of this partition, oldest input first; each is consumed
@@ -70,23 +109,33 @@ class SectionMerge:
                 head.skip()
                 self._advance(i)
 
-    def take_placed(self, topic: str, partition: int, rows: PlacedRows) -> int:
-        """``take``, each section's rows added to ``rows`` (a shared section's by its
-        place in its block); returns how many rows were added."""
-        tp = (topic, partition)
-        added = 0
-        for i, part in enumerate(self._parts):
-            if part == tp:
+    def take_upto(self, last: Key, rows: GroupRows, ordinals: Mapping[Key, int]) -> None:
+        """Takes every pending section up to partition ``last`` (its key) into ``rows``:
+        an input's sections of one block as one run (found by a bisect on the block's
+        keys, no step per section), others one by one. ``ordinals`` gives each
+        partition's place in the group; PhaseMismatch for a partition it lacks."""
+        for i in range(len(self._keys)):
+            while (key := self._keys[i]) is not None and key <= last:
                 run = self._runs[i]
-                if run is not None and run.placeable:
-                    shared = run.block.sections[self._at[i]]
-                    added += rows.add_placed(run.block, shared.start, shared.count)
+                if run is None or not run.placeable:
+                    rows.add(self._reader(i), _ordinal(ordinals, key))
+                    self._advance(i)
+                    continue
+                at, table = self._at[i], self._tables[i]
+                end = bisect.bisect_right(table.keys, last, at)
+                sections = run.block.sections
+                rows.add_run(
+                    run.block,
+                    sections[at].start,
+                    _ordinals(ordinals, table.keys[at:end]),
+                    table.counts[at:end],
+                )
+                if end < len(sections):
+                    self._at[i] = end
+                    shared = sections[end]
+                    self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
                 else:
-                    head = self._reader(i)
-                    added += rows.add(head)
-                    head.skip()
-                self._advance(i)
-        return added
+                    self._next_unit(i)
 
     def _reader(self, i: int) -> SectionReader:
         """Input i's head as a SectionReader (a shared section's made on demand)."""
@@ -110,12 +159,47 @@ class SectionMerge:
         unit = next(self._units[i], None)
         self._framed[i] = self._runs[i] = None
         self._at[i] = 0
+        self._tables[i] = _NO_TABLE
         if unit is None:
             self._keys[i] = self._parts[i] = None
         elif isinstance(unit, SharedRun):
             self._runs[i] = unit
+            self._tables[i] = _Table(unit.block.sections)
             shared = unit.block.sections[0]
             self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
         else:
             self._framed[i] = unit
             self._keys[i], self._parts[i] = unit.key, (unit.topic, unit.partition)
+
+
+def _before(key: Key) -> Key:
+    """The greatest key a section before ``key`` may have, for comparisons: (topic,
+    partition - 1), or, at partition 0, one below every key of the topic."""
+    topic, partition = key
+    return (topic, partition - 1) if partition else (topic, -1)
+
+
+def _ordinals(ordinals: Mapping[Key, int], keys: Sequence[Key]) -> list[int]:
+    """Each key's ordinal; PhaseMismatch naming the first partition ``ordinals`` lacks."""
+    try:
+        return list(map(ordinals.__getitem__, keys))
+    except KeyError:
+        return [_ordinal(ordinals, k) for k in keys]  # raises for the first one lacking
+
+
+@functools.cache
+def _topic(raw: bytes) -> str:
+    return raw.decode("utf-8")
+
+
+def _ordinal(ordinals: Mapping[Key, int], key: Key) -> int:
+    ordinal = ordinals.get(key)
+    if ordinal is None:
+        topic, partition = key
+        raise PhaseMismatch(
+            "phase 2's pointer has a section of this partition, which phase 1's group "
+            "does not hold",
+            topic=topic.decode(),
+            partition=partition,
+        )
+    return ordinal

@@ -34,9 +34,16 @@ from types import TracebackType
 from compactor.catalog import LiveFile, Snapshot
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
-from compactor.worker.gather import PlacedRows, Weighed, gathered, section_batches
-from compactor.worker.group import GROUP_BYTES, Group, group_weight, group_window, same_window
-from compactor.worker.merge import SectionMerge
+from compactor.worker.gather import GroupRows, Weighed, gathered, section_batches
+from compactor.worker.group import (
+    GROUP_BYTES,
+    Group,
+    group_weight,
+    group_window,
+    may_group,
+    same_window,
+)
+from compactor.worker.merge import Key, SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
 from compactor.worker.policy import Partition, PartitionPolicy
 
@@ -145,9 +152,9 @@ class _Phase1:
     def _walk(self) -> Generator[_Item, None, None]:
         part = self._next()
         while part is not None:
-            weight = self._group_weight(part, None)
-            if weight is not None:
-                part = yield from self._group(part, weight)
+            small = self._pointer.pending_shared(GROUP_BYTES) if may_group(part.policy) else []
+            if small and group_weight(part.policy, small[0][3]) is not None:
+                part = yield from self._group(part, small)
                 continue
             if not part.policy.deduplicate:
                 self._skip(part)  # before phase 2 reads it: the second-read memo
@@ -165,40 +172,49 @@ class _Phase1:
         tp = self._pointer.next_partition()
         return None if tp is None else self._partition(tp)
 
-    def _group_weight(self, part: Partition, like: PartitionPolicy | None) -> int | None:
-        """What ``part`` adds to a group's weight (of partitions like ``like``, or a new
-        one), from its sections at the pointer's heads; None if it may not join."""
-        if like is not None and not same_window(part.policy, like):
-            return None
-        return group_weight(part.policy, self._pointer.logical_bytes(part.topic, part.partition))
-
-    def _group(self, first: Partition, weight: int) -> Generator[_Item, None, Partition | None]:
-        """Takes a run of small partitions from ``first`` (which weighs ``weight``) on and
-        yields their ``Group`` (or, if one window cannot hold them, each partition's own
-        windows); returns the partition after the run, None at the pointer's end. The
-        group's phase-1 rows are held until its window closes (at most ``GROUP_BYTES``)."""
+    def _group(
+        self, first: Partition, small: list[tuple[Key, str, int, int]]
+    ) -> Generator[_Item, None, Partition | None]:
+        """Takes a run of small partitions from ``first`` on and yields their ``Group``
+        (or, if one window cannot hold them, each partition's own windows); returns the
+        partition after the run, None at the pointer's end. ``small`` is what
+        ``pending_shared`` gave, ``first``'s entry first. The run is taken a round of
+        ``pending_shared`` at a time, each input's part of a round as one run of its block
+        (``SectionMerge.take_upto``). The group's phase-1 rows are held until its window
+        closes (at most ``GROUP_BYTES``)."""
+        assert small[0][1:3] == (first.topic, first.partition)
         parts: list[Partition] = []
-        counts: list[int] = []
-        rows = PlacedRows(phase1_fields(first.policy))
-        part: Partition | None = first
-        while part is not None:
+        ordinals: dict[Key, int] = {}
+        rows = GroupRows(phase1_fields(first.policy))
+        weight = 0
+        while True:
+            last: Key | None = None
+            full = False
+            for key, topic, partition, size in small:
+                if parts and weight >= GROUP_BYTES:
+                    full = True
+                    break
+                part = self._partition((topic, partition)) if parts else first
+                more = group_weight(part.policy, size)
+                if more is None or not same_window(part.policy, first.policy):
+                    full = True
+                    break
+                ordinals[key] = len(parts)
+                parts.append(part)
+                weight += more
+                last = key
+            if last is not None:
+                self._pointer.take_upto(last, rows, ordinals)
+            if full or last is None:
+                break
             self._check()
-            count = self._pointer.take_placed(part.topic, part.partition, rows)
-            parts.append(part)
-            counts.append(count)
-            part = self._next()
-            if part is None or weight >= GROUP_BYTES:
-                break
-            more = self._group_weight(part, first.policy)
-            if more is None:
-                break
-            weight += more
-        records = rows.batch()
+            small = self._pointer.pending_shared(GROUP_BYTES - weight)
+        records, counts = rows.batch(len(parts))
         del rows
         window = group_window(records, counts, first.policy, self._buffer, self._acquire)
         if window is not None:
             del records  # not held while phase 2 works on the group
-            yield Group(tuple(parts), tuple(counts), *window)
+            yield Group(tuple(parts), tuple(counts), ordinals, *window)
         else:
             at = 0
             for one, count in zip(parts, counts, strict=True):
@@ -207,7 +223,7 @@ class _Phase1:
                 yield from phase1_windows([own], one.policy, self._buffer, self._acquire)
                 yield _END
                 at += count
-        return part
+        return self._next()
 
     def _partition(self, tp: tuple[str, int]) -> Partition:
         """What compacting partition ``tp`` in this job may do, and where its output goes."""

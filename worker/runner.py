@@ -30,6 +30,7 @@ from compactor.fileformat import (
     StreamReader,
     read_footer,
 )
+from compactor.fileformat.meta import section_key
 from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES, SHARE_BELOW
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
@@ -37,7 +38,7 @@ from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
-from compactor.worker.gather import PlacedRows, gathered, section_batches, weighed
+from compactor.worker.gather import GroupRows, gathered, section_batches, weighed
 from compactor.worker.group import Group, group_survivors
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
@@ -473,20 +474,27 @@ def _run_group(
     progress: ProgressReporter,
 ) -> None:
     """A group of small partitions in one window (``worker.group``): their records off the
-    phase-2 pointer as one batch (PhaseMismatch unless each partition has as many as
-    phase 1 saw), filtered once, each partition's survivors written."""
-    placed = PlacedRows()
-    for part, count in zip(group.parts, group.counts, strict=True):
-        _check_phase2_at(job, phase2, part)
-        rows = phase2.take_placed(part.topic, part.partition, placed)
-        if rows != count:
+    phase-2 pointer as one batch (PhaseMismatch unless it holds the same partitions, each
+    with as many records as phase 1 saw), filtered once, each partition's survivors
+    written."""
+    first, last = group.parts[0], group.parts[-1]
+    _check_phase2_at(job, phase2, first)
+    rows = GroupRows()
+    try:
+        phase2.take_upto(section_key(last.topic, last.partition), rows, group.ordinals)
+    except PhaseMismatch as mismatch:
+        mismatch.locate(job.id, first.topic, first.partition)
+        raise
+    records, counts = rows.batch(len(group.parts))
+    for part, seen, count in zip(group.parts, counts, group.counts, strict=True):
+        if seen != count:
             raise PhaseMismatch(
-                f"phase 2's pointer holds {rows} records, phase 1's held {count}",
+                f"phase 2's pointer holds {seen} records, phase 1's held {count}",
                 job_id=job.id,
                 topic=part.topic,
                 partition=part.partition,
             )
-    kept = group_survivors(placed.batch(), group, stats)
+    kept = group_survivors(records, group, stats)
     for part, survivors in zip(group.parts, kept, strict=True):
         _write_survivors(part, iter((survivors,)), outputs[part.group], stats, progress)
 
