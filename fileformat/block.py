@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +58,7 @@ from compactor.fileformat.section import (
     TRAILER_FIXED,
     TrailerHead,
     encode_section_header,
+    is_dense_bitmap,
     parse_section_end,
     parse_trailer_head,
     read_topic_partition,
@@ -82,6 +83,111 @@ class SharedSection:
     section of every block, twice."""
 
 
+class TableEntry(NamedTuple):
+    """One entry of a block's section table as plain values, cheap to make for 10,000s
+    of entries: what a job reads of every section. Its first eight fields are its stats,
+    in ``BatchStats``'s order and with its names (``entry[:8]`` are a section's figures,
+    see ``_section_figures``)."""
+
+    first_offset: int
+    last_offset: int
+    record_count: int
+    tombstones: int
+    uncompressed_bytes: int
+    min_timestamp: int
+    max_timestamp: int
+    min_delete_horizon: int | None
+    topic: str
+    partition: int
+    key: tuple[bytes, int]
+    start: int
+    """Its first row in the block's batch."""
+    kind: int
+    """Its bitmap's kind."""
+    bitmap_from: int
+    """Where its bitmap starts in the table payload; -1 for an entry parsed field by field
+    (``_any_entry``), whose ``SharedSection`` is made at once."""
+    bitmap_to: int
+
+
+class SectionTable(Sequence[SharedSection]):
+    """A block's checked section table (``parse_section_table``): ``entries`` for what is
+    read of every section, and each entry as a ``SharedSection`` (its trailer with the
+    bitmap's bytes) made when first asked for: a compaction asks for almost none."""
+
+    __slots__ = ("entries", "_payload", "_base", "_object_name", "_made")
+
+    def __init__(
+        self,
+        entries: Sequence[TableEntry],
+        payload: bytes,
+        base: int,
+        object_name: str,
+        made: dict[int, SharedSection] | None = None,
+    ) -> None:
+        self.entries = entries
+        self._payload, self._base, self._object_name = payload, base, object_name
+        self._made = {} if made is None else made
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @overload
+    def __getitem__(self, i: int) -> SharedSection: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[SharedSection, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> SharedSection | tuple[SharedSection, ...]:
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self))))
+        if i < 0:
+            i += len(self.entries)
+        section = self._made.get(i)
+        if section is None:
+            e = self.entries[i]  # IndexError past the end
+            stats = BatchStats(*e[:8])
+            trailer = TrailerHead(
+                stats,
+                ((e.first_offset, 0),),
+                FORMAT_VERSION,
+                e.kind,
+                self._payload[e.bitmap_from : e.bitmap_to],
+                self._base + e.bitmap_from,
+                self._object_name,
+            )
+            section = self._made[i] = SharedSection(
+                e.topic, e.partition, e.key, trailer, e.start, e.record_count
+            )
+        return section
+
+    def __iter__(self) -> Iterator[SharedSection]:
+        return (self[i] for i in range(len(self.entries)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SectionTable):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def check_bitmaps(self) -> None:
+        """Every section's bitmap against its stats (``TrailerHead.check_bitmap``), a
+        dense section's by its bytes without making its ``SharedSection``."""
+        payload = self._payload
+        for i, e in enumerate(self.entries):
+            if e.bitmap_from < 0 or not is_dense_bitmap(
+                e.kind,
+                e.first_offset,
+                e.last_offset,
+                e.record_count,
+                payload,
+                e.bitmap_from,
+                e.bitmap_to,
+            ):
+                self[i].trailer.check_bitmap()
+
+
 def encode_section_table(sections: Sequence[tuple[str, int, bytes]]) -> bytes:
     """A ``STBL`` payload of (topic, partition, version-2 trailer payload) entries."""
     parts = [U32.pack(len(sections))]
@@ -92,7 +198,7 @@ def encode_section_table(sections: Sequence[tuple[str, int, bytes]]) -> bytes:
 
 def parse_section_table(
     payload: bytes, base: int, object_name: str, role: Role = None
-) -> tuple[SharedSection, ...]:
+) -> SectionTable:
     """The entries of a ``STBL`` payload that starts at absolute ``base``.
 
     Invariants: at least one entry; entries strictly sorted as sections are; each trailer
@@ -104,31 +210,43 @@ def parse_section_table(
     if memo and role == "second":
         hit = MEMO.take(("table", payload))
         if hit is not None:
-            return cast(tuple[SharedSection, ...], hit)
+            return cast(SectionTable, hit)
     sections = _parse_section_table(payload, base, object_name)
     if memo and role == "first":
         MEMO.put(("table", payload), sections, 2 * len(payload))
     return sections
 
 
-def _parse_section_table(payload: bytes, base: int, object_name: str) -> tuple[SharedSection, ...]:
+def _parse_section_table(payload: bytes, base: int, object_name: str) -> SectionTable:
     cur = Cursor(payload, base, object_name)
     (count,) = cur.unpack(U32, "section table count")
     if count < 1 or count * MIN_TABLE_ENTRY > cur.remaining:
         raise cur.error(f"section table claims {count} sections, which cannot fit", base)
-    sections: list[SharedSection] = []
+    entries: list[TableEntry] = []
+    made: dict[int, SharedSection] = {}
     start = 0
     topics: dict[bytes, str] = {}  # a block's sections mostly share a topic: decode it once
     previous: tuple[bytes, int] | None = None
-    for _ in range(count):
-        section = _usual_entry(cur, topics, previous, start)
-        if section is None:
-            section = _any_entry(cur, topics, previous, start)
-        sections.append(section)
-        previous = section.key
-        start += section.count
+    for i in range(count):
+        entry = _usual_entry(cur, topics, previous, start)
+        if entry is None:
+            section = made[i] = _any_entry(cur, topics, previous, start)
+            st, trailer = section.trailer.stats, section.trailer
+            entry = TableEntry(
+                *_figures(st),
+                section.topic,
+                section.partition,
+                section.key,
+                start,
+                trailer.kind,
+                -1,
+                -1,
+            )
+        entries.append(entry)
+        previous = entry.key
+        start += entry.record_count
     cur.expect_end("the section table")
-    return tuple(sections)
+    return SectionTable(entries, payload, base, object_name, made)
 
 
 _USUAL_ENTRY = struct.Struct("<iI")
@@ -140,11 +258,12 @@ _USUAL_TRAILER = struct.Struct(TRAILER_FIXED.format + "qqQ")
 
 def _usual_entry(
     cur: Cursor, topics: dict[bytes, str], previous: tuple[bytes, int] | None, start: int
-) -> SharedSection | None:
+) -> TableEntry | None:
     """The table entry at ``cur``, read without a Cursor per field, if it is what this
     system writes (a topic already seen in the table, a layout-2 trailer with one index
     entry at (first offset, 0)) and passes every check ``_any_entry`` makes; else None,
-    and ``cur`` has not moved. Half the cost of a whole parse, for 10,000s of entries."""
+    and ``cur`` has not moved. Its trailer is made only if asked for (``SectionTable``):
+    a fraction of the cost of a whole parse, for 10,000s of entries."""
     data, o = cur.data, cur.offset
     size = len(data)
     if o + U16.size > size:
@@ -184,19 +303,24 @@ def _usual_entry(
         and data[trailer_at + TRAILER_FIXED.size - 2 : trailer_at + TRAILER_FIXED.size] == b"\0\0"
     ):
         return None
-    bitmap_at = trailer_at + _USUAL_TRAILER.size
-    stats = BatchStats(first, last, count, tombstones, nbytes, min_ts, max_ts, horizon)
-    trailer = TrailerHead(
-        stats,
-        ((first, 0),),
-        FORMAT_VERSION,
-        kind,
-        data[bitmap_at:end],
-        cur.base + bitmap_at,
-        cur.object_name,
-    )
     cur.offset = end
-    return SharedSection(topic, partition, key, trailer, start, count)
+    return TableEntry(
+        first,
+        last,
+        count,
+        tombstones,
+        nbytes,
+        min_ts,
+        max_ts,
+        horizon,
+        topic,
+        partition,
+        key,
+        start,
+        kind,
+        trailer_at + _USUAL_TRAILER.size,
+        end,
+    )
 
 
 def _any_entry(
@@ -235,14 +359,15 @@ def _any_entry(
 
 
 def find_section(
-    sections: Sequence[SharedSection], topic: str, partition: int, object_name: str, at: int
+    table: SectionTable, topic: str, partition: int, object_name: str, at: int
 ) -> SharedSection:
     """The entry of ``topic``/``partition`` in a block's table; FormatError if it has none."""
     key = section_key(topic, partition)
-    i = bisect.bisect_left(sections, key, key=lambda s: s.key)
-    if i == len(sections) or sections[i].key != key:
+    entries = table.entries
+    i = bisect.bisect_left(entries, key, key=lambda e: e.key)
+    if i == len(entries) or entries[i].key != key:
         raise FormatError(object_name, at, f"the shared block holds no {topic}/{partition}")
-    return sections[i]
+    return table[i]
 
 
 class Block:
@@ -254,7 +379,7 @@ class Block:
         self,
         payload: bytes,
         payload_at: int,
-        sections: tuple[SharedSection, ...],
+        sections: SectionTable,
         object_name: str,
         role: Role = None,
     ) -> None:
@@ -346,53 +471,49 @@ def check_block_end(data: bytes, at: int, object_name: str, table_frame_length: 
 
 def check_block_batch(
     batch: pa.RecordBatch,
-    sections: Sequence[SharedSection],
+    table: SectionTable,
     object_name: str,
     at: int,
     whole: bool,
 ) -> None:
     """That ``batch`` holds exactly the records the table describes: the row count, each
     section's first and last offset, offsets strictly increasing within every section,
-    and, when ``whole`` (every column decoded), every section's stats."""
-    last = sections[-1]
-    if batch.num_rows != last.start + last.count:
+    and, when ``whole`` (every column decoded), every section's stats and bitmap."""
+    entries = table.entries
+    last = entries[-1]
+    if batch.num_rows != last.start + last.record_count:
         raise FormatError(
             object_name,
             at,
-            f"shared batch has {batch.num_rows} rows, its table {last.start + last.count}",
+            f"shared batch has {batch.num_rows} rows, its table {last.start + last.record_count}",
         )
     offsets = int64_view(batch.column(0))
-    for s in sections:
-        stats = s.trailer.stats
-        if (
-            offsets[s.start] != stats.first_offset
-            or offsets[s.start + s.count - 1] != stats.last_offset
-        ):
+    for e in entries:
+        first, final = offsets[e.start], offsets[e.start + e.record_count - 1]
+        if first != e.first_offset or final != e.last_offset:
             raise FormatError(
                 object_name,
                 at,
-                f"shared section {s.topic}/{s.partition} holds offsets "
-                f"{offsets[s.start]}..{offsets[s.start + s.count - 1]}, "
-                f"its trailer says {stats.first_offset}..{stats.last_offset}",
+                f"shared section {e.topic}/{e.partition} holds offsets {first}..{final}, "
+                f"its trailer says {e.first_offset}..{e.last_offset}",
             )
     n = batch.num_rows
     if n > 1:
         column = batch.column(0)
         descents = pc.indices_nonzero(pc.less_equal(column.slice(1), column.slice(0, n - 1)))
-        starts = {s.start for s in sections}
+        starts = {e.start for e in entries}
         if any(i + 1 not in starts for i in descents.to_pylist()):
             raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if whole:
-        for s in sections:
-            s.trailer.check_bitmap()  # its consistency with the stats (FORMAT.md 6.4)
-        for s, seen in zip(sections, _section_figures(batch, sections), strict=True):
-            st = s.trailer.stats
-            if seen != _figures(st):
+        table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
+        figures = _section_figures(batch, [(e.start, e.record_count) for e in entries])
+        for e, seen in zip(entries, figures, strict=True):
+            if seen != e[:8]:
                 raise FormatError(
                     object_name,
                     at,
-                    f"shared section {s.topic}/{s.partition}: trailer stats "
-                    f"{st} disagree with the records {BatchStats(*seen)}",
+                    f"shared section {e.topic}/{e.partition}: trailer stats "
+                    f"{BatchStats(*e[:8])} disagree with the records {BatchStats(*seen)}",
                 )
 
 
@@ -403,7 +524,8 @@ aggregation costs about a millisecond however few groups it has."""
 
 def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[BatchStats]:
     """The stats of each section's rows of a whole block batch."""
-    return [BatchStats(*figures) for figures in _section_figures(batch, sections)]
+    spans = [(s.start, s.count) for s in sections]
+    return [BatchStats(*figures) for figures in _section_figures(batch, spans)]
 
 
 _Figures = tuple[int, int, int, int, int, int, int, int | None]
@@ -424,12 +546,13 @@ def _figures(st: BatchStats) -> _Figures:
     )
 
 
-def _section_figures(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[_Figures]:
-    """``section_stats`` as tuples: for many sections in one grouped aggregation rather
-    than a few compute calls per section."""
+def _section_figures(batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]) -> list[_Figures]:
+    """``section_stats`` as tuples, of the sections at (first row, rows) ``sections``: for
+    many sections in one grouped aggregation rather than a few compute calls per
+    section."""
     if len(sections) <= FEW_SECTIONS:
-        return [_figures(batch_stats(batch.slice(s.start, s.count))) for s in sections]
-    ends = [s.start + s.count for s in sections]
+        return [_figures(batch_stats(batch.slice(start, count))) for start, count in sections]
+    ends = [start + count for start, count in sections]
     ids = pc.run_end_decode(
         pa.RunEndEncodedArray.from_arrays(
             pa.array(ends, pa.int32()), pa.array(range(len(sections)), pa.int32())
@@ -470,14 +593,14 @@ def _section_figures(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -
     offsets = int64_view(batch.column(0))
     return [
         (
-            offsets[s.start],
-            offsets[s.start + s.count - 1],
-            s.count,
+            offsets[start],
+            offsets[start + count - 1],
+            count,
             tombstones[i],
             size[i],
             min_ts[i],
             max_ts[i],
             None if horizon[i] is None or horizon[i] == NO_HORIZON else horizon[i],
         )
-        for i, s in enumerate(sections)
+        for i, (start, count) in enumerate(sections)
     ]

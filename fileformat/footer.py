@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Final, Protocol
 
 from compactor.fileformat.batches import NO_HORIZON, BatchStats
 from compactor.fileformat.framing import (
@@ -21,6 +21,29 @@ from compactor.fileformat.framing import (
 )
 from compactor.fileformat.meta import SectionMeta, section_key
 from compactor.fileformat.section import encode_topic, read_topic_partition, stats_problem
+
+
+class Figures(Protocol):
+    """What a footer entry records of a section's records (a ``BatchStats``, a
+    ``SectionMeta``, a block's ``TableEntry``)."""
+
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def tombstones(self) -> int: ...
+    @property
+    def uncompressed_bytes(self) -> int: ...
+    @property
+    def min_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def min_delete_horizon(self) -> int | None: ...
+
 
 FOOTER_ENTRY: Final = struct.Struct("<QQqqQQQqqq")
 """After topic and partition: position, length, first offset, last offset, record count,
@@ -44,11 +67,9 @@ def encode_footer_entry(s: SectionMeta, topic: bytes) -> bytes:
     return footer_entry(topic, s.partition, s.position, s.length, s)
 
 
-def footer_entry(
-    topic: bytes, partition: int, position: int, length: int, s: BatchStats | SectionMeta
-) -> bytes:
+def footer_entry(topic: bytes, partition: int, position: int, length: int, s: Figures) -> bytes:
     """The version-2 footer entry of a section at ``position`` whose records ``s``
-    describes (a shared section's, from its block's table, without a SectionMeta)."""
+    describes (a shared section's from its block's table entry, without a SectionMeta)."""
     return (
         U16.pack(len(topic))
         + topic

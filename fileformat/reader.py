@@ -274,7 +274,7 @@ class StreamReader:
             ):
                 block, entries = self._block(payload, at)
                 length = inp.position - at
-                shared = block.sections  # strictly sorted (parse_section_table)
+                shared = block.sections.entries  # strictly sorted (parse_section_table)
                 if previous is not None and shared[0].key <= previous:
                     first = shared[0]
                     raise FormatError(
@@ -324,7 +324,7 @@ class StreamReader:
             hit = MEMO.take(key)
             if hit is not None:
                 return block, cast(list[bytes], hit)
-        entries = [footer_entry(s.key[0], s.partition, at, size, s.trailer.stats) for s in sections]
+        entries = [footer_entry(e.key[0], e.partition, at, size, e) for e in sections.entries]
         if memo and role == "first":
             MEMO.put(key, entries, 2 * len(table))
         return block, entries

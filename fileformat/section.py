@@ -211,19 +211,29 @@ class TrailerHead:
         to last, as an L0 file's sections are) and its bitmap is byte for byte the one the
         writer makes of such offsets (``dense_bitmap``), which passes every check
         ``offsets()`` makes. Any other bytes take the whole check."""
-        stats = self.stats
-        count = stats.record_count
-        if (
-            self.kind == KIND_ROARING32
-            and stats.last_offset - stats.first_offset + 1 == count
-            and self.bitmap == dense_bitmap(count)
+        st = self.stats
+        bitmap = self.bitmap
+        if not is_dense_bitmap(
+            self.kind, st.first_offset, st.last_offset, st.record_count, bitmap, 0, len(bitmap)
         ):
-            return
-        self.offsets()
+            self.offsets()
 
     def trailer(self) -> Trailer:
         """The whole trailer, its bitmap read and checked."""
         return Trailer(self.stats, self.index, self.offsets(), self.version)
+
+
+def is_dense_bitmap(
+    kind: int, first: int, last: int, count: int, data: bytes, start: int, end: int
+) -> bool:
+    """Whether ``data[start:end]``, the bitmap of a section of ``count`` offsets from
+    ``first`` to ``last``, is byte for byte the one the writer makes of a dense section
+    (every offset from first to last): such a bitmap passes every check of
+    ``TrailerHead.offsets()``. Compared in place, without a copy."""
+    if kind != KIND_ROARING32 or last - first + 1 != count:
+        return False
+    dense = dense_bitmap(count)
+    return end - start == len(dense) and data.startswith(dense, start)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1382,11 +1382,21 @@ def table_payloads(data: bytes) -> list[tuple[int, bytes]]:
 
 
 def parse_outcome(payload: bytes, base: int) -> object:
-    """What parsing a table gives: its sections, or the FormatError's message."""
+    """What parsing a table gives: its sections (every one made from its entry), or the
+    FormatError's message."""
     try:
-        return block_module._parse_section_table(payload, base, NAME)
+        return tuple(block_module._parse_section_table(payload, base, NAME))
     except FormatError as e:
         return str(e)
+
+
+def bitmap_outcome(check: Callable[[], object]) -> str | None:
+    """None if ``check`` passes, else its FormatError's message."""
+    try:
+        check()
+    except FormatError as e:
+        return str(e)
+    return None
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1411,6 +1421,12 @@ def test_table_entries_parse_alike_without_the_usual_entry_path(
         m.setattr(block_module, "_usual_entry", lambda *args: None)
         slow = [parse_outcome(payload, base) for base, payload in cases]
     assert fast == slow
+    for base, payload in cases:  # a table's bitmap check, by bytes where dense, is offsets()'
+        if isinstance(parse_outcome(payload, base), tuple):
+            table = block_module._parse_section_table(payload, base, NAME)
+            assert bitmap_outcome(table.check_bitmaps) == bitmap_outcome(
+                lambda: [s.trailer.offsets() for s in table]  # noqa: B023
+            )
     usual = block_module._usual_entry
     taken = []
 

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 from compactor.fileformat import SectionReader, StreamReader
-from compactor.fileformat.block import SharedSection
+from compactor.fileformat.block import TableEntry
 from compactor.fileformat.reader import SharedRun
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.gather import GroupRows
@@ -33,10 +33,10 @@ class _Table:
 
     __slots__ = ("keys", "counts", "sizes")
 
-    def __init__(self, sections: Sequence[SharedSection]) -> None:
-        self.keys = [s.key for s in sections]
-        self.counts = [s.count for s in sections]
-        self.sizes = [s.trailer.stats.uncompressed_bytes for s in sections]
+    def __init__(self, entries: Sequence[TableEntry]) -> None:
+        self.keys = [e.key for e in entries]
+        self.counts = [e.record_count for e in entries]
+        self.sizes = [e.uncompressed_bytes for e in entries]
 
 
 _NO_TABLE = _Table(())
@@ -123,7 +123,7 @@ class SectionMerge:
                     continue
                 at, table = self._at[i], self._tables[i]
                 end = bisect.bisect_right(table.keys, last, at)
-                sections = run.block.sections
+                sections = run.block.sections.entries
                 rows.add_run(
                     run.block,
                     sections[at].start,
@@ -149,7 +149,7 @@ class SectionMerge:
         run = self._runs[i]
         if run is not None and self._at[i] + 1 < len(run.block.sections):
             self._at[i] += 1
-            shared = run.block.sections[self._at[i]]
+            shared = run.block.sections.entries[self._at[i]]
             self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
         else:
             self._next_unit(i)
@@ -164,8 +164,8 @@ class SectionMerge:
             self._keys[i] = self._parts[i] = None
         elif isinstance(unit, SharedRun):
             self._runs[i] = unit
-            self._tables[i] = _Table(unit.block.sections)
-            shared = unit.block.sections[0]
+            self._tables[i] = _Table(unit.block.sections.entries)
+            shared = unit.block.sections.entries[0]
             self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
         else:
             self._framed[i] = unit
