@@ -107,6 +107,22 @@ def strictly_increasing(offsets: pa.Array) -> bool:
     return not pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
 
 
+def descents(offsets: pa.Array) -> set[int]:
+    """The rows of a null-free int64 array whose value does not exceed the one before:
+    where a batch of many sections' records may start a section, and nowhere else."""
+    n = len(offsets)
+    if n < 2:
+        return set()
+    found = pc.indices_nonzero(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1)))
+    return {i + 1 for i in found.to_pylist()}
+
+
+def header_offsets(batch: pa.RecordBatch) -> memoryview:
+    """Where each record's headers start among the header items of a batch of
+    RECORD_SCHEMA (one more than its rows): record i has ``h[i + 1] - h[i]`` headers."""
+    return _offsets_view(batch.column(_HEADERS))
+
+
 _HEADERS_TYPE = RECORD_SCHEMA.field(_HEADERS).type
 _NOT_HEADERS = [i for i in range(len(RECORD_SCHEMA)) if i != _HEADERS]
 _no_headers: list[pa.Array] = []

@@ -28,6 +28,7 @@ from compactor.fileformat.batches import (
     RECORD_OVERHEAD,
     BatchStats,
     batch_stats,
+    descents,
     int64_view,
     record_sizes,
 )
@@ -87,7 +88,7 @@ class TableEntry(NamedTuple):
     """One entry of a block's section table as plain values, cheap to make for 10,000s
     of entries: what a job reads of every section. Its first eight fields are its stats,
     in ``BatchStats``'s order and with its names (``entry[:8]`` are a section's figures,
-    see ``_section_figures``)."""
+    see ``section_figures``)."""
 
     first_offset: int
     last_offset: int
@@ -497,16 +498,11 @@ def check_block_batch(
                 f"shared section {e.topic}/{e.partition} holds offsets {first}..{final}, "
                 f"its trailer says {e.first_offset}..{e.last_offset}",
             )
-    n = batch.num_rows
-    if n > 1:
-        column = batch.column(0)
-        descents = pc.indices_nonzero(pc.less_equal(column.slice(1), column.slice(0, n - 1)))
-        starts = {e.start for e in entries}
-        if any(i + 1 not in starts for i in descents.to_pylist()):
-            raise FormatError(object_name, at, "offsets do not strictly increase in a section")
+    if descents(batch.column(0)) - {e.start for e in entries}:
+        raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if whole:
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
-        figures = _section_figures(batch, [(e.start, e.record_count) for e in entries])
+        figures = section_figures(batch, [(e.start, e.record_count) for e in entries])
         for e, seen in zip(entries, figures, strict=True):
             if seen != e[:8]:
                 raise FormatError(
@@ -525,7 +521,7 @@ aggregation costs about a millisecond however few groups it has."""
 def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[BatchStats]:
     """The stats of each section's rows of a whole block batch."""
     spans = [(s.start, s.count) for s in sections]
-    return [BatchStats(*figures) for figures in _section_figures(batch, spans)]
+    return [BatchStats(*figures) for figures in section_figures(batch, spans)]
 
 
 _Figures = tuple[int, int, int, int, int, int, int, int | None]
@@ -546,7 +542,7 @@ def _figures(st: BatchStats) -> _Figures:
     )
 
 
-def _section_figures(batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]) -> list[_Figures]:
+def section_figures(batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]) -> list[_Figures]:
     """``section_stats`` as tuples, of the sections at (first row, rows) ``sections``: for
     many sections in one grouped aggregation rather than a few compute calls per
     section."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,11 +15,13 @@ from compactor.fileformat.batches import (
     batch_stats,
     batching_weight,
     concat,
+    descents,
+    header_offsets,
     int64_view,
     plan_slices,
 )
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
-from compactor.fileformat.block import encode_section_table
+from compactor.fileformat.block import encode_section_table, section_figures
 from compactor.fileformat.footer import encode_footer, encode_tail
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
@@ -100,10 +102,17 @@ class _SharedSection:
 
     __slots__ = ("topic", "partition", "batches", "stats", "offsets")
 
-    def __init__(self, section: _OpenSection, stats: BatchStats, offsets: OffsetSet) -> None:
-        self.topic = section.topic
-        self.partition = section.partition
-        self.batches = section.held
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[pa.RecordBatch],
+        stats: BatchStats,
+        offsets: OffsetSet,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.batches = batches
         self.stats = stats
         self.offsets = offsets
 
@@ -350,18 +359,90 @@ class FileWriter:
         return meta
 
     def _share(self, section: _OpenSection) -> None:
-        """Adds a closed small section to the open block, writing the block first if
-        the section would make it heavier than ``block_bytes``."""
-        if self._block_weight + section.held_weight > self._block_limit:
-            self._write_block()
+        """Adds a closed small section to the open block."""
         assert section.stats is not None
-        builder = OffsetSetBuilder(section.stats.first_offset)
-        for batch in section.held:
+        self._add_shared(
+            section.topic,
+            section.partition,
+            section.held,
+            section.stats,
+            section.held_bytes,
+            section.held_weight,
+        )
+
+    def _add_shared(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[pa.RecordBatch],
+        stats: BatchStats,
+        logical: int,
+        weight: int,
+    ) -> None:
+        """Adds a small section of ``batches`` to the open block, writing the block first
+        if the section would make it heavier than ``block_bytes``."""
+        if self._block_weight + weight > self._block_limit:
+            self._write_block()
+        builder = OffsetSetBuilder(stats.first_offset)
+        for batch in batches:
             builder.add_column(batch.column(0))
-        self._block.append(_SharedSection(section, section.stats, builder.build()))
-        self._block_bytes += section.held_bytes
-        self._block_weight += section.held_weight
-        self._last_key = section_key(section.topic, section.partition)
+        self._block.append(_SharedSection(topic, partition, batches, stats, builder.build()))
+        self._block_bytes += logical
+        self._block_weight += weight
+        self._last_key = section_key(topic, partition)
+
+    def write_sections(self, sections: Sequence[tuple[str, int, pa.RecordBatch]]) -> None:
+        """``write_section`` of each (topic, partition, one batch), in order; a section
+        without records is skipped. The file's bytes are the same as those calls would
+        make, but a run of small sections is checked and measured at once: one
+        concatenation of their records, one order check and one grouped aggregation for
+        their stats and weights, rather than a few Arrow calls per section. Sections that
+        are not small, and any run that fails a check (then each section's own check
+        raises, as ``write_section`` would), take ``write_section``."""
+        self._state(want_open=False)
+        items = [item for item in sections if item[2].num_rows]
+        measured = self._measured(items) if self._share_below and len(items) > 1 else None
+        if measured is None:
+            for topic, partition, batch in items:
+                self.write_section(topic, partition, (batch,))
+            return
+        for (topic, partition, batch), (stats, weight) in zip(items, measured, strict=True):
+            if weight < self._share_below:
+                self._add_shared(topic, partition, [batch], stats, stats.uncompressed_bytes, weight)
+            else:
+                self.write_section(topic, partition, (batch,))
+
+    def _measured(
+        self, items: Sequence[tuple[str, int, pa.RecordBatch]]
+    ) -> list[tuple[BatchStats, int]] | None:
+        """Each section's stats and batching weight, if every section passes the checks
+        of ``begin_section`` and ``write_batch``; else None."""
+        last = self._last_key
+        for topic, partition, _ in items:
+            if not _valid_key(topic, partition):
+                return None
+            key = section_key(topic, partition)
+            if last is not None and key <= last:
+                return None
+            last = key
+        try:
+            records = pa.concat_batches([batch for _, _, batch in items])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        if batch_problem(records, ordered=False) is not None:
+            return None
+        spans, at = [], 0
+        for _, _, batch in items:
+            spans.append((at, batch.num_rows))
+            at += batch.num_rows
+        if descents(records.column(0)) - {start for start, _ in spans}:
+            return None
+        figures = section_figures(records, spans)
+        items_at = header_offsets(records)
+        return [
+            (BatchStats(*f), f[4] + 8 * (items_at[start + count] - items_at[start]))
+            for f, (start, count) in zip(figures, spans, strict=True)
+        ]
 
     def _write_block(self) -> None:
         """Writes the open block (FORMAT.md section 13), if it holds any section. Its
@@ -418,6 +499,15 @@ class FileWriter:
         self._emit(encode_tail(footer, self._version))
         self._finished = True
         return FileMeta(tuple(self._sections), self._position, self._version)
+
+
+def _valid_key(topic: str, partition: int) -> bool:
+    """Whether ``begin_section`` takes this topic and partition."""
+    try:
+        encode_section_header(topic, partition)
+    except ValueError:
+        return False
+    return True
 
 
 def write_file(

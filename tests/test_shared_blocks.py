@@ -37,7 +37,7 @@ from compactor.fileformat import (
     section_key,
     verify_stream,
 )
-from compactor.fileformat.batches import batch_stats
+from compactor.fileformat.batches import batch_stats, batching_weight
 from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSetBuilder
 from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail, parse_footer
@@ -1445,3 +1445,81 @@ def test_table_entries_parse_alike_without_the_usual_entry_path(
         for base, payload in tables:
             block_module._parse_section_table(payload, base, NAME)
     assert taken == expected
+
+
+def _write_both(
+    sections: list[tuple[str, int, pa.RecordBatch]], cuts: list[int], share_below: int
+) -> tuple[object, object]:
+    """A file written section by section and one written by ``write_sections`` in runs
+    cut at ``cuts``: each as (bytes, meta, offset index), or the ValueError's message."""
+
+    def one(runs: bool) -> object:
+        sink, index = io.BytesIO(), IndexBuilder()
+        writer = FileWriter(
+            sink,
+            object_name=NAME,
+            share_below=share_below,
+            block_bytes=4 * share_below,
+            max_batch_bytes=2000,
+            index=index,
+        )
+        try:
+            if runs:
+                bounds = [0, *sorted(c % (len(sections) + 1) for c in cuts), len(sections)]
+                for a, b in zip(bounds, bounds[1:], strict=False):
+                    writer.write_sections(sections[a:b])
+            else:
+                for topic, partition, batch in sections:
+                    if batch.num_rows:
+                        writer.write_section(topic, partition, [batch])
+            meta = writer.finish()
+        except ValueError as e:
+            return str(e)
+        assert writer.footer_crc is not None
+        return sink.getvalue(), meta, index.build(meta, writer.footer_crc)
+
+    return one(False), one(True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(0, 60), min_size=1, max_size=30),
+    seed=st.integers(0, 2**32),
+    cuts=st.lists(st.integers(0, 100), max_size=3),
+    share_below=st.sampled_from([200, 2000, 20_000]),
+    flaw=st.sampled_from([None, None, "order", "key"]),
+)
+def test_write_sections_writes_what_write_section_does(
+    sizes: list[int], seed: int, cuts: list[int], share_below: int, flaw: str | None
+) -> None:
+    """``FileWriter.write_sections`` (a group's survivors: many sections of one batch each)
+    writes the same bytes, footer and offset index as ``write_section`` per section, with
+    small and framed sections, empty ones, every kind of record, in runs of any length;
+    and a section out of order, or with offsets that do not increase, fails with the same
+    error."""
+    rnd = random.Random(seed)
+    sections = []
+    for p, n in enumerate(sizes):
+        records = gen_records(rnd, n, keys=5)
+        topic = "a" if p < len(sizes) // 2 else "b"
+        sections.append((topic, p, records_to_batch(records)))
+    if flaw == "order" and any(b.num_rows > 1 for _, _, b in sections):
+        i = next(i for i, (_, _, b) in enumerate(sections) if b.num_rows > 1)
+        t, p, b = sections[i]
+        sections[i] = (t, p, pa.concat_batches([b.slice(1), b.slice(0, 1)]))
+    if flaw == "key" and len(sections) > 1:
+        sections[-1], sections[0] = sections[0], sections[-1]
+    alone, runs = _write_both(sections, cuts, share_below)
+    assert runs == alone
+    if flaw is None:
+        assert isinstance(alone, tuple)
+
+
+def test_write_sections_frames_a_section_that_weighs_exactly_share_below() -> None:
+    heavy = records_to_batch([Record(i, 0, b"k", b"v" * 50, (("h", b"x"),)) for i in range(9)])
+    light = records_to_batch([Record(0, 0, b"k", b"v", ())])
+    weight = batching_weight(heavy)[1]
+    sections = [("a", 0, light), ("a", 1, heavy), ("a", 2, light)]
+    alone, runs = _write_both(sections, [], weight)
+    assert runs == alone and isinstance(alone, tuple)
+    assert [s.position for s in alone[1].sections].count(alone[1].sections[0].position) == 1

@@ -23,20 +23,20 @@ from compactor.worker.gather import GroupRows
 Key = tuple[bytes, int]
 """A section's place in the order of a file (``fileformat.meta.section_key``)."""
 
-LOOK_AHEAD = 256
-"""``pending_shared`` looks this many sections ahead in each input at most."""
-
 
 class _Table:
     """A shared block's section table as columns: each section's key, rows and logical
-    bytes (what a group's walk reads of every section, without an attribute chain each)."""
+    bytes (what a group's walk reads of every section, without an attribute chain each),
+    and the logical bytes of the sections before each (``before[i]``, one more than
+    there are sections), to find where a run of them reaches a weight by a bisect."""
 
-    __slots__ = ("keys", "counts", "sizes")
+    __slots__ = ("keys", "counts", "sizes", "before")
 
     def __init__(self, entries: Sequence[TableEntry]) -> None:
         self.keys = [e.key for e in entries]
         self.counts = [e.record_count for e in entries]
         self.sizes = [e.uncompressed_bytes for e in entries]
+        self.before = list(itertools.accumulate(self.sizes, initial=0))
 
 
 _NO_TABLE = _Table(())
@@ -76,8 +76,8 @@ class SectionMerge:
         topic, partition, its sections' logical bytes together): up to the first framed
         section and to where an input's block ends, beyond which a partition may have
         sections not yet seen. Each input is looked at only until its own sections weigh
-        its share of ``budget`` (or for ``LOOK_AHEAD`` sections): a walk that needs
-        ``budget`` bytes more may have to ask again, but never reads far past them."""
+        its share of ``budget``: a walk that needs ``budget`` bytes more may have to ask
+        again, but never reads far past them."""
         horizon: Key | None = None
         sizes: dict[Key, int] = {}
         share = max(1, budget // max(1, sum(run is not None for run in self._runs)))
@@ -89,8 +89,8 @@ class SectionMerge:
                 horizon = _before(key) if horizon is None else min(horizon, _before(key))
                 continue
             at, table = self._at[i], self._tables[i]
-            weights = list(itertools.accumulate(table.sizes[at : at + LOOK_AHEAD]))
-            end = at + min(bisect.bisect_left(weights, share) + 1, len(weights))
+            before = table.before
+            end = min(bisect.bisect_left(before, before[at] + share, at + 1), len(before) - 1)
             horizon = table.keys[end - 1] if horizon is None else min(horizon, table.keys[end - 1])
             for k, size in zip(table.keys[at:end], table.sizes[at:end], strict=True):
                 sizes[k] = sizes.get(k, 0) + size

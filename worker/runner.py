@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -96,25 +96,34 @@ class _GroupOutput:
     def write_partition(
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
     ) -> None:
-        started = False
+        writer = None
         for batch in gathered(weighed(batches, _gathered_size), COALESCE_BYTES):
-            if self.writer is None:
-                self.upload = self.store.open_multipart(self.key, if_none_match=True)
-                self.writer = FileWriter(
-                    self.upload,
-                    object_name=self.key,
-                    compression=self.compression,
-                    encode_ahead=True,
-                    index=self.index,
-                    share_below=SHARE_BELOW,
-                )
-            if not started:
-                self.writer.begin_section(topic, partition)
-                started = True
-            self.writer.write_batch(batch)
-        if started:
-            assert self.writer is not None
-            self.writer.end_section()
+            if writer is None:
+                writer = self._writer()
+                writer.begin_section(topic, partition)
+            writer.write_batch(batch)
+        if writer is not None:
+            writer.end_section()
+
+    def write_partitions(self, sections: Sequence[tuple[str, int, pa.RecordBatch]]) -> None:
+        """Many partitions of one batch each, in order (a group's survivors): their
+        small sections checked and measured at once (``FileWriter.write_sections``)."""
+        if any(batch.num_rows for _, _, batch in sections):
+            self._writer().write_sections(sections)
+
+    def _writer(self) -> FileWriter:
+        """The file's writer, its upload opened at the first record."""
+        if self.writer is None:
+            self.upload = self.store.open_multipart(self.key, if_none_match=True)
+            self.writer = FileWriter(
+                self.upload,
+                object_name=self.key,
+                compression=self.compression,
+                encode_ahead=True,
+                index=self.index,
+                share_below=SHARE_BELOW,
+            )
+        return self.writer
 
     def finish(self, now_ms: int) -> tuple[LiveFile, tuple[SectionMeta, ...]] | None:
         """The output file and its sections, None if no record reached it."""
@@ -495,8 +504,13 @@ def _run_group(
                 partition=part.partition,
             )
     kept = group_survivors(records, group, stats)
+    written: dict[str, list[tuple[str, int, pa.RecordBatch]]] = {}
     for part, survivors in zip(group.parts, kept, strict=True):
-        _write_survivors(part, iter((survivors,)), outputs[part.group], stats, progress)
+        for batch in _reaching_output(part, iter((survivors,)), stats):
+            written.setdefault(part.group, []).append((part.topic, part.partition, batch))
+    for name, sections in written.items():
+        outputs[name].write_partitions(sections)
+    progress.poll()
 
 
 def _write_survivors(
@@ -508,12 +522,19 @@ def _write_survivors(
 ) -> None:
     """A partition's survivors, less what retention.ms removes from its start, written to
     its output group."""
+    survivors = _reaching_output(part, survivors, stats)
+    output.write_partition(part.topic, part.partition, _polled(survivors, progress))
+    progress.poll()
+
+
+def _reaching_output(
+    part: Partition, survivors: Iterator[pa.RecordBatch], stats: CompactionStats
+) -> Iterator[pa.RecordBatch]:
+    """A partition's survivors less what retention.ms removes from its start, counted."""
     stats.partitions += 1
     if part.policy.retention_cutoff_ms is not None:
         survivors = drop_expired_prefix(survivors, part.policy.retention_cutoff_ms, stats)
-    survivors = counted(survivors, stats)
-    output.write_partition(part.topic, part.partition, _polled(survivors, progress))
-    progress.poll()
+    return counted(survivors, stats)
 
 
 @contextlib.contextmanager
