@@ -22,7 +22,6 @@ from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from compactor.fileformat.block import (
     Block,
-    SharedSection,
     check_block_end,
     parse_section_table,
 )
@@ -558,62 +557,60 @@ class SharedRun:
 
     def reader(self, i: int) -> SharedSectionReader:
         """The block's i-th section, as a SectionReader."""
-        return SharedSectionReader(
-            self.stream, self.block, self.block.sections[i], self.position, self.length
-        )
+        return SharedSectionReader(self.stream, self.block, i, self.position, self.length)
 
     def readers(self) -> Iterator[SharedSectionReader]:
         return (self.reader(i) for i in range(len(self.block.sections)))
 
     @property
     def placeable(self) -> bool:
-        """Whether its sections may be taken by their place in the block (``place``): not
-        when the stream verifies, which reads every section through ``batches``."""
+        """Whether its sections may be taken by their place in the block (a group's run of
+        them, ``SectionMerge.take_upto``): not when the stream verifies, which reads every
+        section through ``batches``."""
         return self.stream.placeable
 
 
 class SharedSectionReader(SectionReader):
     """A section of a shared block (FORMAT.md section 13): its meta and offsets are known
     from the block's table at once; its batch is its rows of the block's batch, which is
-    decoded and checked once for all the block's sections."""
+    decoded and checked once for all the block's sections. It reads its table entry
+    (``TableEntry``); the entry's ``SharedSection``, with the trailer, is made only for
+    ``offsets``."""
 
     def __init__(
-        self,
-        stream: StreamReader,
-        block: Block,
-        shared: SharedSection,
-        position: int,
-        length: int,
+        self, stream: StreamReader, block: Block, index: int, position: int, length: int
     ) -> None:
-        # Not SectionReader.__init__: a job makes one of these per section of every input,
-        # twice, and needs none of a framed section's state.
-        self.topic = shared.topic
-        self.partition = shared.partition
-        self.key = shared.key
+        # Not SectionReader.__init__: a reader of small sections makes one of these per
+        # section, and needs none of a framed section's state.
+        entry = block.sections.entries[index]
+        self.topic = entry.topic
+        self.partition = entry.partition
+        self.key = entry.key
         self.position = position
         self._length = length
         self._stream = stream
         self._block = block
-        self._shared = shared
+        self._index = index
+        self._entry = entry
         self._offsets: OffsetSet | None = None
         self._done = False
 
     @property
     def meta(self) -> SectionMeta:  # type: ignore[override]
         """Made when first asked for (a compaction never asks)."""
-        s = self._shared
-        return s.trailer.stats.section_meta(s.topic, s.partition, self.position, self._length)
+        e = self._entry
+        return BatchStats(*e[:8]).section_meta(e.topic, e.partition, self.position, self._length)
 
     @property
     def offsets(self) -> OffsetSet:
         """Deserialized and checked when first asked for (a compaction never asks)."""
         if self._offsets is None:
-            self._offsets = self._shared.trailer.offsets()
+            self._offsets = self._block.sections[self._index].trailer.offsets()
         return self._offsets
 
     @property
     def logical_bytes(self) -> int:
-        return self._shared.trailer.stats.uncompressed_bytes
+        return self._entry.uncompressed_bytes
 
     @property
     def batch_positions(self) -> list[int]:
@@ -621,15 +618,16 @@ class SharedSectionReader(SectionReader):
 
     @property
     def batch_firsts(self) -> list[int]:
-        return [self._shared.trailer.stats.first_offset]
+        return [self._entry.first_offset]
 
     def batches(self, fields: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         if self._done:
             return
         self._done = True
-        batch = self._block.rows(self._shared, fields)
+        e = self._entry
+        batch = self._block.shaped(fields).slice(e.start, e.record_count)
         if self._stream._verify:
-            builder = OffsetSetBuilder(self._shared.trailer.stats.first_offset)
+            builder = OffsetSetBuilder(e.first_offset)
             builder.add_column(batch.column(0))
             if builder.build() != self.offsets:
                 raise FormatError(
@@ -642,22 +640,6 @@ class SharedSectionReader(SectionReader):
 
     def skip(self) -> None:
         self._done = True
-
-    @property
-    def placeable(self) -> bool:
-        """Whether ``place`` may be asked for (not by a verifying stream)."""
-        return self._stream.placeable
-
-    def place(self, fields: Sequence[str] | None = None) -> tuple[pa.RecordBatch, int, int]:
-        """Where the section's rows are, instead of them: (its block's batch, whole or with
-        ``fields`` as ``batches`` gives them, the section's first row in it, its row
-        count). The section is then read, as after ``batches``; a verifying stream reads
-        it through ``batches``, whose checks a place skips."""
-        if self._done or not self.placeable:
-            raise RuntimeError("place() is for an unread section of a non-verifying stream")
-        self._done = True
-        shared = self._shared
-        return self._block.shaped(fields), shared.start, shared.count
 
 
 def verify_stream(source: Source, *, object_name: str, size: int | None = None) -> FileMeta:
