@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -115,6 +116,14 @@ def descents(offsets: pa.Array) -> set[int]:
         return set()
     found = pc.indices_nonzero(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1)))
     return {i + 1 for i in found.to_pylist()}
+
+
+def run_labels(ends: Sequence[int], labels: Sequence[int]) -> pa.Array:
+    """Each row's label, as int32, for runs of rows that end (exclusive, ascending) at
+    ``ends`` and are labelled ``labels``: run i is rows ``ends[i - 1]..ends[i]``."""
+    return pc.run_end_decode(
+        pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(labels, pa.int32()))
+    )
 
 
 def header_offsets(batch: pa.RecordBatch) -> memoryview:

@@ -31,6 +31,7 @@ from compactor.fileformat.batches import (
     descents,
     int64_view,
     record_sizes,
+    run_labels,
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32
 from compactor.fileformat.errors import FormatError
@@ -425,10 +426,11 @@ class Block:
         self._decoded = (tuple(range(len(RECORD_SCHEMA))) if whole else indices, batch)
         return batch
 
-    def rows(self, section: SharedSection, fields: Sequence[str] | None = None) -> pa.RecordBatch:
-        """A section's rows, whole or with ``fields`` (and the offset) in schema order,
-        as ``SectionReader.batches`` gives them."""
-        return self.shaped(fields).slice(section.start, section.count)
+    def rows(self, start: int, count: int, fields: Sequence[str] | None = None) -> pa.RecordBatch:
+        """The ``count`` rows from ``start`` (a section's, or a run of sections'), whole
+        or with ``fields`` (and the offset) in schema order, as ``SectionReader.batches``
+        gives them."""
+        return self.shaped(fields).slice(start, count)
 
     def shaped(self, fields: Sequence[str] | None = None) -> pa.RecordBatch:
         """The block's batch, whole or with ``fields`` (and the offset) in schema order."""
@@ -549,11 +551,7 @@ def section_figures(batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]) 
     if len(sections) <= FEW_SECTIONS:
         return [_figures(batch_stats(batch.slice(start, count))) for start, count in sections]
     ends = [start + count for start, count in sections]
-    ids = pc.run_end_decode(
-        pa.RunEndEncodedArray.from_arrays(
-            pa.array(ends, pa.int32()), pa.array(range(len(sections)), pa.int32())
-        )
-    )
+    ids = run_labels(ends, range(len(sections)))
     values = batch.column("value")
     tombstone = pc.is_null(values)
     table = pa.table(

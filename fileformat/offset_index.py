@@ -239,7 +239,8 @@ def read_from_batch(
     data = bytes(read_range(start, section.position + section.length))
     if data[: len(TAG_SHARED_BATCH)] == TAG_SHARED_BATCH and start == section.position:
         block = read_block(data, start, object_name)
-        yield block.rows(block.find(section.topic, section.partition))
+        shared = block.find(section.topic, section.partition)
+        yield block.rows(shared.start, shared.count)
         return
     cur = Cursor(data, start, object_name)
     for _ in section.batches[batch:]:

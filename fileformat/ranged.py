@@ -389,7 +389,9 @@ def _shared_rows(
         target = shared.trailer.offsets().next_present(from_offset)
         if target is None:
             return
-    batch = block.rows(shared)  # the block's records are checked against its whole table
+    batch = block.rows(
+        shared.start, shared.count
+    )  # the block's records are checked against its whole table
     if target is not None:
         offsets = int64_view(batch.column(0))
         i = bisect.bisect_left(offsets, target)

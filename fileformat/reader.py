@@ -625,7 +625,7 @@ class SharedSectionReader(SectionReader):
             return
         self._done = True
         e = self._entry
-        batch = self._block.shaped(fields).slice(e.start, e.record_count)
+        batch = self._block.rows(e.start, e.record_count, fields)
         if self._stream._verify:
             builder = OffsetSetBuilder(e.first_offset)
             builder.add_column(batch.column(0))

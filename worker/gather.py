@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.fileformat import SectionReader
-from compactor.fileformat.batches import RECORD_OVERHEAD, concat
+from compactor.fileformat.batches import RECORD_OVERHEAD, concat, run_labels
 from compactor.fileformat.block import Block
 
 GATHER_BYTES = 64 << 10
@@ -111,7 +111,7 @@ class GroupRows:
         """Takes the rows from ``start`` of a shared block's batch: sections of the
         partitions ``ordinals``, ``counts`` rows each, one after another."""
         rows = sum(counts)
-        self._pieces.append(block.shaped(self.fields).slice(start, rows))
+        self._pieces.append(block.rows(start, rows, self.fields))
         self._ordinals += ordinals
         self._counts += counts
         self._rows += rows
@@ -140,10 +140,5 @@ class GroupRows:
         ordinals = self._ordinals
         if all(map(operator.le, ordinals, itertools.islice(ordinals, 1, None))):
             return rows, per_partition
-        ends = list(itertools.accumulate(self._counts))
-        of_row = pc.run_end_decode(
-            pa.RunEndEncodedArray.from_arrays(
-                pa.array(ends, pa.int32()), pa.array(ordinals, pa.int32())
-            )
-        )
+        of_row = run_labels(list(itertools.accumulate(self._counts)), ordinals)
         return rows.take(pc.sort_indices(of_row)), per_partition
