@@ -1,15 +1,20 @@
 """The byte-level building blocks of a file (FORMAT.md, "Framing"): magic, version, frames.
 
 All integers are little-endian. A frame is ``tag[4] | length u32 | crc u32 | payload``, and
-its CRC (zlib.crc32, CRC-32/ISO-HDLC) covers the tag, the length and the payload, so a
+its CRC (CRC-32/ISO-HDLC, zlib's) covers the tag, the length and the payload, so a
 reader rejects a frame before it interprets any of its payload.
+
+The CRC is computed by ISA-L (``isal``): the same function as ``zlib.crc32``, about 3.5
+times faster on a store's frames here (``python -m bench.crc``). A job computes it over
+every byte it reads, once per pointer, and every byte it writes.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Any, Final
+
+from isal.isal_zlib import crc32
 
 from compactor.fileformat.errors import FormatError
 
@@ -52,8 +57,8 @@ MIN_FILE_SIZE: Final = FILE_HEADER.size + FRAME_HEADER.size + 4 + FILE_TAIL.size
 
 
 def frame_crc(tag: bytes, length: int, payload: bytes | memoryview) -> int:
-    """The CRC of a frame: zlib.crc32 over tag, little-endian u32 length, then payload."""
-    return zlib.crc32(payload, zlib.crc32(tag + length.to_bytes(4, "little")))
+    """The CRC of a frame: CRC-32 over tag, little-endian u32 length, then payload."""
+    return crc32(payload, crc32(tag + length.to_bytes(4, "little")))
 
 
 def encode_frame_header(tag: bytes, payload: bytes | memoryview) -> bytes:
