@@ -30,6 +30,11 @@ late, never reached, reads the same)."""
 SMALL_BATCH = 64
 """Batches with at most this many records take pure-Python paths: a compute call costs
 more than it saves there."""
+FEW_NULLS = 32
+"""A binary column with at most this many nulls has its values' lengths summed from its
+offsets, less each null slot's span, in Python: three compute calls (lengths, cast, sum)
+cost more than that walk (a few per cent of tombstones in a batch of hundreds of
+records)."""
 
 
 def int64_view(arr: pa.Array) -> memoryview:
@@ -77,7 +82,7 @@ def _sum_lengths(arr: pa.Array) -> int:
         return total
     if nulls == n:
         return 0
-    if n <= SMALL_BATCH:
+    if n <= SMALL_BATCH or nulls <= FEW_NULLS:
         # A null slot may span bytes; they are not part of any value.
         null_bits = ~validity_bits(arr) & ((1 << n) - 1)
         while null_bits:

@@ -69,6 +69,7 @@ def _batches(seed: int) -> list[pa.RecordBatch]:
 def _general_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (batches, bitmap, masks):  # each binds fileformat.batches.SMALL_BATCH
         monkeypatch.setattr(module, "SMALL_BATCH", 0)
+    monkeypatch.setattr(batches, "FEW_NULLS", -1)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -94,6 +95,37 @@ def test_batch_helpers_agree_with_the_general_paths(
             + sum(len(k.encode()) + len(v or b"") for k, v in r.headers)
             for r in batch_to_records(b)
         )
+
+
+def _nulls_spanning_bytes(rnd: random.Random, n: int, nulls: int) -> pa.Array:
+    """A binary array of ``n`` values whose ``nulls`` null slots each span some bytes
+    (Arrow allows it; the writers here never make it), sliced from a longer one."""
+    pad = rnd.randrange(0, 9)
+    total = n + pad
+    null_at = set(rnd.sample(range(pad, total), nulls))
+    offsets, data, valid = [0], b"", 0
+    for i in range(total):
+        data += rnd.randbytes(rnd.randrange(0, 6))
+        offsets.append(len(data))
+        valid |= (i not in null_at) << i
+    buffers = [
+        pa.py_buffer(valid.to_bytes((total + 7) // 8, "little")),
+        pa.py_buffer(struct.pack(f"<{total + 1}i", *offsets)),
+        pa.py_buffer(data),
+    ]
+    return pa.Array.from_buffers(pa.binary(), total, buffers, len(null_at)).slice(pad, n)
+
+
+@pytest.mark.parametrize("nulls", [1, 5, 32, 33, 90])
+def test_a_columns_lengths_leave_out_what_its_null_slots_span(
+    nulls: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnd = random.Random(nulls)
+    arrays = [_nulls_spanning_bytes(rnd, n, min(nulls, n)) for n in (40, 64, 65, 300, 1000)]
+    truth = [sum(len(v) for v in a.to_pylist() if v is not None) for a in arrays]
+    assert [batches._sum_lengths(a) for a in arrays] == truth
+    _general_paths(monkeypatch)
+    assert [batches._sum_lengths(a) for a in arrays] == truth
 
 
 def test_decreasing_offsets_are_found_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
