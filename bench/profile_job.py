@@ -13,7 +13,13 @@ as it was) in this process under cProfile, then prints:
 - the ``--top`` functions by own time.
 
 cProfile inflates Python calls against compiled ones, so compare profiles with each other,
-never with wall times from ``bench.run``.
+never with wall times from ``bench.run``. It also sees only the job's own thread (not
+phase 1's, when it has one, nor the encoder's). ``--plain`` runs the same job without it
+and prints only wall and CPU time, for a sampling profiler that sees every thread and
+compiled code too:
+
+    py-spy record --native --threads -r 200 -f raw -o /tmp/job.txt -- \
+        .venv/bin/python -m bench.profile_job --store ... --plain
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import pstats
 import shutil
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -56,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--now-ms", type=int, default=None, help="default: the store's newest + 1 h")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--save", type=Path, default=None, help="also write the raw profile here")
+    ap.add_argument("--plain", action="store_true", help="no cProfile: wall and CPU time only")
     args = ap.parse_args(argv)
 
     from compactor.catalog import Catalog
@@ -72,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         if now_ms is None:
             now_ms = max(f.created_ms for f in snap.files) + 3_600_000
         compactor = Compactor(store)
+        if args.plain:
+            wall, cpu = time.perf_counter(), time.process_time()
+            compactor.run_planned(now_ms, full=True)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            print(f"{len(snap.files)} input files, {sections:,} input sections: "
+                  f"{wall:.2f} s wall, {cpu:.2f} s CPU")  # fmt: skip
+            return 0
         profile = cProfile.Profile()
         reports = profile.runcall(compactor.run_planned, now_ms, full=True)
     if args.save is not None:
