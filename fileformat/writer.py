@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from compactor.fileformat.offset_index import IndexBuilder
 
 MAX_BATCH_BYTES_LIMIT = 64 << 20
+MAX_BATCH_BYTES = 1 << 20
+"""Default ``max_batch_bytes``: a framed section's batches are cut at this batching weight
+(``batches.plan_slices``)."""
 MIN_COMPRESS_BYTES = 8 << 10
 """Batches smaller than this (logical bytes) are written uncompressed (see BatchEncoder)."""
 SHARE_BELOW = 128 << 10
@@ -153,7 +156,7 @@ class FileWriter:
         *,
         object_name: str = "<file>",
         compression: str | None = "zstd",
-        max_batch_bytes: int = 1 << 20,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
         min_compress_bytes: int = MIN_COMPRESS_BYTES,
         encode_ahead: bool = False,
         index: IndexBuilder | None = None,
@@ -516,7 +519,7 @@ def write_file(
     *,
     object_name: str = "<file>",
     compression: str | None = "zstd",
-    max_batch_bytes: int = 1 << 20,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
     min_compress_bytes: int = MIN_COMPRESS_BYTES,
     share_below: int = 0,
     block_bytes: int = BLOCK_BYTES,

@@ -6,10 +6,12 @@ import io
 import random
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import test_worker_model
+from worker_scenarios import add_file, make_topics
 
 import compactor.fileformat.batches as batches
 import compactor.fileformat.bitmap as bitmap
@@ -17,6 +19,7 @@ import compactor.fileformat.ipc as ipc
 import compactor.fileformat.reader as reader
 import compactor.worker.masks as masks
 import compactor.worker.runner as runner
+from compactor.catalog import Catalog
 from compactor.fileformat import (
     FileWriter,
     FormatError,
@@ -30,8 +33,12 @@ from compactor.fileformat.batches import RECORD_OVERHEAD, filter_batch
 from compactor.fileformat.bitmap import OffsetSetBuilder
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.objectstore import LocalStore
+from compactor.planner.job import Job, JobInput
 from compactor.worker.gather import GroupRows, gathered, weighed, weight
+from compactor.worker.kernel import KeyBuffer
 from compactor.worker.merge import SectionMerge
+from compactor.worker.runner import run_job
 
 
 def _records(rnd: random.Random, n: int, headers: bool) -> list[Record]:
@@ -229,6 +236,48 @@ def test_coalesced_keeps_every_record_in_order() -> None:
     for b in out:
         if b is not big:
             assert runner._gathered_size(b) < runner.COALESCE_BYTES
+
+
+NOW = test_worker_model.NOW
+
+
+@pytest.mark.parametrize("files", [3, 12])
+def test_a_partitions_survivors_are_written_in_batches_of_the_writers_size(
+    files: int, tmp_path: Path
+) -> None:
+    """A partition's survivors come one batch per input batch; gathered up to
+    COALESCE_BYTES, twelve inputs' worth of 40 KiB each is written as one batch per MiB,
+    not twelve, with every record kept in order."""
+    store = LocalStore(str(tmp_path))
+    catalog = Catalog(store)
+    make_topics(catalog, {"t": (1, {"cleanup.policy": "compact"})})
+    per_file = 300
+    written = []
+    for f in range(files):
+        records = [
+            Record(f * per_file + i, NOW, b"k%06d" % (f * per_file + i), b"v" * 120, ())
+            for i in range(per_file)
+        ]
+        live = add_file(store, catalog, f"f{f}", {("t", 0): records})
+        written.append(live)
+    job = Job(
+        inputs=tuple(JobInput(f.id, f.key, f.size) for f in written),
+        output_level=2,
+        deduplicate=True,
+    )
+    report = run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW + 1)
+    assert report.committed and len(report.outputs) == 1
+    data, _ = store.get(report.outputs[0])
+    stream = StreamReader(io.BytesIO(data), object_name="out", size=len(data))
+    batches_out = []
+    for section in stream.sections():
+        assert (section.topic, section.partition) == ("t", 0)
+        batches_out += section.batches()
+    logical = sum(batches.logical_bytes(b) for b in batches_out)
+    assert logical > files * per_file * 120
+    assert len(batches_out) == -(-logical // runner.COALESCE_BYTES)  # one per MiB, rounded up
+    offsets = [o for b in batches_out for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(files * per_file))
 
 
 def test_coalesced_gathers_filtered_batches_without_headers() -> None:
