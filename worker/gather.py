@@ -20,8 +20,14 @@ from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat, run_labels
 from compactor.fileformat.block import Block
 
-GATHER_BYTES = 64 << 10
-"""Batches are gathered while together they weigh less than this (``weight``)."""
+GATHER_BYTES = 1 << 20
+"""Batches are gathered while together they weigh less than this (``weight``). Up to
+64 KiB at first; raised to the writer's batch size once survivors were written in
+batches of that size, which left each phase's fixed costs per batch (an insert, a
+keep-set lookup, masks, a filter, a window's bookkeeping) the biggest part of a job of
+framed sections of hundreds of records: 1.15x on the L0 shape at 64 partitions
+(``bench/README.md``, "Input batches gathered up to 1 MiB"). Each pointer holds at most
+this much more while it gathers."""
 _BINARY = ("key", "value")
 
 

@@ -36,14 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.fileformat.batches import filter_batch, validity_bits
-from compactor.worker.gather import GATHER_BYTES
 from compactor.worker.masks import bool_array
 from compactor.worker.merge import Key
 from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
 from compactor.worker.policy import Partition, PartitionPolicy
 from compactor.worker.stats import CompactionStats
 
-SMALL_PARTITION_BYTES = GATHER_BYTES
+SMALL_PARTITION_BYTES = 64 << 10
 """A partition joins a group only if its sections are all shared (their size is known
 before they are read: ``SectionMerge.pending_shared``) and together weigh less than
 this."""
