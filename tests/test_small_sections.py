@@ -17,6 +17,7 @@ import compactor.fileformat.batches as batches
 import compactor.fileformat.bitmap as bitmap
 import compactor.fileformat.ipc as ipc
 import compactor.fileformat.reader as reader
+import compactor.worker.gather as gather
 import compactor.worker.masks as masks
 import compactor.worker.runner as runner
 from compactor.catalog import Catalog
@@ -219,6 +220,25 @@ def test_partial_decode_of_a_plain_batch_is_the_whole_one_selected() -> None:
             assert part.equals(whole.select(names))
 
 
+def test_gathered_copies_only_batches_lighter_than_its_bound() -> None:
+    """A pointer's batches of GATHER_BELOW or more pass as they are, between the runs of
+    lighter ones gathered up to GATHER_BYTES."""
+    value = b"v" * 1000
+
+    def batch(first: int, n: int) -> pa.RecordBatch:
+        return records_to_batch([Record(first + i, 0, b"k", value, ()) for i in range(n)])
+
+    light = gather.GATHER_BELOW // 1100  # records of a batch just under the bound
+    parts = [batch(i * 10_000, light) for i in range(3)]
+    heavy = batch(30_000, gather.GATHER_BELOW // 1000)
+    parts += [heavy] + [batch(40_000 + i * 10_000, light) for i in range(6)]
+    out = list(gathered(weighed(iter(parts))))
+    assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
+    assert any(b is heavy for b in out)
+    assert [b.num_rows for b in out] == [3 * light, heavy.num_rows, 4 * light, 2 * light]
+    assert all(weight(b) < gather.GATHER_BYTES for b in out)
+
+
 def test_coalesced_keeps_every_record_in_order() -> None:
     rnd = random.Random(6)
     parts = []
@@ -229,7 +249,7 @@ def test_coalesced_keeps_every_record_in_order() -> None:
         [Record(i, 0, b"k", b"x" * 1000, ()) for i in range(runner.COALESCE_BYTES // 1000 + 1)]
     )
     parts[30:30] = [big, big.slice(0, 0)]
-    out = list(gathered(weighed(iter(parts), runner._gathered_size), runner.COALESCE_BYTES))
+    out = list(runner.coalesced(iter(parts)))
     assert all(b.num_rows for b in out)
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert len(out) < len([p for p in parts if p.num_rows])
@@ -291,7 +311,7 @@ def test_coalesced_gathers_filtered_batches_without_headers() -> None:
             [Record(10 * i + j, 0, b"k%d" % j, b"v" * 10, ()) for j in range(8)]
         )
         parts.append(filter_batch(batch, pa.array([rnd.random() < 0.6 for _ in range(8)])))
-    out = list(gathered(weighed(iter(parts), runner._gathered_size), runner.COALESCE_BYTES))
+    out = list(runner.coalesced(iter(parts)))
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert sum(b.nbytes for b in parts) < runner.COALESCE_BYTES
     assert sum(runner._gathered_size(b) for b in parts) < runner.COALESCE_BYTES

@@ -25,9 +25,12 @@ GATHER_BYTES = 1 << 20
 64 KiB at first; raised to the writer's batch size once survivors were written in
 batches of that size, which left each phase's fixed costs per batch (an insert, a
 keep-set lookup, masks, a filter, a window's bookkeeping) the biggest part of a job of
-framed sections of hundreds of records: 1.15x on the L0 shape at 64 partitions
-(``bench/README.md``, "Input batches gathered up to 1 MiB"). Each pointer holds at most
-this much more while it gathers."""
+framed sections of hundreds of records (``bench/README.md``, "Input batches gathered up
+to 1 MiB"). Each pointer holds at most this much more while it gathers."""
+GATHER_BELOW = 256 << 10
+"""Only batches lighter than this are gathered: a batch of thousands of records pays its
+fixed costs over enough rows already, and copying it into a bigger one costs more than
+it saves (measured on 64 MiB L1 files of 4,000 records a section)."""
 _BINARY = ("key", "value")
 
 
@@ -72,18 +75,21 @@ def section_batches(
             yield batch, weight(batch) if known is None else known
 
 
-def gathered(batches: Iterable[Weighed], limit: int = GATHER_BYTES) -> Iterator[pa.RecordBatch]:
-    """The batches less the empty ones, with consecutive batches concatenated while
-    together they weigh less than ``limit``."""
+def gathered(
+    batches: Iterable[Weighed], limit: int = GATHER_BYTES, below: int = GATHER_BELOW
+) -> Iterator[pa.RecordBatch]:
+    """The batches less the empty ones, with consecutive batches lighter than ``below``
+    concatenated while together they weigh less than ``limit``."""
+    below = min(below, limit)
     pending: list[pa.RecordBatch] = []
     total = 0
     for batch, w in batches:
         if not batch.num_rows:
             continue
-        if pending and total + w >= limit:
+        if pending and (total + w >= limit or w >= below):
             yield concat(pending)
             pending, total = [], 0
-        if w >= limit:
+        if w >= below:
             yield batch
         else:
             pending.append(batch)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -97,7 +97,7 @@ class _GroupOutput:
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
     ) -> None:
         writer = None
-        for batch in gathered(weighed(batches, _gathered_size), COALESCE_BYTES):
+        for batch in coalesced(batches):
             if writer is None:
                 writer = self._writer()
                 writer.begin_section(topic, partition)
@@ -177,6 +177,12 @@ holds at most this much more while it is gathered, and a reader of one offset re
 batch of at most this size, as it already does in any large partition."""
 
 _HEADERS = RECORD_SCHEMA.get_field_index("headers")
+
+
+def coalesced(survivors: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A partition's survivor batches, consecutive ones concatenated while together they
+    hold fewer Arrow bytes than COALESCE_BYTES (whatever each one's size)."""
+    return gathered(weighed(survivors, _gathered_size), COALESCE_BYTES, COALESCE_BYTES)
 
 
 def _gathered_size(batch: pa.RecordBatch) -> int:
