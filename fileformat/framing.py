@@ -4,7 +4,7 @@ All integers are little-endian. A frame is ``tag[4] | length u32 | crc u32 | pay
 its CRC (CRC-32/ISO-HDLC, zlib's) covers the tag, the length and the payload, so a
 reader rejects a frame before it interprets any of its payload.
 
-The CRC is computed by ISA-L (``isal``): the same function as ``zlib.crc32``, about 3.5
+The CRC is computed by ISA-L (``isal``): the same function as ``zlib.crc32``, about 3.4
 times faster on a store's frames here (``python -m bench.crc``). A job computes it over
 every byte it reads, once per pointer, and every byte it writes.
 """

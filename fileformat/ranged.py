@@ -389,9 +389,8 @@ def _shared_rows(
         target = shared.trailer.offsets().next_present(from_offset)
         if target is None:
             return
-    batch = block.rows(
-        shared.start, shared.count
-    )  # the block's records are checked against its whole table
+    # the block's records are checked against its whole table
+    batch = block.rows(shared.start, shared.count)
     if target is not None:
         offsets = int64_view(batch.column(0))
         i = bisect.bisect_left(offsets, target)

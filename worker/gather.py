@@ -19,8 +19,9 @@ import pyarrow.compute as pc
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat, run_labels
 from compactor.fileformat.block import Block
+from compactor.fileformat.writer import MAX_BATCH_BYTES
 
-GATHER_BYTES = 1 << 20
+GATHER_BYTES = MAX_BATCH_BYTES
 """Batches are gathered while together they weigh less than this (``weight``). Up to
 64 KiB at first; raised to the writer's batch size once survivors were written in
 batches of that size, which left each phase's fixed costs per batch (an insert, a
