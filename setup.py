@@ -1,4 +1,7 @@
-"""Declares the compiled key-buffer kernel; everything else is in pyproject.toml.
+"""Declares the compiled parts; everything else is in pyproject.toml.
+
+``compactor.fileformat._sections`` (a shared block's per-section figures) is plain C
+against the CPython API, as is the key-buffer kernel below.
 
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
@@ -17,6 +20,8 @@ from setuptools import Extension, setup  # type: ignore[import-untyped]
 from setuptools.command.build_ext import build_ext  # type: ignore[import-untyped]
 
 FORCE_PORTABLE_ENV = "COMPACTOR_KERNEL_PORTABLE_SHA"
+KERNEL = "compactor.worker.kernel._keybuffer"
+C_FLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra"]
 
 _PROBE = """
 #define OPENSSL_API_COMPAT 10101
@@ -50,7 +55,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
         portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
         use_openssl = not portable and _openssl_links(self.compiler)
         for ext in self.extensions:
-            if use_openssl:
+            if use_openssl and ext.name == KERNEL:
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))
                 ext.libraries.append("crypto")
         self.announce(
@@ -64,12 +69,17 @@ class BuildExt(build_ext):  # type: ignore[misc]
 setup(
     ext_modules=[
         Extension(
-            "compactor.worker.kernel._keybuffer",
+            KERNEL,
             sources=["worker/kernel/_keybuffer.c"],
             depends=["worker/kernel/sha512_256.h"],
-            extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
+            extra_compile_args=C_FLAGS,
             libraries=["pthread"],
-        )
+        ),
+        Extension(
+            "compactor.fileformat._sections",
+            sources=["fileformat/_sections.c"],
+            extra_compile_args=C_FLAGS,
+        ),
     ],
     cmdclass={"build_ext": BuildExt},
 )

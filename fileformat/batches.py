@@ -113,16 +113,6 @@ def strictly_increasing(offsets: pa.Array) -> bool:
     return not pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
 
 
-def descents(offsets: pa.Array) -> set[int]:
-    """The rows of a null-free int64 array whose value does not exceed the one before:
-    where a batch of many sections' records may start a section, and nowhere else."""
-    n = len(offsets)
-    if n < 2:
-        return set()
-    found = pc.indices_nonzero(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1)))
-    return {i + 1 for i in found.to_pylist()}
-
-
 def run_labels(ends: Sequence[int], labels: Sequence[int]) -> pa.Array:
     """Each row's label, as int32, for runs of rows that end (exclusive, ascending) at
     ``ends`` and are labelled ``labels``: run i is rows ``ends[i - 1]..ends[i]``."""

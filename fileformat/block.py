@@ -18,20 +18,17 @@ import bisect
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, cast, overload
+from typing import Any, NamedTuple, cast, overload
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from compactor.fileformat import _sections
 from compactor.fileformat.batches import (
     NO_HORIZON,
     RECORD_OVERHEAD,
     BatchStats,
-    batch_stats,
-    descents,
     int64_view,
     record_sizes,
-    run_labels,
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32
 from compactor.fileformat.errors import FormatError
@@ -481,7 +478,8 @@ def check_block_batch(
 ) -> None:
     """That ``batch`` holds exactly the records the table describes: the row count, each
     section's first and last offset, offsets strictly increasing within every section,
-    and, when ``whole`` (every column decoded), every section's stats and bitmap."""
+    and, when ``whole`` (every column decoded), every section's stats and bitmap. One
+    compiled pass over the block (``_sections.figures``) measures every section."""
     entries = table.entries
     last = entries[-1]
     if batch.num_rows != last.start + last.record_count:
@@ -490,40 +488,40 @@ def check_block_batch(
             at,
             f"shared batch has {batch.num_rows} rows, its table {last.start + last.record_count}",
         )
-    offsets = int64_view(batch.column(0))
-    for e in entries:
-        first, final = offsets[e.start], offsets[e.start + e.record_count - 1]
-        if first != e.first_offset or final != e.last_offset:
-            raise FormatError(
-                object_name,
-                at,
-                f"shared section {e.topic}/{e.partition} holds offsets {first}..{final}, "
-                f"its trailer says {e.first_offset}..{e.last_offset}",
-            )
-    if descents(batch.column(0)) - {e.start for e in entries}:
-        raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if whole:
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
-        figures = section_figures(batch, [(e.start, e.record_count) for e in entries])
-        for e, seen in zip(entries, figures, strict=True):
-            if seen != e[:8]:
-                raise FormatError(
-                    object_name,
-                    at,
-                    f"shared section {e.topic}/{e.partition}: trailer stats "
-                    f"{BatchStats(*e[:8])} disagree with the records {BatchStats(*seen)}",
-                )
+    columns = _stat_columns(batch) if whole else (int64_view(batch.column(0)),)
+    try:
+        descent, figures = _sections.figures(entries, _START, _COUNT, *columns)
+    except ValueError as err:  # a column shorter than its rows: Arrow's checks pass none
+        raise FormatError(object_name, at, f"shared batch: {err}") from None
+    if descent >= 0:
+        raise FormatError(object_name, at, "offsets do not strictly increase in a section")
+    width = len(figures[0])
+    for e, seen in zip(entries, figures, strict=True):
+        if seen != e[:width]:
+            raise FormatError(object_name, at, _disagreement(e, seen))
 
 
-FEW_SECTIONS = 16
-"""Up to this many sections, a block's stats are computed section by section: a grouped
-aggregation costs about a millisecond however few groups it has."""
+_START, _COUNT = TableEntry._fields.index("start"), TableEntry._fields.index("record_count")
+
+
+def _disagreement(entry: TableEntry, seen: tuple[int | None, ...]) -> str:
+    where = f"shared section {entry.topic}/{entry.partition}"
+    if seen[:2] != entry[:2]:
+        return (
+            f"{where} holds offsets {seen[0]}..{seen[1]}, "
+            f"its trailer says {entry.first_offset}..{entry.last_offset}"
+        )
+    return f"{where}: trailer stats {BatchStats(*entry[:8])} disagree with the records " + str(
+        BatchStats(*seen)  # type: ignore[arg-type]
+    )
 
 
 def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[BatchStats]:
     """The stats of each section's rows of a whole block batch."""
     spans = [(s.start, s.count) for s in sections]
-    return [BatchStats(*figures) for figures in section_figures(batch, spans)]
+    return [BatchStats(*figures) for figures in section_figures(batch, spans)[1]]
 
 
 _Figures = tuple[int, int, int, int, int, int, int, int | None]
@@ -544,57 +542,33 @@ def _figures(st: BatchStats) -> _Figures:
     )
 
 
-def section_figures(batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]) -> list[_Figures]:
-    """``section_stats`` as tuples, of the sections at (first row, rows) ``sections``: for
-    many sections in one grouped aggregation rather than a few compute calls per
-    section."""
-    if len(sections) <= FEW_SECTIONS:
-        return [_figures(batch_stats(batch.slice(start, count))) for start, count in sections]
-    ends = [start + count for start, count in sections]
-    ids = run_labels(ends, range(len(sections)))
-    values = batch.column("value")
-    tombstone = pc.is_null(values)
-    table = pa.table(
-        {
-            "s": ids,
-            "ts": batch.column("timestamp"),
-            "size": record_sizes(batch),
-            "tomb": tombstone.cast(pa.int64()),
-            "horizon": pc.if_else(
-                tombstone, batch.column("delete_horizon"), pa.scalar(None, pa.int64())
-            ),
-        }
+def section_figures(
+    batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]
+) -> tuple[int, list[_Figures]]:
+    """The stats as tuples of the sections at (first row, rows) ``sections`` of a whole
+    batch of RECORD_SCHEMA, with the first row inside a section whose offset does not
+    exceed the one before it (-1 if none): one compiled pass for all of them."""
+    descent, figures = _sections.figures(sections, 0, 1, *_stat_columns(batch))
+    return descent, cast(list[_Figures], figures)
+
+
+def _stat_columns(batch: pa.RecordBatch) -> tuple[Any, ...]:
+    """The arguments of ``_sections.figures`` after the spans, for a whole batch: its
+    offsets, timestamps, records' logical sizes, the values' validity (a tombstone is a
+    null value) and the tombstones' delete horizons."""
+    values, horizons = batch.column("value"), batch.column("delete_horizon")
+    return (
+        int64_view(batch.column(0)),
+        int64_view(batch.column("timestamp")),
+        int64_view(record_sizes(batch)),
+        *_validity(values),
+        None if horizons.null_count == len(horizons) else int64_view(horizons),
+        *_validity(horizons),
     )
-    grouped = (
-        table.group_by("s", use_threads=False)
-        .aggregate(
-            [
-                ("ts", "min"),
-                ("ts", "max"),
-                ("size", "sum"),
-                ("tomb", "sum"),
-                ("horizon", "min"),
-            ]
-        )
-        .sort_by("s")
-    )
-    min_ts, max_ts, size, tombstones, horizon = (
-        grouped.column(name).to_pylist()
-        for name in ("ts_min", "ts_max", "size_sum", "tomb_sum", "horizon_min")
-    )
-    if len(min_ts) != len(sections):  # each section has rows: one group each
-        raise ValueError(f"{len(min_ts)} groups for {len(sections)} sections")
-    offsets = int64_view(batch.column(0))
-    return [
-        (
-            offsets[start],
-            offsets[start + count - 1],
-            count,
-            tombstones[i],
-            size[i],
-            min_ts[i],
-            max_ts[i],
-            None if horizon[i] is None or horizon[i] == NO_HORIZON else horizon[i],
-        )
-        for i, (start, count) in enumerate(sections)
-    ]
+
+
+def _validity(arr: pa.Array) -> tuple[pa.Buffer | None, int]:
+    """An array's validity bitmap and the bit of its first slot; None if no slot is null."""
+    if not arr.null_count:
+        return None, 0
+    return arr.buffers()[0], arr.offset

@@ -15,7 +15,6 @@ from compactor.fileformat.batches import (
     batch_stats,
     batching_weight,
     concat,
-    descents,
     header_offsets,
     int64_view,
     plan_slices,
@@ -438,9 +437,9 @@ class FileWriter:
         for _, _, batch in items:
             spans.append((at, batch.num_rows))
             at += batch.num_rows
-        if descents(records.column(0)) - {start for start, _ in spans}:
+        descent, figures = section_figures(records, spans)
+        if descent >= 0:
             return None
-        figures = section_figures(records, spans)
         items_at = header_offsets(records)
         return [
             (BatchStats(*f), f[4] + 8 * (items_at[start + count] - items_at[start]))

@@ -13,7 +13,6 @@ import random
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +36,7 @@ from compactor.fileformat import (
     section_key,
     verify_stream,
 )
-from compactor.fileformat.batches import batch_stats, batching_weight
+from compactor.fileformat.batches import BatchStats, batch_stats, batching_weight
 from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSetBuilder
 from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail, parse_footer
@@ -1245,19 +1244,23 @@ def test_materialized_view_is_the_one_written(specs: list[Spec], layout: dict[st
     assert {k for k, v in fetched.items() if v is not None} == live
 
 
-def test_block_stats_by_group_and_by_section_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A block's stats come from a grouped aggregation when it holds many sections and
-    from each section's slice when it holds few; both must be what the records say."""
+def test_block_figures_are_each_sections_batch_stats() -> None:
+    """A block's stats come from one compiled pass over its columns
+    (``_sections.figures``); each section's must be what ``batch_stats`` (Arrow compute
+    over the section's slice) says of its records, whatever the batch's offset into its
+    buffers (validity bits that do not start on a byte), and the first offset that does
+    not increase inside a section must be found, and none at a section's start."""
     rng = random.Random(3)
-    for _ in range(100):
+    for _ in range(200):
         records: list[Record] = []
-        sections = []
+        spans = []
         for _ in range(rng.randint(1, 40)):
             n = rng.randint(1, 30)
-            sections.append(SimpleNamespace(start=len(records), count=n))
+            spans.append((len(records), n))
+            descending = rng.random() < 0.05
             records += [
                 Record(
-                    o,
+                    rng.randint(0, 3) if descending else o,
                     rng.randint(0, 100),
                     b"k",
                     None if rng.random() < 0.3 else b"v" * rng.randint(0, 20),
@@ -1266,11 +1269,19 @@ def test_block_stats_by_group_and_by_section_agree(monkeypatch: pytest.MonkeyPat
                 )
                 for o in range(n)
             ]
-        batch = records_to_batch(records)
-        expected = [batch_stats(batch.slice(s.start, s.count)) for s in sections]
-        for few in (-1, 1000):
-            monkeypatch.setattr(block_module, "FEW_SECTIONS", few)
-            assert block_module.section_stats(batch, sections) == expected  # type: ignore[arg-type]
+        skip = rng.randint(0, 9)
+        batch = records_to_batch([Record(o, 0, b"x", b"y") for o in range(skip)] + records)
+        batch = batch.slice(skip)
+        expected = [batch_stats(batch.slice(a, n)) for a, n in spans]
+        offsets = [r.offset for r in records]
+        starts = {a for a, _ in spans}
+        descent = next(
+            (r for r in range(1, len(records)) if r not in starts and offsets[r] <= offsets[r - 1]),
+            -1,
+        )
+        seen_descent, figures = block_module.section_figures(batch, spans)
+        assert seen_descent == descent
+        assert [BatchStats(*f) for f in figures] == expected
 
 
 def test_a_bitmap_that_disagrees_with_its_trailer_is_rejected_by_a_whole_read() -> None:
