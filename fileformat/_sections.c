@@ -1,5 +1,9 @@
-/* A shared block's per-section figures (FORMAT.md section 13), in one pass over its
- * columns.
+/* A shared block's section table and per-section figures (FORMAT.md section 13), in
+ * compiled passes.
+ *
+ * `usual_entries` parses a section table's entries as this system writes them, into
+ * `TableEntry` tuples, stopping at the first it cannot take (block.py parses that one
+ * field by field, with its error if it is wrong, then calls back).
  *
  * `figures` is what a block's check and the writer's `write_sections` need of every
  * section of a block: its first and last offset, and whether the offsets strictly
@@ -212,21 +216,197 @@ done:
     return result;
 }
 
+
+static inline uint64_t le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The trailer of a shared section up to its bitmap (block.py's _USUAL_TRAILER): the fixed
+ * fields (FORMAT.md 6.2: "<qqQQQqqIBB2x"), the delete horizon, one batch index entry. */
+#define TRAILER_FIXED 64
+#define USUAL_TRAILER (TRAILER_FIXED + 24)
+#define ENTRY_FIELDS 15
+#define FLAG_HORIZON 1
+#define KIND_ROARING32 1
+#define KIND_ROARING64 2
+#define RECORD_OVERHEAD 16
+
+/* A new instance of the tuple subclass `type` (a NamedTuple) holding `items`, stolen. */
+static PyObject *new_entry(PyTypeObject *type, PyObject **items) {
+    PyObject *entry = type->tp_alloc(type, ENTRY_FIELDS);
+    if (entry == NULL) {
+        for (int k = 0; k < ENTRY_FIELDS; k++) Py_XDECREF(items[k]);
+        return NULL;
+    }
+    for (int k = 0; k < ENTRY_FIELDS; k++) PyTuple_SET_ITEM(entry, k, items[k]);
+    return entry;
+}
+
+PyDoc_STRVAR(usual_entries_doc,
+"usual_entries(payload, offset, count, topics, previous, start, entry_type, entries)\n"
+"    -> (offset, start)\n\n"
+"Appends to `entries` the table entries of `payload` from `offset` that are as this\n"
+"system writes them, until `entries` holds `count` or an entry is not one: its topic\n"
+"not a key of `topics` (raw bytes to str), its key (raw topic, partition) not after\n"
+"`previous` (or the entry before), or its trailer not a layout-2 one with one index\n"
+"entry at (first offset, 0) that passes block.py's checks. `start` is the next entry's\n"
+"first row; returns where and at which row the parse stopped.");
+
+static PyObject *usual_entries(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t offset, count, start;
+    PyObject *topics, *previous, *entries;
+    PyTypeObject *type;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nnO!OnO!O!", &view, &offset, &count, &PyDict_Type, &topics,
+                          &previous, &start, &PyType_Type, &type, &PyList_Type, &entries))
+        return NULL;
+    PyObject *raw = NULL, *topic = NULL, *result = NULL;
+    const uint8_t *data = view.buf, *prev = NULL;
+    Py_ssize_t size = view.len, prev_len = 0;
+    int64_t prev_partition = 0;
+    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
+        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
+        goto done;
+    }
+    if (offset < 0 || offset > size) {
+        PyErr_Format(PyExc_ValueError, "offset %zd outside a %zd-byte payload", offset, size);
+        goto done;
+    }
+    if (previous != Py_None) {
+        if (!PyTuple_Check(previous) || PyTuple_GET_SIZE(previous) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(previous, 0))) {
+            PyErr_SetString(PyExc_TypeError, "previous must be (bytes, int) or None");
+            goto done;
+        }
+        prev = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(previous, 0));
+        prev_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(previous, 0));
+        prev_partition = PyLong_AsLongLong(PyTuple_GET_ITEM(previous, 1));
+        if (prev_partition == -1 && PyErr_Occurred()) goto done;
+    }
+    while (PyList_GET_SIZE(entries) < count) {
+        Py_ssize_t o = offset;
+        if (o + 2 > size) break;
+        Py_ssize_t topic_len = (Py_ssize_t)data[o] | (Py_ssize_t)data[o + 1] << 8;
+        const uint8_t *topic_at = data + o + 2;
+        Py_ssize_t trailer_at = o + 2 + topic_len + 8;
+        if (trailer_at > size) break;
+        if (raw == NULL || PyBytes_GET_SIZE(raw) != topic_len ||
+            memcmp(PyBytes_AS_STRING(raw), topic_at, topic_len) != 0) {
+            PyObject *candidate = PyBytes_FromStringAndSize((const char *)topic_at, topic_len);
+            if (candidate == NULL) goto done;
+            PyObject *found = PyDict_GetItemWithError(topics, candidate);
+            if (found == NULL) {
+                Py_DECREF(candidate);
+                if (PyErr_Occurred()) goto done;
+                break;
+            }
+            Py_XSETREF(raw, candidate);
+            Py_XSETREF(topic, Py_NewRef(found));
+        }
+        const uint8_t *at = data + o + 2 + topic_len;
+        int64_t partition = (int32_t)le32(at);
+        Py_ssize_t length = (Py_ssize_t)le32(at + 4);
+        Py_ssize_t end = trailer_at + length;
+        if (partition < 0 || length < USUAL_TRAILER || end > size) break;
+        if (prev != NULL) {
+            Py_ssize_t common = topic_len < prev_len ? topic_len : prev_len;
+            int order = memcmp(topic_at, prev, common);
+            if (order == 0) order = topic_len < prev_len ? -1 : topic_len > prev_len;
+            if (order < 0 || (order == 0 && partition <= prev_partition)) break;
+        }
+        const uint8_t *t = data + trailer_at;
+        int64_t first = (int64_t)le64(t), last = (int64_t)le64(t + 8);
+        uint64_t records = le64(t + 16), tombstones = le64(t + 24), bytes = le64(t + 32);
+        int64_t min_ts = (int64_t)le64(t + 40), max_ts = (int64_t)le64(t + 48);
+        uint32_t batches = le32(t + 56);
+        uint8_t kind = t[60], flags = t[61];
+        int64_t horizon = (int64_t)le64(t + TRAILER_FIXED);
+        int64_t index_offset = (int64_t)le64(t + TRAILER_FIXED + 8);
+        uint64_t index_position = le64(t + TRAILER_FIXED + 16);
+        if (last < first || (uint64_t)(PY_SSIZE_T_MAX - start) < le64(t + 16)) break;
+        uint64_t span = (uint64_t)last - (uint64_t)first; /* last - first, without overflow */
+        if (!(flags == FLAG_HORIZON && batches == 1 && index_offset == first &&
+              index_position == 0 && records >= 1 && records - 1 <= span &&
+              tombstones <= records && records <= bytes / RECORD_OVERHEAD &&
+              min_ts <= max_ts && (horizon == NO_HORIZON || tombstones > 0) &&
+              kind == (span < ((uint64_t)1 << 32) ? KIND_ROARING32 : KIND_ROARING64) &&
+              t[62] == 0 && t[63] == 0))
+            break;
+        PyObject *items[ENTRY_FIELDS] = {
+            PyLong_FromLongLong(first),
+            PyLong_FromLongLong(last),
+            PyLong_FromUnsignedLongLong(records),
+            PyLong_FromUnsignedLongLong(tombstones),
+            PyLong_FromUnsignedLongLong(bytes),
+            PyLong_FromLongLong(min_ts),
+            PyLong_FromLongLong(max_ts),
+            horizon == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(horizon),
+            Py_NewRef(topic),
+            PyLong_FromLongLong(partition),
+            NULL,
+            PyLong_FromSsize_t(start),
+            PyLong_FromLong(kind),
+            PyLong_FromSsize_t(trailer_at + USUAL_TRAILER),
+            PyLong_FromSsize_t(end),
+        };
+        items[10] = items[9] == NULL ? NULL : PyTuple_Pack(2, raw, items[9]);
+        for (int k = 0; k < ENTRY_FIELDS; k++) {
+            if (items[k] == NULL) {
+                for (int j = 0; j < ENTRY_FIELDS; j++) Py_XDECREF(items[j]);
+                goto done;
+            }
+        }
+        PyObject *entry = new_entry(type, items);
+        if (entry == NULL) goto done;
+        int appended = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (appended < 0) goto done;
+        prev = topic_at;
+        prev_len = topic_len;
+        prev_partition = partition;
+        start += (Py_ssize_t)records;
+        offset = end;
+    }
+    result = Py_BuildValue("nn", offset, start);
+
+done:
+    Py_XDECREF(raw);
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
+    {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_sections",
-    "A shared block's per-section figures in one compiled pass (see figures).", -1, methods,
+    "A shared block's section table and per-section figures, compiled.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__sections(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "FIGURES", FIGURES) < 0) {
+    if (PyModule_AddIntConstant(m, "FIGURES", FIGURES) < 0 ||
+        PyModule_AddIntConstant(m, "USUAL_TRAILER", USUAL_TRAILER) < 0 ||
+        PyModule_AddIntConstant(m, "TRAILER_FIXED", TRAILER_FIXED) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_HORIZON", FLAG_HORIZON) < 0 ||
+        PyModule_AddIntConstant(m, "KIND_ROARING32", KIND_ROARING32) < 0 ||
+        PyModule_AddIntConstant(m, "KIND_ROARING64", KIND_ROARING64) < 0 ||
+        PyModule_AddIntConstant(m, "RECORD_OVERHEAD", RECORD_OVERHEAD) < 0 ||
+        PyModule_AddObject(m, "NO_HORIZON", PyLong_FromLongLong(NO_HORIZON)) < 0) {
         Py_DECREF(m);
         return NULL;
     }

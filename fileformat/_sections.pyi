@@ -1,6 +1,13 @@
 from typing import Any
 
 FIGURES: int
+USUAL_TRAILER: int
+TRAILER_FIXED: int
+FLAG_HORIZON: int
+KIND_ROARING32: int
+KIND_ROARING64: int
+RECORD_OVERHEAD: int
+NO_HORIZON: int
 
 def figures(
     sections: Any,
@@ -15,3 +22,13 @@ def figures(
     horizons_validity: Any = None,
     horizons_bit: int = 0,
 ) -> tuple[int, list[tuple[Any, ...]]]: ...
+def usual_entries(
+    payload: bytes,
+    offset: int,
+    count: int,
+    topics: dict[bytes, str],
+    previous: tuple[bytes, int] | None,
+    start: int,
+    entry_type: type,
+    entries: list[Any],
+) -> tuple[int, int]: ...

@@ -15,7 +15,6 @@ decoded, the stats of all its sections from one grouped aggregation.
 from __future__ import annotations
 
 import bisect
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast, overload
@@ -24,13 +23,10 @@ import pyarrow as pa
 
 from compactor.fileformat import _sections
 from compactor.fileformat.batches import (
-    NO_HORIZON,
-    RECORD_OVERHEAD,
     BatchStats,
     int64_view,
     record_sizes,
 )
-from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, SPAN_32
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.framing import (
@@ -53,7 +49,6 @@ from compactor.fileformat.meta import section_key
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import (
-    FLAG_HORIZON,
     TRAILER_FIXED,
     TrailerHead,
     encode_section_header,
@@ -225,13 +220,18 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
     made: dict[int, SharedSection] = {}
     start = 0
     topics: dict[bytes, str] = {}  # a block's sections mostly share a topic: decode it once
-    previous: tuple[bytes, int] | None = None
-    for i in range(count):
-        entry = _usual_entry(cur, topics, previous, start)
-        if entry is None:
-            section = made[i] = _any_entry(cur, topics, previous, start)
-            st, trailer = section.trailer.stats, section.trailer
-            entry = TableEntry(
+    while True:
+        previous = entries[-1].key if entries else None
+        cur.offset, start = _usual_entries(
+            payload, cur.offset, count, topics, previous, start, TableEntry, entries
+        )
+        if len(entries) == count:
+            break
+        previous = entries[-1].key if entries else None
+        section = made[len(entries)] = _any_entry(cur, topics, previous, start)
+        st, trailer = section.trailer.stats, section.trailer
+        entries.append(
+            TableEntry(
                 *_figures(st),
                 section.topic,
                 section.partition,
@@ -241,85 +241,19 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
                 -1,
                 -1,
             )
-        entries.append(entry)
-        previous = entry.key
-        start += entry.record_count
+        )
+        start += section.count
     cur.expect_end("the section table")
     return SectionTable(entries, payload, base, object_name, made)
 
 
-_USUAL_ENTRY = struct.Struct("<iI")
-"""An entry's partition and trailer length, after its topic."""
-_USUAL_TRAILER = struct.Struct(TRAILER_FIXED.format + "qqQ")
-"""A shared section's trailer up to its bitmap: the fixed fields, the delete horizon
-(layout 2) and the one batch index entry."""
-
-
-def _usual_entry(
-    cur: Cursor, topics: dict[bytes, str], previous: tuple[bytes, int] | None, start: int
-) -> TableEntry | None:
-    """The table entry at ``cur``, read without a Cursor per field, if it is what this
-    system writes (a topic already seen in the table, a layout-2 trailer with one index
-    entry at (first offset, 0)) and passes every check ``_any_entry`` makes; else None,
-    and ``cur`` has not moved. Its trailer is made only if asked for (``SectionTable``):
-    a fraction of the cost of a whole parse, for 10,000s of entries."""
-    data, o = cur.data, cur.offset
-    size = len(data)
-    if o + U16.size > size:
-        return None
-    topic_at = o + U16.size
-    topic_end = topic_at + U16.unpack_from(data, o)[0]
-    raw_topic = data[topic_at:topic_end]
-    topic = topics.get(raw_topic)
-    trailer_at = topic_end + _USUAL_ENTRY.size
-    if topic is None or trailer_at > size:
-        return None
-    partition, length = _USUAL_ENTRY.unpack_from(data, topic_end)
-    end = trailer_at + length
-    key = (raw_topic, partition)
-    if (
-        partition < 0
-        or length < _USUAL_TRAILER.size
-        or end > size
-        or (previous is not None and key <= previous)
-    ):
-        return None
-    (first, last, count, tombstones, nbytes, min_ts, max_ts, batches, kind, flags, raw, o1, p1) = (
-        _USUAL_TRAILER.unpack_from(data, trailer_at)
-    )
-    horizon = None if raw == NO_HORIZON else raw
-    if not (
-        flags == FLAG_HORIZON
-        and batches == 1
-        and o1 == first
-        and p1 == 0
-        and 1 <= count <= last - first + 1
-        and tombstones <= count
-        and nbytes >= RECORD_OVERHEAD * count
-        and min_ts <= max_ts
-        and (horizon is None or tombstones)
-        and kind == (KIND_ROARING32 if last - first < SPAN_32 else KIND_ROARING64)
-        and data[trailer_at + TRAILER_FIXED.size - 2 : trailer_at + TRAILER_FIXED.size] == b"\0\0"
-    ):
-        return None
-    cur.offset = end
-    return TableEntry(
-        first,
-        last,
-        count,
-        tombstones,
-        nbytes,
-        min_ts,
-        max_ts,
-        horizon,
-        topic,
-        partition,
-        key,
-        start,
-        kind,
-        trailer_at + _USUAL_TRAILER.size,
-        end,
-    )
+_usual_entries = _sections.usual_entries
+"""Appends the entries that are as this system writes them (a topic already seen in the
+table, a layout-2 trailer with one index entry at (first offset, 0)) and pass every check
+``_any_entry`` makes, up to the first that is not, without a Cursor or an object per
+field (``_sections.c``): their trailers are made only if asked for (``SectionTable``).
+The trailer up to its bitmap is the fixed fields, the delete horizon (layout 2) and the
+one batch index entry, ``_sections.USUAL_TRAILER`` bytes."""
 
 
 def _any_entry(

@@ -28,6 +28,7 @@ from compactor.fileformat import (
     Record,
     SectionMeta,
     StreamReader,
+    _sections,
     batch_to_records,
     read_footer,
     read_section,
@@ -36,8 +37,14 @@ from compactor.fileformat import (
     section_key,
     verify_stream,
 )
-from compactor.fileformat.batches import BatchStats, batch_stats, batching_weight
-from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSetBuilder
+from compactor.fileformat.batches import (
+    NO_HORIZON,
+    RECORD_OVERHEAD,
+    BatchStats,
+    batch_stats,
+    batching_weight,
+)
+from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, OffsetSetBuilder
 from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail, parse_footer
 from compactor.fileformat.framing import (
@@ -60,7 +67,13 @@ from compactor.fileformat.offset_index import (
 from compactor.fileformat.ranged import TAIL_READ
 from compactor.fileformat.reader import SharedSectionReader
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.fileformat.section import TrailerHead, dense_bitmap, encode_trailer
+from compactor.fileformat.section import (
+    FLAG_HORIZON,
+    TRAILER_FIXED,
+    TrailerHead,
+    dense_bitmap,
+    encode_trailer,
+)
 
 NAME = "bucket/data/shared.cf"
 INT64_MAX = 2**63 - 1
@@ -1415,9 +1428,10 @@ def bitmap_outcome(check: Callable[[], object]) -> str | None:
 def test_table_entries_parse_alike_without_the_usual_entry_path(
     specs: list[Spec], flips: list[tuple[int, int]]
 ) -> None:
-    """The usual-entry path (``block._usual_entry``) reads every entry this system writes
-    but a table's first of each topic, and gives exactly what the field-by-field parse
-    gives, sections or error, on those tables with any bytes changed."""
+    """The usual-entry path (``block._usual_entries``, compiled) reads every entry this
+    system writes but a table's first of each topic, and gives exactly what the
+    field-by-field parse gives, sections or error, on those tables with any bytes
+    changed."""
     w = write(specs, share_below=1 << 20, block_bytes=1 << 20)
     tables = table_payloads(w.data)
     assert tables
@@ -1429,7 +1443,14 @@ def test_table_entries_parse_alike_without_the_usual_entry_path(
         cases += [(base, payload), (base, bytes(changed))]
     fast = [parse_outcome(payload, base) for base, payload in cases]
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(block_module, "_usual_entry", lambda *args: None)
+        m.setattr(
+            block_module,
+            "_usual_entries",
+            lambda _p, offset, _c, _t, _pr, start, *_: (
+                offset,
+                start,
+            ),
+        )
         slow = [parse_outcome(payload, base) for base, payload in cases]
     assert fast == slow
     for base, payload in cases:  # a table's bitmap check, by bytes where dense, is offsets()'
@@ -1438,13 +1459,15 @@ def test_table_entries_parse_alike_without_the_usual_entry_path(
             assert bitmap_outcome(table.check_bitmaps) == bitmap_outcome(
                 lambda: [s.trailer.offsets() for s in table]  # noqa: B023
             )
-    usual = block_module._usual_entry
-    taken = []
+    usual = block_module._usual_entries
+    taken: list[bool] = []
 
     def counted(*args: Any) -> Any:
-        section = usual(*args)
-        taken.append(section is not None)
-        return section
+        count, entries = args[2], args[-1]
+        before = len(entries)
+        stopped = usual(*args)
+        taken.extend([True] * (len(entries) - before) + [False] * (len(entries) < count))
+        return stopped
 
     expected = []  # an entry whose topic the table named before takes the usual path
     for outcome in fast[::2]:
@@ -1452,10 +1475,100 @@ def test_table_entries_parse_alike_without_the_usual_entry_path(
         topics = [s.topic for s in outcome]
         expected += [t in topics[:i] for i, t in enumerate(topics)]
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(block_module, "_usual_entry", counted)
+        m.setattr(block_module, "_usual_entries", counted)
         for base, payload in tables:
             block_module._parse_section_table(payload, base, NAME)
     assert taken == expected
+
+
+_TRAILER_FIELDS = {  # where a shared section's trailer holds each field, and its width
+    "first": (0, "<q"),
+    "last": (8, "<q"),
+    "count": (16, "<Q"),
+    "tombstones": (24, "<Q"),
+    "bytes": (32, "<Q"),
+    "min_ts": (40, "<q"),
+    "max_ts": (48, "<q"),
+    "batches": (56, "<I"),
+    "kind": (60, "<B"),
+    "flags": (61, "<B"),
+    "pad": (62, "<B"),
+    "horizon": (64, "<q"),
+    "index_offset": (72, "<q"),
+    "index_position": (80, "<Q"),
+    "partition": (-8, "<i"),
+    "length": (-4, "<I"),
+}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"count": 0},
+        {"count": lambda f: f["last"] - f["first"] + 2},
+        {"tombstones": lambda f: f["count"] + 1},
+        {"bytes": lambda f: RECORD_OVERHEAD * f["count"] - 1},
+        {"min_ts": lambda f: f["max_ts"] + 1},
+        {"tombstones": 0, "horizon": 5},
+        {"kind": KIND_ROARING64},
+        {"flags": 0},
+        {"batches": 2},
+        {"index_offset": lambda f: f["first"] + 1},
+        {"index_position": 1},
+        {"pad": 1},
+        {"last": lambda f: f["first"] - 1},
+        {"last": lambda f: f["first"] - 1, "kind": KIND_ROARING64},
+        {"partition": 1},
+        {"partition": -1},
+        {"length": lambda f: _sections.USUAL_TRAILER - 1},
+    ],
+    ids=lambda changes: ",".join(changes),
+)
+def test_an_entry_the_usual_path_must_refuse_parses_as_field_by_field(
+    changes: dict[str, Any],
+) -> None:
+    """Each check of the compiled usual-entry path, broken alone in a table's second
+    entry: the table parses exactly as with the field-by-field path alone, which names
+    what is wrong (or takes it, where the format allows it)."""
+    rnd = random.Random(5)
+    specs = [Spec("orders", p, (tuple(gen_records(rnd, 20, keys=3)),)) for p in (1, 2, 3)]
+    (base, payload), *_ = table_payloads(
+        write(specs, share_below=1 << 20, block_bytes=1 << 20).data
+    )
+    parsed = block_module._parse_section_table(payload, base, NAME)
+    trailer_at = parsed.entries[1].bitmap_from - _sections.USUAL_TRAILER
+    assert trailer_at > 0  # the usual path took it
+    fields = {
+        name: struct.unpack_from(fmt, payload, trailer_at + at)[0]
+        for name, (at, fmt) in _TRAILER_FIELDS.items()
+    }
+    changed = bytearray(payload)
+    for name, value in changes.items():
+        at, fmt = _TRAILER_FIELDS[name]
+        struct.pack_into(fmt, changed, trailer_at + at, value(fields) if callable(value) else value)
+    fast = parse_outcome(bytes(changed), base)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(
+            block_module,
+            "_usual_entries",
+            lambda _p, offset, _c, _t, _pr, start, *_: (
+                offset,
+                start,
+            ),
+        )
+        slow = parse_outcome(bytes(changed), base)
+    assert fast == slow
+
+
+def test_the_compiled_table_parse_knows_the_layout_the_format_defines() -> None:
+    """``_sections.c`` reads a shared section's trailer with its own constants: they are
+    FORMAT.md's, as the Python modules name them."""
+    assert TRAILER_FIXED.size == _sections.TRAILER_FIXED
+    assert struct.Struct(TRAILER_FIXED.format + "qqQ").size == _sections.USUAL_TRAILER
+    assert _sections.FLAG_HORIZON == FLAG_HORIZON
+    assert (_sections.KIND_ROARING32, _sections.KIND_ROARING64) == (KIND_ROARING32, KIND_ROARING64)
+    assert _sections.RECORD_OVERHEAD == RECORD_OVERHEAD
+    assert _sections.NO_HORIZON == NO_HORIZON
 
 
 def _write_both(
