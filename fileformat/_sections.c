@@ -366,6 +366,10 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         }
         PyObject *entry = new_entry(type, items);
         if (entry == NULL) goto done;
+        /* Neither holds a container: they can be in no cycle, so the collector need not
+         * walk them (it would untrack them itself, after walking them once). */
+        PyObject_GC_UnTrack(items[10]);
+        PyObject_GC_UnTrack(entry);
         int appended = PyList_Append(entries, entry);
         Py_DECREF(entry);
         if (appended < 0) goto done;
@@ -384,9 +388,168 @@ done:
     return result;
 }
 
+
+static inline void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Field `k` of the entry tuple `e` as a 64-bit value, signed or not as the format has it
+ * (OverflowError, as struct.pack's error, for a value out of its range). */
+static int field64(PyObject *e, Py_ssize_t k, int is_signed, uint64_t *out) {
+    PyObject *v = PyTuple_GET_ITEM(e, k);
+    if (is_signed) {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        *out = (uint64_t)x;
+    } else {
+        unsigned long long x = PyLong_AsUnsignedLongLong(v);
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        *out = x;
+    }
+    return 0;
+}
+
+#define FOOTER_ENTRY_HEAD 84 /* "<iQQqqQQQqqq" (footer.py's FOOTER_ENTRY_HEAD) */
+
+PyDoc_STRVAR(footer_entries_doc,
+"footer_entries(entries, position, length) -> list[bytes]\n\n"
+"The version-2 footer entry (footer.footer_entry) of each TableEntry of a block at\n"
+"`position`, `length` bytes long: topic length, raw topic, FOOTER_ENTRY_HEAD.");
+
+static PyObject *footer_entries(PyObject *self, PyObject *args) {
+    PyObject *entries;
+    unsigned long long position, length;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!KK", &PyList_Type, &entries, &position, &length))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *list = PyList_New(n);
+    if (list == NULL) return NULL;
+    /* entry fields 0-7 are the stats (first, last, count, tombstones, bytes, min_ts,
+     * max_ts, horizon), in the footer's order; 9 is the partition, 10 the key */
+    static const int is_signed[8] = {1, 1, 0, 0, 0, 1, 1, 1};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS ||
+            !PyTuple_Check(PyTuple_GET_ITEM(e, 10)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(e, 10)) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0))) {
+            PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
+            goto fail;
+        }
+        PyObject *raw = PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0);
+        Py_ssize_t topic_len = PyBytes_GET_SIZE(raw);
+        if (topic_len > 0xFFFF) {
+            PyErr_Format(PyExc_OverflowError, "entry %zd: a %zd-byte topic", i, topic_len);
+            goto fail;
+        }
+        long partition = PyLong_AsLong(PyTuple_GET_ITEM(e, 9));
+        if (partition == -1 && PyErr_Occurred()) goto fail;
+        if (partition < INT32_MIN || partition > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError, "entry %zd: partition %ld", i, partition);
+            goto fail;
+        }
+        PyObject *out = PyBytes_FromStringAndSize(NULL, 2 + topic_len + FOOTER_ENTRY_HEAD);
+        if (out == NULL) goto fail;
+        PyList_SET_ITEM(list, i, out);
+        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+        p[0] = (uint8_t)topic_len;
+        p[1] = (uint8_t)(topic_len >> 8);
+        memcpy(p + 2, PyBytes_AS_STRING(raw), topic_len);
+        p += 2 + topic_len;
+        uint32_t part = (uint32_t)(int32_t)partition;
+        for (int b = 0; b < 4; b++) p[b] = (uint8_t)(part >> (8 * b));
+        put64(p + 4, position);
+        put64(p + 12, length);
+        for (int k = 0; k < 8; k++) {
+            uint64_t v;
+            if (k == 7 && PyTuple_GET_ITEM(e, 7) == Py_None) {
+                v = (uint64_t)NO_HORIZON;
+            } else if (field64(e, k, is_signed[k], &v) < 0) {
+                goto fail;
+            }
+            put64(p + 20 + 8 * k, v);
+        }
+    }
+    return list;
+
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+PyDoc_STRVAR(not_dense_doc,
+"not_dense(entries, payload, dense) -> list[int]\n\n"
+"The indices of the TableEntry tuples whose bitmap is not, byte for byte, the one the\n"
+"writer makes of a dense section (section.is_dense_bitmap): an entry parsed field by\n"
+"field (bitmap_from -1), a kind other than KIND_ROARING32, a count other than\n"
+"last - first + 1, or bytes payload[bitmap_from:bitmap_to] other than dense(count).");
+
+static PyObject *not_dense(PyObject *self, PyObject *args) {
+    PyObject *entries, *dense;
+    Py_buffer view;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!y*O", &PyList_Type, &entries, &view, &dense)) return NULL;
+    PyObject *result = PyList_New(0), *cached = NULL;
+    long long cached_count = -1;
+    if (result == NULL) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS) {
+            PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
+            goto fail;
+        }
+        int big = 0; /* a value past 64 bits: not a dense section's */
+        long long first = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 0), &big);
+        long long last = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 1), &big);
+        long long count = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 2), &big);
+        long long kind = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 12), &big);
+        long long from = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 13), &big);
+        long long to = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 14), &big);
+        if (PyErr_Occurred()) goto fail; /* not an int */
+        int dense_here = 0;
+        if (!big && from >= 0 && from <= to && to <= view.len && kind == KIND_ROARING32 &&
+            last >= first && count >= 1 &&
+            (uint64_t)last - (uint64_t)first == (uint64_t)count - 1) {
+            if (count != cached_count) {
+                PyObject *made = PyObject_CallFunction(dense, "L", count);
+                if (made == NULL) goto fail;
+                if (!PyBytes_Check(made)) {
+                    Py_DECREF(made);
+                    PyErr_SetString(PyExc_TypeError, "dense(count) must return bytes");
+                    goto fail;
+                }
+                Py_XSETREF(cached, made);
+                cached_count = count;
+            }
+            dense_here = PyBytes_GET_SIZE(cached) == to - from &&
+                         memcmp(PyBytes_AS_STRING(cached), (const char *)view.buf + from,
+                                to - from) == 0;
+        }
+        if (!dense_here) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(result, index) < 0) {
+                Py_XDECREF(index);
+                goto fail;
+            }
+            Py_DECREF(index);
+        }
+    }
+    goto done;
+
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(cached);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
+    {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
+    {"not_dense", not_dense, METH_VARARGS, not_dense_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -406,6 +569,7 @@ PyMODINIT_FUNC PyInit__sections(void) {
         PyModule_AddIntConstant(m, "KIND_ROARING32", KIND_ROARING32) < 0 ||
         PyModule_AddIntConstant(m, "KIND_ROARING64", KIND_ROARING64) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_OVERHEAD", RECORD_OVERHEAD) < 0 ||
+        PyModule_AddIntConstant(m, "FOOTER_ENTRY_HEAD", FOOTER_ENTRY_HEAD) < 0 ||
         PyModule_AddObject(m, "NO_HORIZON", PyLong_FromLongLong(NO_HORIZON)) < 0) {
         Py_DECREF(m);
         return NULL;

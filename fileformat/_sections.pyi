@@ -8,6 +8,7 @@ KIND_ROARING32: int
 KIND_ROARING64: int
 RECORD_OVERHEAD: int
 NO_HORIZON: int
+FOOTER_ENTRY_HEAD: int
 
 def figures(
     sections: Any,
@@ -32,3 +33,5 @@ def usual_entries(
     entry_type: type,
     entries: list[Any],
 ) -> tuple[int, int]: ...
+def footer_entries(entries: Any, position: int, length: int) -> list[bytes]: ...
+def not_dense(entries: Any, payload: bytes, dense: Any) -> list[int]: ...

@@ -51,8 +51,8 @@ from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import (
     TRAILER_FIXED,
     TrailerHead,
+    dense_bitmap,
     encode_section_header,
-    is_dense_bitmap,
     parse_section_end,
     parse_trailer_head,
     read_topic_partition,
@@ -113,7 +113,7 @@ class SectionTable(Sequence[SharedSection]):
 
     def __init__(
         self,
-        entries: Sequence[TableEntry],
+        entries: list[TableEntry],
         payload: bytes,
         base: int,
         object_name: str,
@@ -167,19 +167,10 @@ class SectionTable(Sequence[SharedSection]):
 
     def check_bitmaps(self) -> None:
         """Every section's bitmap against its stats (``TrailerHead.check_bitmap``), a
-        dense section's by its bytes without making its ``SharedSection``."""
-        payload = self._payload
-        for i, e in enumerate(self.entries):
-            if e.bitmap_from < 0 or not is_dense_bitmap(
-                e.kind,
-                e.first_offset,
-                e.last_offset,
-                e.record_count,
-                payload,
-                e.bitmap_from,
-                e.bitmap_to,
-            ):
-                self[i].trailer.check_bitmap()
+        dense section's by its bytes (``is_dense_bitmap``, compiled as
+        ``_sections.not_dense``) without making its ``SharedSection``."""
+        for i in _sections.not_dense(self.entries, self._payload, dense_bitmap):
+            self[i].trailer.check_bitmap()
 
 
 def encode_section_table(sections: Sequence[tuple[str, int, bytes]]) -> bytes:

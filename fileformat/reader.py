@@ -18,6 +18,7 @@ from typing import Protocol, cast
 import pyarrow as pa
 import pyarrow.ipc
 
+from compactor.fileformat import _sections
 from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from compactor.fileformat.block import (
@@ -27,7 +28,7 @@ from compactor.fileformat.block import (
 )
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
-from compactor.fileformat.footer import encode_footer_entry, footer_entry, parse_footer, parse_tail
+from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -323,7 +324,7 @@ class StreamReader:
             hit = MEMO.take(key)
             if hit is not None:
                 return block, cast(list[bytes], hit)
-        entries = [footer_entry(e.key[0], e.partition, at, size, e) for e in sections.entries]
+        entries = _sections.footer_entries(sections.entries, at, size)
         if memo and role == "first":
             MEMO.put(key, entries, 2 * len(table))
         return block, entries

@@ -46,7 +46,7 @@ from compactor.fileformat.batches import (
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, OffsetSetBuilder
 from compactor.fileformat.block import encode_section_table
-from compactor.fileformat.footer import encode_footer, encode_tail, parse_footer
+from compactor.fileformat.footer import encode_footer, encode_tail, footer_entry, parse_footer
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -73,6 +73,7 @@ from compactor.fileformat.section import (
     TrailerHead,
     dense_bitmap,
     encode_trailer,
+    is_dense_bitmap,
 )
 
 NAME = "bucket/data/shared.cf"
@@ -1558,6 +1559,81 @@ def test_an_entry_the_usual_path_must_refuse_parses_as_field_by_field(
         )
         slow = parse_outcome(bytes(changed), base)
     assert fast == slow
+
+
+_int64 = st.integers(INT64_MIN, INT64_MAX)
+_uint64 = st.integers(0, 2**64 - 1)
+
+
+@st.composite
+def table_entries(draw: st.DrawFn) -> block_module.TableEntry:
+    """Any TableEntry the format can hold, dense ones often: its bitmap's place in a
+    payload of 64 bytes, -1 for an entry parsed field by field."""
+    first = draw(_int64)
+    dense = draw(st.booleans())
+    count = draw(st.integers(1, 70) if dense else _uint64)
+    last = first + count - 1 if dense and first + count - 1 <= INT64_MAX else draw(_int64)
+    raw = draw(st.sampled_from(TOPICS)).encode()
+    partition = draw(st.integers(0, 2**31 - 1))
+    start = draw(st.integers(-1, 70))
+    return block_module.TableEntry(
+        first,
+        last,
+        count,
+        draw(_uint64),
+        draw(_uint64),
+        draw(_int64),
+        draw(_int64),
+        draw(st.one_of(st.none(), _int64)),
+        raw.decode(),
+        partition,
+        (raw, partition),
+        draw(st.integers(0, 1000)),
+        draw(st.sampled_from([KIND_ROARING32, KIND_ROARING64])),
+        start,
+        draw(st.integers(start, 80)) if start >= 0 else -1,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(table_entries(), max_size=12),
+    position=_uint64,
+    length=_uint64,
+    dense_count=st.integers(1, 70),
+    noise=st.binary(min_size=64, max_size=64),
+    at=st.integers(0, 40),
+)
+def test_compiled_footer_entries_and_dense_bitmaps_are_the_python_ones(
+    entries: list[block_module.TableEntry],
+    position: int,
+    length: int,
+    dense_count: int,
+    noise: bytes,
+    at: int,
+) -> None:
+    """``_sections.footer_entries`` encodes each entry as ``footer.footer_entry`` does,
+    and ``_sections.not_dense`` names exactly the entries whose bitmap bytes
+    ``section.is_dense_bitmap`` refuses, for any values an entry may hold (a payload that
+    holds one dense bitmap among noise)."""
+    payload = (noise[:at] + dense_bitmap(dense_count) + noise)[:64]
+    assert _sections.footer_entries(entries, position, length) == [
+        footer_entry(e.key[0], e.partition, position, length, e) for e in entries
+    ]
+    assert _sections.not_dense(entries, payload, dense_bitmap) == [
+        i
+        for i, e in enumerate(entries)
+        if e.bitmap_from < 0
+        or not is_dense_bitmap(
+            e.kind,
+            e.first_offset,
+            e.last_offset,
+            e.record_count,
+            payload,
+            e.bitmap_from,
+            e.bitmap_to,
+        )
+    ]
 
 
 def test_the_compiled_table_parse_knows_the_layout_the_format_defines() -> None:
