@@ -11,20 +11,10 @@ import pyarrow.ipc
 from compactor.fileformat.batches import columns_problem
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import FORMAT_VERSION
-from compactor.fileformat.ipc import decode_batch, inspect_message, with_horizons
-from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
+from compactor.fileformat.ipc import decode_batch, inspect_message, read_compressed, with_horizons
+from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import Role
 
-
-def _schema_message(schema: pa.Schema) -> bytes:
-    """A schema's IPC schema message: prefixed to a batch frame's payload it makes an IPC
-    stream (FORMAT.md 6.2), which Arrow can read with only some fields decoded."""
-    sink = pa.BufferOutputStream()
-    pa.ipc.new_stream(sink, schema).close()
-    return bytes(sink.getvalue().to_pybytes()[:-8])  # without the end-of-stream marker
-
-
-_SCHEMA_MESSAGES = {len(s): _schema_message(s) for s in (RECORD_SCHEMA, RECORD_SCHEMA_V1)}
 _FIELD_INDEX = {name: i for i, name in enumerate(RECORD_SCHEMA.names)}
 _read_options: dict[tuple[int, ...], pa.ipc.IpcReadOptions] = {}
 
@@ -67,11 +57,11 @@ def decode_fields(
     stored = tuple(i for i in indices if i < len(message.schema))
     options = _read_options.get(stored)
     if options is None:
-        options = _read_options[stored] = pa.ipc.IpcReadOptions(included_fields=list(stored))
-    prefix = _SCHEMA_MESSAGES[len(message.schema)]
+        options = _read_options[stored] = pa.ipc.IpcReadOptions(
+            included_fields=list(stored), use_threads=False
+        )
     try:
-        stream = pa.ipc.open_stream(pa.py_buffer(prefix + payload), options=options)
-        batch = stream.read_next_batch()
+        batch = read_compressed(payload, message.schema, options)
         batch.validate(full=True)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
