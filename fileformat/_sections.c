@@ -545,11 +545,105 @@ done:
     return result;
 }
 
+
+/* `obj` as int32 offsets: at least `min_count` of them (None: none, when `min_count` is 0). */
+static int take_offsets(PyObject *obj, Column *c, Py_ssize_t min_count, const char *name) {
+    return take_column(obj, c, 4 * min_count, min_count == 0, name);
+}
+
+static inline int64_t span_of(const int32_t *offsets, Py_ssize_t i) {
+    return (int64_t)offsets[i + 1] - offsets[i];
+}
+
+PyDoc_STRVAR(record_sizes_doc,
+"record_sizes(rows, key_offsets, key_validity, key_bit, value_offsets, value_validity,\n"
+"             value_bit, header_offsets, item_key_offsets, item_value_offsets,\n"
+"             item_value_validity, item_value_bit) -> bytes\n\n"
+"Each record's logical size (RECORD_OVERHEAD, its key's and value's bytes, and each\n"
+"header's key and value bytes; a null counts 0) as `rows` little-endian int64s, from\n"
+"the int32 offsets of the columns (`rows` + 1 of them, from the row 0's) and of the\n"
+"header items (`header_offsets` index them; None when there are none) and validity\n"
+"bitmaps given as a buffer (None: no nulls) and the bit of slot 0.");
+
+static PyObject *record_sizes(PyObject *self, PyObject *args) {
+    Py_ssize_t rows, key_bit, value_bit, item_value_bit;
+    PyObject *ko_obj, *kv_obj, *vo_obj, *vv_obj, *ho_obj, *iko_obj, *ivo_obj, *ivv_obj;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nOOnOOnOOOOn", &rows, &ko_obj, &kv_obj, &key_bit, &vo_obj,
+                          &vv_obj, &value_bit, &ho_obj, &iko_obj, &ivo_obj, &ivv_obj,
+                          &item_value_bit))
+        return NULL;
+    if (rows < 0 || key_bit < 0 || value_bit < 0 || item_value_bit < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows and bits must not be negative");
+        return NULL;
+    }
+    Column ko = {0}, kv = {0}, vo = {0}, vv = {0}, ho = {0}, iko = {0}, ivo = {0}, ivv = {0};
+    PyObject *out = NULL;
+    Py_ssize_t items = 0;
+    if (take_offsets(ko_obj, &ko, rows + 1, "key_offsets") < 0 ||
+        take_column(kv_obj, &kv, (key_bit + rows + 7) / 8, 1, "key_validity") < 0 ||
+        take_offsets(vo_obj, &vo, rows + 1, "value_offsets") < 0 ||
+        take_column(vv_obj, &vv, (value_bit + rows + 7) / 8, 1, "value_validity") < 0 ||
+        take_offsets(ho_obj, &ho, rows + 1, "header_offsets") < 0 ||
+        take_offsets(iko_obj, &iko, 0, "item_key_offsets") < 0 ||
+        take_offsets(ivo_obj, &ivo, 0, "item_value_offsets") < 0)
+        goto done;
+    if (iko.held && ivo.held) {
+        items = (iko.view.len < ivo.view.len ? iko.view.len : ivo.view.len) / 4 - 1;
+        if (items < 0) items = 0;
+    }
+    if (take_column(ivv_obj, &ivv, (item_value_bit + items + 7) / 8, 1,
+                    "item_value_validity") < 0)
+        goto done;
+    out = PyBytes_FromStringAndSize(NULL, 8 * rows);
+    if (out == NULL) goto done;
+    Py_ssize_t bad = -1;
+    Py_BEGIN_ALLOW_THREADS
+    const int32_t *k = ko.view.buf, *v = vo.view.buf, *h = ho.view.buf;
+    const int32_t *hk = iko.held ? iko.view.buf : NULL, *hv = ivo.held ? ivo.view.buf : NULL;
+    const uint8_t *kbits = kv.held ? kv.view.buf : NULL, *vbits = vv.held ? vv.view.buf : NULL;
+    const uint8_t *hvbits = ivv.held ? ivv.view.buf : NULL;
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        int64_t size = RECORD_OVERHEAD;
+        if (kbits == NULL || bit_set(kbits, key_bit + r)) size += span_of(k, r);
+        if (vbits == NULL || bit_set(vbits, value_bit + r)) size += span_of(v, r);
+        int64_t h0 = h[r], h1 = h[r + 1];
+        if (h0 < 0 || h1 < h0 || h1 > items) {
+            bad = r;
+            break;
+        }
+        for (int64_t j = h0; j < h1; j++) {
+            size += span_of(hk, j);
+            if (hvbits == NULL || bit_set(hvbits, item_value_bit + j)) size += span_of(hv, j);
+        }
+        put64(dst + 8 * r, (uint64_t)size);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "record %zd's headers are outside the %zd items", bad,
+                     items);
+        Py_CLEAR(out);
+    }
+
+done:
+    release(&ko);
+    release(&kv);
+    release(&vo);
+    release(&vv);
+    release(&ho);
+    release(&iko);
+    release(&ivo);
+    release(&ivv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
     {"not_dense", not_dense, METH_VARARGS, not_dense_doc},
+    {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,3 +35,17 @@ def usual_entries(
 ) -> tuple[int, int]: ...
 def footer_entries(entries: Any, position: int, length: int) -> list[bytes]: ...
 def not_dense(entries: Any, payload: bytes, dense: Any) -> list[int]: ...
+def record_sizes(
+    rows: int,
+    key_offsets: Any,
+    key_validity: Any,
+    key_bit: int,
+    value_offsets: Any,
+    value_validity: Any,
+    value_bit: int,
+    header_offsets: Any,
+    item_key_offsets: Any,
+    item_value_offsets: Any,
+    item_value_validity: Any,
+    item_value_bit: int,
+) -> bytes: ...

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from compactor.fileformat import _sections
 from compactor.fileformat.meta import SectionMeta
 from compactor.fileformat.records import RECORD_SCHEMA
 
@@ -209,26 +210,41 @@ def _logical_bytes(batch: pa.RecordBatch, n: int, values: pa.Array) -> int:
 
 
 def record_sizes(batch: pa.RecordBatch) -> pa.Array:
-    """The logical size of each record as an int64 array."""
-    sizes = pc.add(
-        pc.fill_null(pc.binary_length(batch.column(_KEY)).cast(pa.int64()), 0),
-        pc.fill_null(pc.binary_length(batch.column(_VALUE)).cast(pa.int64()), 0),
+    """The logical size of each record as an int64 array, from the offsets of its key,
+    value and headers' columns in one compiled pass (``_sections.record_sizes``)."""
+    n = batch.num_rows
+    if n == 0:
+        return pa.array([], pa.int64())
+    headers = batch.column(_HEADERS)
+    items = headers.values  # what the list offsets index: not sliced to the list's rows
+    key, key_valid, key_bit = _binary_args(batch.column(_KEY))
+    value, value_valid, value_bit = _binary_args(batch.column(_VALUE))
+    item_key = _binary_args(items.field(0))[0]
+    item_value, item_valid, item_bit = _binary_args(items.field(1))
+    raw = _sections.record_sizes(
+        n,
+        key,
+        key_valid,
+        key_bit,
+        value,
+        value_valid,
+        value_bit,
+        _offsets_view(headers),
+        item_key,
+        item_value,
+        item_valid,
+        item_bit,
     )
-    sizes = pc.add(sizes, RECORD_OVERHEAD)
-    items = _header_items(batch.column(_HEADERS))
-    if items is not None:
-        item_sizes = pc.add(
-            pc.binary_length(items.field(0)).cast(pa.int64()),
-            pc.fill_null(pc.binary_length(items.field(1)).cast(pa.int64()), 0),
-        )
-        cum = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(item_sizes)])
-        headers = batch.column(_HEADERS)
-        bounds = pc.subtract(headers.offsets, headers.offsets[0])
-        per_record = pc.subtract(
-            pc.take(cum, bounds.slice(1)), pc.take(cum, bounds.slice(0, len(bounds) - 1))
-        )
-        sizes = pc.add(sizes, per_record)
-    return sizes
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(raw)])
+
+
+def _binary_args(arr: pa.Array) -> tuple[memoryview | None, pa.Buffer | None, int]:
+    """A binary or string array's offsets, validity bitmap (None: no nulls) and the bit
+    of its first slot, as ``_sections.record_sizes`` takes them; no offsets if empty."""
+    if len(arr) == 0:
+        return None, None, 0
+    validity = arr.buffers()[0] if arr.null_count else None
+    return _offsets_view(arr), validity, arr.offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,61 @@ def test_a_columns_lengths_leave_out_what_its_null_slots_span(
     assert [batches._sum_lengths(a) for a in arrays] == truth
 
 
+def _logical_size(r: Record) -> int:
+    return (
+        RECORD_OVERHEAD
+        + len(r.key or b"")
+        + len(r.value or b"")
+        + sum(len(k.encode()) + len(v or b"") for k, v in r.headers)
+    )
+
+
+def _with_shifted_header_items(batch: pa.RecordBatch, rnd: random.Random) -> pa.RecordBatch:
+    """The same records, their headers' items a slice of a longer struct array (an offset
+    of its own, under the list's), and their values with null slots that span bytes."""
+    headers = batch.column("headers")
+    items = headers.flatten()
+    pad = rnd.randrange(1, 5)
+    padding = pa.array([{"key": "p", "value": b"pp"}] * pad, items.type)
+    shifted = pa.concat_arrays([padding, items]).slice(pad)
+    starts = [o - headers.offsets[0].as_py() for o in headers.offsets.to_pylist()]
+    lists = pa.ListArray.from_arrays(pa.array(starts, pa.int32()), shifted)
+    value_list = batch.column("value").to_pylist()
+    offsets, data = [0], b""
+    for v in value_list:
+        data += v if v is not None else rnd.randbytes(rnd.randrange(0, 4))
+        offsets.append(len(data))
+    valid = sum((v is not None) << i for i, v in enumerate(value_list))
+    spanning = pa.Array.from_buffers(
+        pa.binary(),
+        len(value_list),
+        [
+            pa.py_buffer(valid.to_bytes((len(value_list) + 7) // 8 or 1, "little")),
+            pa.py_buffer(struct.pack(f"<{len(offsets)}i", *offsets)),
+            pa.py_buffer(data),
+        ],
+    )
+    columns = {name: batch.column(name) for name in batch.schema.names}
+    columns["headers"], columns["value"] = lists.cast(headers.type), spanning
+    return pa.RecordBatch.from_arrays(list(columns.values()), schema=batch.schema)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_record_sizes_are_each_records_logical_size(seed: int) -> None:
+    """``batches.record_sizes`` (one compiled pass over the columns' offsets) is each
+    record's logical size as the format defines it, for batches whole and sliced
+    mid-byte, null keys, values and header values, header items with an offset of their
+    own and null values whose slots span bytes."""
+    rnd = random.Random(seed)
+    cases = _batches(seed)
+    cases += [_with_shifted_header_items(b, rnd) for b in cases]
+    for b in cases:
+        b.validate(full=True)
+        expected = [_logical_size(r) for r in batch_to_records(b)]
+        assert batches.record_sizes(b).to_pylist() == expected
+        assert sum(expected) == batches.logical_bytes(b)
+
+
 def test_decreasing_offsets_are_found_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     rnd = random.Random(4)
     for n in (2, 40, 100):
