@@ -638,12 +638,59 @@ done:
     return out;
 }
 
+
+PyDoc_STRVAR(relative_offsets_doc,
+"relative_offsets(offsets, base, wide) -> bytes\n\n"
+"Each int64 of `offsets` less `base`, as native uint32s (array.array 'I'), or uint64s\n"
+"('Q', modulo 2^64) when `wide`: a section's offsets as its bitmap holds them\n"
+"(bitmap.OffsetSetBuilder).\n"
+"ValueError for a uint32 out of range.");
+
+static PyObject *relative_offsets(PyObject *self, PyObject *args) {
+    Column off = {0};
+    PyObject *offsets_obj, *out = NULL;
+    long long base;
+    int wide;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OLp", &offsets_obj, &base, &wide)) return NULL;
+    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0) return NULL;
+    Py_ssize_t n = off.view.len / 8, width = wide ? 8 : 4, bad = -1;
+    out = PyBytes_FromStringAndSize(NULL, n * width);
+    if (out == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    const int64_t *o = off.view.buf;
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t rel = (uint64_t)o[i] - (uint64_t)base;
+        if (wide) {
+            memcpy(dst + 8 * i, &rel, 8);
+        } else if (o[i] < base || rel > UINT32_MAX) {
+            bad = i;
+            break;
+        } else {
+            uint32_t narrow = (uint32_t)rel;
+            memcpy(dst + 4 * i, &narrow, 4);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "offset %lld is not within 2^32 above %lld",
+                     (long long)((const int64_t *)off.view.buf)[bad], base);
+        Py_CLEAR(out);
+    }
+
+done:
+    release(&off);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
     {"not_dense", not_dense, METH_VARARGS, not_dense_doc},
     {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
+    {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
     {NULL, NULL, 0, NULL},
 };
 

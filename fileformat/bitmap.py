@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyroaring import BitMap, BitMap64
 
+from compactor.fileformat import _sections
 from compactor.fileformat.batches import SMALL_BATCH, int64_view
 
 KIND_ROARING32: Final = 1
@@ -137,11 +137,9 @@ class OffsetSetBuilder:
             base = self.base
             self._bitmap.update([o - base for o in int64_view(offsets)])
             return
-        rel = pc.subtract(offsets, pa.scalar(self.base, pa.int64()))
-        if isinstance(self._bitmap, BitMap64):
-            values = _raw_values(rel.cast(pa.uint64(), safe=False), "Q")  # mod 2^64
-        else:
-            values = _raw_values(rel.cast(pa.uint32()), "I")
+        wide = isinstance(self._bitmap, BitMap64)
+        values = array.array("Q" if wide else "I")
+        values.frombytes(_sections.relative_offsets(int64_view(offsets), self.base, wide))
         self._bitmap.update(values)
 
     def add_column(self, offsets: pa.Array) -> None:
@@ -151,12 +149,3 @@ class OffsetSetBuilder:
 
     def build(self) -> OffsetSet:
         return OffsetSet(self.base, self._bitmap)
-
-
-def _raw_values(arr: pa.Array, typecode: str) -> array.array[int]:
-    """The values of a null-free fixed-width array, copied into an ``array.array``."""
-    width = arr.type.bit_width // 8
-    buf = arr.buffers()[1]
-    out = array.array(typecode)
-    out.frombytes(memoryview(buf)[arr.offset * width : (arr.offset + len(arr)) * width])
-    return out
