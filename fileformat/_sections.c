@@ -60,12 +60,25 @@ static inline int bit_set(const uint8_t *bits, Py_ssize_t i) {
     return (bits[i >> 3] >> (i & 7)) & 1;
 }
 
+/* Whether the fields `fields` (-1 ends the list) of the tuple `e` are exact ints (None
+ * allowed where `none_at` says): reading them runs no Python code, so a borrowed entry
+ * stays alive while it is read. */
+static int int_fields(PyObject *e, const int *fields, int none_at) {
+    for (const int *k = fields; *k >= 0; k++) {
+        if (*k >= PyTuple_GET_SIZE(e)) return 0;
+        PyObject *v = PyTuple_GET_ITEM(e, *k);
+        if (!PyLong_CheckExact(v) && !(*k == none_at && v == Py_None)) return 0;
+    }
+    return 1;
+}
+
 /* One section's (start, count) from the tuple `item`'s fields `start_at` and `count_at`. */
 static int read_span(PyObject *item, Py_ssize_t start_at, Py_ssize_t count_at,
                      Py_ssize_t rows, Py_ssize_t i, Py_ssize_t *start, Py_ssize_t *count) {
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) <= start_at ||
-        PyTuple_GET_SIZE(item) <= count_at) {
-        PyErr_Format(PyExc_TypeError, "section %zd is not a tuple with fields %zd and %zd", i,
+    const int fields[3] = {(int)start_at, (int)count_at, -1};
+    if (!PyTuple_Check(item) || start_at > INT_MAX || count_at > INT_MAX ||
+        !int_fields(item, fields, -1)) {
+        PyErr_Format(PyExc_TypeError, "section %zd is not a tuple of ints at %zd and %zd", i,
                      start_at, count_at);
         return -1;
     }
@@ -107,8 +120,9 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
                                      &count_at, &offsets_obj, &ts_obj, &sizes_obj, &vv_obj,
                                      &values_bit, &hz_obj, &hv_obj, &horizons_bit))
         return NULL;
-    if (start_at < 0 || count_at < 0 || values_bit < 0 || horizons_bit < 0) {
-        PyErr_SetString(PyExc_ValueError, "field positions and bits must not be negative");
+    if (start_at < 0 || count_at < 0 || values_bit < 0 || horizons_bit < 0 ||
+        values_bit > PY_SSIZE_T_MAX / 2 || horizons_bit > PY_SSIZE_T_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "field positions and bits out of range");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(sections, "sections must be a sequence");
@@ -160,9 +174,10 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
         for (Py_ssize_t r = a + 1; r < end && descent < 0; r++)
             if (o[r] <= o[r - 1]) descent = r;
         if (!whole) continue;
-        int64_t tombstones = 0, bytes = 0, min_ts = t[a], max_ts = t[a], horizon = NO_HORIZON;
+        int64_t tombstones = 0, min_ts = t[a], max_ts = t[a], horizon = NO_HORIZON;
+        uint64_t bytes = 0; /* wraps rather than overflows on a corrupt column */
         for (Py_ssize_t r = a; r < end; r++) {
-            bytes += s[r];
+            bytes += (uint64_t)s[r];
             if (t[r] < min_ts) min_ts = t[r];
             if (t[r] > max_ts) max_ts = t[r];
             if (vbits != NULL && !bit_set(vbits, values_bit + r)) {
@@ -174,7 +189,7 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
         }
         f[2] = end - a;
         f[3] = tombstones;
-        f[4] = bytes;
+        f[4] = (int64_t)bytes;
         f[5] = min_ts;
         f[6] = max_ts;
         f[7] = horizon;
@@ -261,12 +276,19 @@ PyDoc_STRVAR(usual_entries_doc,
 static PyObject *usual_entries(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t offset, count, start;
-    PyObject *topics, *previous, *entries;
+    PyObject *topics, *previous, *entries, *start_obj;
     PyTypeObject *type;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nnO!OnO!O!", &view, &offset, &count, &PyDict_Type, &topics,
-                          &previous, &start, &PyType_Type, &type, &PyList_Type, &entries))
+    if (!PyArg_ParseTuple(args, "y*nnO!OO!O!O!", &view, &offset, &count, &PyDict_Type, &topics,
+                          &previous, &PyLong_Type, &start_obj, &PyType_Type, &type,
+                          &PyList_Type, &entries))
         return NULL;
+    int big = 0;
+    start = (Py_ssize_t)PyLong_AsLongLongAndOverflow(start_obj, &big);
+    if (big || start < 0) { /* a row past any batch: the field-by-field parse says so */
+        PyBuffer_Release(&view);
+        return Py_BuildValue("nO", offset, start_obj);
+    }
     PyObject *raw = NULL, *topic = NULL, *result = NULL;
     const uint8_t *data = view.buf, *prev = NULL;
     Py_ssize_t size = view.len, prev_len = 0;
@@ -288,6 +310,10 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         }
         prev = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(previous, 0));
         prev_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(previous, 0));
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(previous, 1))) {
+            PyErr_SetString(PyExc_TypeError, "previous must be (bytes, int) or None");
+            goto done;
+        }
         prev_partition = PyLong_AsLongLong(PyTuple_GET_ITEM(previous, 1));
         if (prev_partition == -1 && PyErr_Occurred()) goto done;
     }
@@ -303,7 +329,7 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
             PyObject *candidate = PyBytes_FromStringAndSize((const char *)topic_at, topic_len);
             if (candidate == NULL) goto done;
             PyObject *found = PyDict_GetItemWithError(topics, candidate);
-            if (found == NULL) {
+            if (found == NULL || !PyUnicode_CheckExact(found)) {
                 Py_DECREF(candidate);
                 if (PyErr_Occurred()) goto done;
                 break;
@@ -394,7 +420,7 @@ static inline void put64(uint8_t *p, uint64_t v) {
 }
 
 /* Field `k` of the entry tuple `e` as a 64-bit value, signed or not as the format has it
- * (OverflowError, as struct.pack's error, for a value out of its range). */
+ * (OverflowError for a value out of its range). */
 static int field64(PyObject *e, Py_ssize_t k, int is_signed, uint64_t *out) {
     PyObject *v = PyTuple_GET_ITEM(e, k);
     if (is_signed) {
@@ -414,23 +440,29 @@ static int field64(PyObject *e, Py_ssize_t k, int is_signed, uint64_t *out) {
 PyDoc_STRVAR(footer_entries_doc,
 "footer_entries(entries, position, length) -> list[bytes]\n\n"
 "The version-2 footer entry (footer.footer_entry) of each TableEntry of a block at\n"
-"`position`, `length` bytes long: topic length, raw topic, FOOTER_ENTRY_HEAD.");
+"`position`, `length` bytes long: topic length, raw topic, FOOTER_ENTRY_HEAD.\n"
+"OverflowError for a value out of its field's range (struct.error in footer_entry).");
 
 static PyObject *footer_entries(PyObject *self, PyObject *args) {
-    PyObject *entries;
-    unsigned long long position, length;
+    PyObject *entries, *position_obj, *length_obj;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!KK", &PyList_Type, &entries, &position, &length))
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &entries, &PyLong_Type, &position_obj,
+                          &PyLong_Type, &length_obj))
         return NULL;
+    unsigned long long position = PyLong_AsUnsignedLongLong(position_obj);
+    if (position == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    unsigned long long length = PyLong_AsUnsignedLongLong(length_obj);
+    if (length == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(entries);
     PyObject *list = PyList_New(n);
     if (list == NULL) return NULL;
     /* entry fields 0-7 are the stats (first, last, count, tombstones, bytes, min_ts,
      * max_ts, horizon), in the footer's order; 9 is the partition, 10 the key */
     static const int is_signed[8] = {1, 1, 0, 0, 0, 1, 1, 1};
+    static const int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS ||
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS || !int_fields(e, ints, 7) ||
             !PyTuple_Check(PyTuple_GET_ITEM(e, 10)) ||
             PyTuple_GET_SIZE(PyTuple_GET_ITEM(e, 10)) != 2 ||
             !PyBytes_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0))) {
@@ -495,7 +527,8 @@ static PyObject *not_dense(PyObject *self, PyObject *args) {
     if (result == NULL) goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
         PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS) {
+        static const int ints[] = {0, 1, 2, 12, 13, 14, -1};
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS || !int_fields(e, ints, -1)) {
             PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
             goto fail;
         }
@@ -573,8 +606,10 @@ static PyObject *record_sizes(PyObject *self, PyObject *args) {
                           &vv_obj, &value_bit, &ho_obj, &iko_obj, &ivo_obj, &ivv_obj,
                           &item_value_bit))
         return NULL;
-    if (rows < 0 || key_bit < 0 || value_bit < 0 || item_value_bit < 0) {
-        PyErr_SetString(PyExc_ValueError, "rows and bits must not be negative");
+    if (rows < 0 || rows > PY_SSIZE_T_MAX / 16 || key_bit < 0 || value_bit < 0 ||
+        item_value_bit < 0 || key_bit > PY_SSIZE_T_MAX / 2 || value_bit > PY_SSIZE_T_MAX / 2 ||
+        item_value_bit > PY_SSIZE_T_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "rows and bits out of range");
         return NULL;
     }
     Column ko = {0}, kv = {0}, vo = {0}, vv = {0}, ho = {0}, iko = {0}, ivo = {0}, ivv = {0};
@@ -605,19 +640,20 @@ static PyObject *record_sizes(PyObject *self, PyObject *args) {
     const uint8_t *hvbits = ivv.held ? ivv.view.buf : NULL;
     uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t r = 0; r < rows; r++) {
-        int64_t size = RECORD_OVERHEAD;
-        if (kbits == NULL || bit_set(kbits, key_bit + r)) size += span_of(k, r);
-        if (vbits == NULL || bit_set(vbits, value_bit + r)) size += span_of(v, r);
+        uint64_t size = RECORD_OVERHEAD; /* wraps rather than overflows on corrupt offsets */
+        if (kbits == NULL || bit_set(kbits, key_bit + r)) size += (uint64_t)span_of(k, r);
+        if (vbits == NULL || bit_set(vbits, value_bit + r)) size += (uint64_t)span_of(v, r);
         int64_t h0 = h[r], h1 = h[r + 1];
         if (h0 < 0 || h1 < h0 || h1 > items) {
             bad = r;
             break;
         }
         for (int64_t j = h0; j < h1; j++) {
-            size += span_of(hk, j);
-            if (hvbits == NULL || bit_set(hvbits, item_value_bit + j)) size += span_of(hv, j);
+            size += (uint64_t)span_of(hk, j);
+            if (hvbits == NULL || bit_set(hvbits, item_value_bit + j))
+                size += (uint64_t)span_of(hv, j);
         }
-        put64(dst + 8 * r, (uint64_t)size);
+        put64(dst + 8 * r, size);
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
@@ -700,6 +736,13 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+static int add_int64(PyObject *m, const char *name, int64_t value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    int added = PyModule_AddObjectRef(m, name, v);
+    Py_XDECREF(v);
+    return added;
+}
+
 PyMODINIT_FUNC PyInit__sections(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
@@ -711,7 +754,7 @@ PyMODINIT_FUNC PyInit__sections(void) {
         PyModule_AddIntConstant(m, "KIND_ROARING64", KIND_ROARING64) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_OVERHEAD", RECORD_OVERHEAD) < 0 ||
         PyModule_AddIntConstant(m, "FOOTER_ENTRY_HEAD", FOOTER_ENTRY_HEAD) < 0 ||
-        PyModule_AddObject(m, "NO_HORIZON", PyLong_FromLongLong(NO_HORIZON)) < 0) {
+        add_int64(m, "NO_HORIZON", NO_HORIZON) < 0) {
         Py_DECREF(m);
         return NULL;
     }

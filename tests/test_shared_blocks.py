@@ -1636,6 +1636,30 @@ def test_compiled_footer_entries_and_dense_bitmaps_are_the_python_ones(
     ]
 
 
+def test_a_table_whose_rows_pass_any_batchs_parses_as_field_by_field() -> None:
+    """Entries whose record counts add up past the largest row a batch can have: the
+    usual-entry path stops where its row count would overflow and the table parses as
+    the field-by-field path alone parses it (the block's row check then refuses it)."""
+    count = (1 << 60) - 1  # the most records a trailer's byte count allows
+    trailer = TRAILER_FIXED.pack(0, count - 1, count, 0, 16 * count, 0, 0, 1, 2, 1)
+    trailer += struct.pack("<qqQ", NO_HORIZON, 0, 0)
+    payload = encode_section_table([("t", p, trailer) for p in range(9)])
+    fast = parse_outcome(payload, 0)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(
+            block_module,
+            "_usual_entries",
+            lambda _p, offset, _c, _t, _pr, start, *_: (
+                offset,
+                start,
+            ),
+        )
+        slow = parse_outcome(payload, 0)
+    assert fast == slow
+    assert isinstance(fast, tuple)
+    assert fast[-1].start == 8 * count
+
+
 def test_the_compiled_table_parse_knows_the_layout_the_format_defines() -> None:
     """``_sections.c`` reads a shared section's trailer with its own constants: they are
     FORMAT.md's, as the Python modules name them."""
