@@ -100,10 +100,11 @@ PyDoc_STRVAR(figures_doc,
 "        horizons_bit=0) -> (descent, figures)\n\n"
 "Each section's figures, for sections given as tuples whose field `start_at` is the\n"
 "section's first row and `count_at` its rows (at least one, within the batch).\n\n"
-"`offsets`, `timestamps`, `sizes` (each record's logical bytes) and `horizons` are\n"
-"int64 buffers of the batch's rows (`horizons` None: every one null); a validity bitmap\n"
-"is a buffer and the bit of row 0 (None: no nulls). `descent` is the first row, inside a section, whose offset does not\n"
-"exceed the one before it, or -1. Without `timestamps` a figure is (first offset, last\n"
+"`offsets`, `timestamps`, `sizes` (each record's logical bytes; None: each section's\n"
+"bytes are 0) and `horizons` are int64 buffers of the batch's rows (`horizons` None:\n"
+"every one null); a validity bitmap is a buffer and the bit of row 0 (None: no nulls).\n"
+"`descent` is the first row, inside a section, whose offset does not exceed the one\n"
+"before it, or -1. Without `timestamps` a figure is (first offset, last\n"
 "offset); with it, the eight fields of BatchStats, the horizon None when no tombstone\n"
 "has one before NO_HORIZON.");
 
@@ -142,10 +143,6 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
         take_column(hz_obj, &hz, whole ? rows * 8 : 0, 1, "horizons") < 0 ||
         take_column(hv_obj, &hv, (horizons_bit + rows + 7) / 8, 1, "horizons_validity") < 0)
         goto done;
-    if (whole && !sz.held) {
-        PyErr_SetString(PyExc_TypeError, "timestamps need sizes");
-        goto done;
-    }
     spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (n ? n : 1));
     out = PyMem_Malloc(sizeof(int64_t) * FIGURES * (n ? n : 1));
     if (spans == NULL || out == NULL) {
@@ -162,7 +159,7 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS
     const int64_t *o = off.view.buf;
     const int64_t *t = whole ? ts.view.buf : NULL;
-    const int64_t *s = whole ? sz.view.buf : NULL;
+    const int64_t *s = sz.held ? sz.view.buf : NULL; /* None: bytes are not wanted (0) */
     const int64_t *h = hz.held ? hz.view.buf : NULL;
     const uint8_t *vbits = vv.held ? vv.view.buf : NULL;
     const uint8_t *hbits = hv.held ? hv.view.buf : NULL;
@@ -177,7 +174,7 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
         int64_t tombstones = 0, min_ts = t[a], max_ts = t[a], horizon = NO_HORIZON;
         uint64_t bytes = 0; /* wraps rather than overflows on a corrupt column */
         for (Py_ssize_t r = a; r < end; r++) {
-            bytes += (uint64_t)s[r];
+            if (s != NULL) bytes += (uint64_t)s[r];
             if (t[r] < min_ts) min_ts = t[r];
             if (t[r] > max_ts) max_ts = t[r];
             if (vbits != NULL && !bit_set(vbits, values_bit + r)) {

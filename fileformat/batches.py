@@ -8,9 +8,9 @@ they save there.
 from __future__ import annotations
 
 import bisect
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -108,10 +108,7 @@ def _header_items(headers: pa.Array) -> pa.StructArray | None:
 def strictly_increasing(offsets: pa.Array) -> bool:
     """Whether a null-free int64 array strictly increases."""
     n = len(offsets)
-    if n <= SMALL_BATCH:
-        v = int64_view(offsets).tolist()
-        return all(map(operator.lt, v, v[1:]))
-    return not pc.any(pc.less_equal(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
+    return n < 2 or _sections.figures([(0, n)], 0, 1, int64_view(offsets))[0] < 0
 
 
 def run_labels(ends: Sequence[int], labels: Sequence[int]) -> pa.Array:
@@ -299,47 +296,65 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     return a if b is None else min(a, b)
 
 
-def tombstone_horizon(batch: pa.RecordBatch) -> int | None:
-    """The earliest ``delete_horizon`` among the batch's tombstones (a horizon on a record
-    with a value does not count), None if no tombstone has one."""
-    values, horizons = batch.column(_VALUE), batch.column(_HORIZON)
-    n = batch.num_rows
-    if not values.null_count or horizons.null_count == n:
-        return None
-    if n <= SMALL_BATCH:
-        rows = ~validity_bits(values) & validity_bits(horizons)
-        view = int64_view(horizons)
-        earliest = min((view[i] for i in range(n) if rows >> i & 1), default=None)
-    else:
-        on_tombstones = pc.if_else(pc.is_null(values), horizons, pa.scalar(None, pa.int64()))
-        earliest = pc.min(on_tombstones).as_py()
-    return None if earliest is None or earliest == NO_HORIZON else int(earliest)
-
-
 def batch_stats(batch: pa.RecordBatch, uncompressed_bytes: int | None = None) -> BatchStats:
-    """Stats of a non-empty batch that ``batch_problem`` accepted."""
+    """Stats of a non-empty batch that ``batch_problem`` accepted: ``section_figures`` of
+    its one span, its logical bytes summed from its columns' lengths (or given)."""
     n = batch.num_rows
-    offsets = int64_view(batch.column(_OFFSET))
-    timestamps = batch.column(_TIMESTAMP)
-    values = batch.column(_VALUE)
-    if n <= SMALL_BATCH:
-        ts = int64_view(timestamps).tolist()
-        min_ts, max_ts = min(ts), max(ts)
-    else:
-        mm = pc.min_max(timestamps)
-        min_ts, max_ts = mm["min"].as_py(), mm["max"].as_py()
+    first, last, _, tombstones, _, min_ts, max_ts, horizon = _sections.figures(
+        [(0, n)], 0, 1, *stat_columns(batch, sizes=False)
+    )[1][0]
     return BatchStats(
-        first_offset=offsets[0],
-        last_offset=offsets[-1],
+        first_offset=first,
+        last_offset=last,
         record_count=n,
-        tombstones=values.null_count,
+        tombstones=tombstones,
         uncompressed_bytes=(
-            _logical_bytes(batch, n, values) if uncompressed_bytes is None else uncompressed_bytes
+            _logical_bytes(batch, n, batch.column(_VALUE))
+            if uncompressed_bytes is None
+            else uncompressed_bytes
         ),
         min_timestamp=min_ts,
         max_timestamp=max_ts,
-        min_delete_horizon=tombstone_horizon(batch),
+        min_delete_horizon=horizon,
     )
+
+
+Figures = tuple[int, int, int, int, int, int, int, int | None]
+"""A section's stats as a tuple, in the order of BatchStats's fields (cheaper to make and
+compare than a BatchStats, for every section of every block)."""
+
+
+def section_figures(
+    batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]
+) -> tuple[int, list[Figures]]:
+    """The stats as tuples of the sections at (first row, rows) ``sections`` of a whole
+    batch of RECORD_SCHEMA, with the first row inside a section whose offset does not
+    exceed the one before it (-1 if none): one compiled pass for all of them
+    (``_sections.figures``)."""
+    descent, figures = _sections.figures(sections, 0, 1, *stat_columns(batch))
+    return descent, cast(list[Figures], figures)
+
+
+def stat_columns(batch: pa.RecordBatch, sizes: bool = True) -> tuple[Any, ...]:
+    """The arguments of ``_sections.figures`` after the spans, for a whole batch: its
+    offsets, timestamps, records' logical sizes (None: not wanted, their sum is 0), the
+    values' validity (a tombstone is a null value) and the tombstones' delete horizons."""
+    values, horizons = batch.column(_VALUE), batch.column(_HORIZON)
+    return (
+        int64_view(batch.column(_OFFSET)),
+        int64_view(batch.column(_TIMESTAMP)),
+        int64_view(record_sizes(batch)) if sizes else None,
+        *_validity(values),
+        None if horizons.null_count == len(horizons) else int64_view(horizons),
+        *_validity(horizons),
+    )
+
+
+def _validity(arr: pa.Array) -> tuple[pa.Buffer | None, int]:
+    """An array's validity bitmap and the bit of its first slot; None if no slot is null."""
+    if not arr.null_count:
+        return None, 0
+    return arr.buffers()[0], arr.offset
 
 
 def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -7,9 +7,9 @@ version-2 trailer (one batch, at relative position 0), so a shared section's sta
 bitmap and consistency rules are those of any section; its rows are the batch's rows that
 follow those of the entries before it.
 
-A block is decoded and checked once for all its sections: one Arrow decode, one check
-that the offsets strictly increase within every section, and, when every column was
-decoded, the stats of all its sections from one grouped aggregation.
+A block is decoded and checked once for all its sections: one Arrow decode and one
+compiled pass over its columns (``batches.section_figures``) for every section's offsets,
+their order and, when every column was decoded, its stats.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast, overload
+from typing import NamedTuple, cast, overload
 
 import pyarrow as pa
 
 from compactor.fileformat import _sections
 from compactor.fileformat.batches import (
     BatchStats,
+    Figures,
     int64_view,
-    record_sizes,
+    section_figures,
+    stat_columns,
 )
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
@@ -415,7 +417,7 @@ def check_block_batch(
         )
     if whole:
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
-    columns = _stat_columns(batch) if whole else (int64_view(batch.column(0)),)
+    columns = stat_columns(batch) if whole else (int64_view(batch.column(0)),)
     try:
         descent, figures = _sections.figures(entries, _START, _COUNT, *columns)
     except ValueError as err:  # a column shorter than its rows: Arrow's checks pass none
@@ -449,12 +451,7 @@ def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> l
     return [BatchStats(*figures) for figures in section_figures(batch, spans)[1]]
 
 
-_Figures = tuple[int, int, int, int, int, int, int, int | None]
-"""A section's stats as a tuple, in the order of BatchStats's fields (cheaper to make and
-compare than a BatchStats, for every section of every block)."""
-
-
-def _figures(st: BatchStats) -> _Figures:
+def _figures(st: BatchStats) -> Figures:
     return (
         st.first_offset,
         st.last_offset,
@@ -465,35 +462,3 @@ def _figures(st: BatchStats) -> _Figures:
         st.max_timestamp,
         st.min_delete_horizon,
     )
-
-
-def section_figures(
-    batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]
-) -> tuple[int, list[_Figures]]:
-    """The stats as tuples of the sections at (first row, rows) ``sections`` of a whole
-    batch of RECORD_SCHEMA, with the first row inside a section whose offset does not
-    exceed the one before it (-1 if none): one compiled pass for all of them."""
-    descent, figures = _sections.figures(sections, 0, 1, *_stat_columns(batch))
-    return descent, cast(list[_Figures], figures)
-
-
-def _stat_columns(batch: pa.RecordBatch) -> tuple[Any, ...]:
-    """The arguments of ``_sections.figures`` after the spans, for a whole batch: its
-    offsets, timestamps, records' logical sizes, the values' validity (a tombstone is a
-    null value) and the tombstones' delete horizons."""
-    values, horizons = batch.column("value"), batch.column("delete_horizon")
-    return (
-        int64_view(batch.column(0)),
-        int64_view(batch.column("timestamp")),
-        int64_view(record_sizes(batch)),
-        *_validity(values),
-        None if horizons.null_count == len(horizons) else int64_view(horizons),
-        *_validity(horizons),
-    )
-
-
-def _validity(arr: pa.Array) -> tuple[pa.Buffer | None, int]:
-    """An array's validity bitmap and the bit of its first slot; None if no slot is null."""
-    if not arr.null_count:
-        return None, 0
-    return arr.buffers()[0], arr.offset

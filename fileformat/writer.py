@@ -18,9 +18,10 @@ from compactor.fileformat.batches import (
     header_offsets,
     int64_view,
     plan_slices,
+    section_figures,
 )
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
-from compactor.fileformat.block import encode_section_table, section_figures
+from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
@@ -397,8 +398,8 @@ class FileWriter:
         """``write_section`` of each (topic, partition, one batch), in order; a section
         without records is skipped. The file's bytes are the same as those calls would
         make, but a run of small sections is checked and measured at once: one
-        concatenation of their records, one order check and one grouped aggregation for
-        their stats and weights, rather than a few Arrow calls per section. Sections that
+        concatenation of their records and one compiled pass (``section_figures``) for
+        their order and stats, rather than a few Arrow calls per section. Sections that
         are not small, and any run that fails a check (then each section's own check
         raises, as ``write_section`` would), take ``write_section``."""
         self._state(want_open=False)

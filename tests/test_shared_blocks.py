@@ -1258,12 +1258,38 @@ def test_materialized_view_is_the_one_written(specs: list[Spec], layout: dict[st
     assert {k for k, v in fetched.items() if v is not None} == live
 
 
+def stats_of_records(records: Sequence[Record]) -> BatchStats:
+    """A run of records' stats as the format defines them (FORMAT.md 6.3), in plain
+    Python: the model the compiled figures and ``batch_stats`` are checked against."""
+    tombstones = [r for r in records if r.value is None]
+    horizon = min(
+        (r.delete_horizon for r in tombstones if r.delete_horizon is not None), default=None
+    )
+    return BatchStats(
+        first_offset=records[0].offset,
+        last_offset=records[-1].offset,
+        record_count=len(records),
+        tombstones=len(tombstones),
+        uncompressed_bytes=sum(
+            RECORD_OVERHEAD
+            + len(r.key or b"")
+            + len(r.value or b"")
+            + sum(len(k.encode()) + len(v or b"") for k, v in r.headers)
+            for r in records
+        ),
+        min_timestamp=min(r.timestamp for r in records),
+        max_timestamp=max(r.timestamp for r in records),
+        min_delete_horizon=None if horizon == NO_HORIZON else horizon,
+    )
+
+
 def test_block_figures_are_each_sections_batch_stats() -> None:
     """A block's stats come from one compiled pass over its columns
-    (``_sections.figures``); each section's must be what ``batch_stats`` (Arrow compute
-    over the section's slice) says of its records, whatever the batch's offset into its
-    buffers (validity bits that do not start on a byte), and the first offset that does
-    not increase inside a section must be found, and none at a section's start."""
+    (``_sections.figures``); each section's must be what its records say
+    (``stats_of_records``, the format's definitions in plain Python), as must
+    ``batch_stats`` of its slice, whatever the batch's offset into its buffers (validity
+    bits that do not start on a byte), and the first offset that does not increase inside
+    a section must be found, and none at a section's start."""
     rng = random.Random(3)
     for _ in range(200):
         records: list[Record] = []
@@ -1286,7 +1312,8 @@ def test_block_figures_are_each_sections_batch_stats() -> None:
         skip = rng.randint(0, 9)
         batch = records_to_batch([Record(o, 0, b"x", b"y") for o in range(skip)] + records)
         batch = batch.slice(skip)
-        expected = [batch_stats(batch.slice(a, n)) for a, n in spans]
+        expected = [stats_of_records(records[a : a + n]) for a, n in spans]
+        assert [batch_stats(batch.slice(a, n)) for a, n in spans] == expected
         offsets = [r.offset for r in records]
         starts = {a for a, _ in spans}
         descent = next(
