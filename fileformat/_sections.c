@@ -717,6 +717,41 @@ done:
     return out;
 }
 
+
+PyDoc_STRVAR(valid_bytes_doc,
+"valid_bytes(offsets, validity, bit) -> int\n\n"
+"The total length of the non-null values of a binary or string column, from its int32\n"
+"`offsets` (one more than its slots) and its validity bitmap (a buffer and the bit of\n"
+"slot 0; None: no nulls): a null slot may span bytes, which belong to no value.");
+
+static PyObject *valid_bytes(PyObject *self, PyObject *args) {
+    PyObject *off_obj, *valid_obj;
+    Py_ssize_t bit;
+    Column off = {0}, valid = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOn", &off_obj, &valid_obj, &bit)) return NULL;
+    if (bit < 0 || bit > PY_SSIZE_T_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "bit out of range");
+        return NULL;
+    }
+    if (take_offsets(off_obj, &off, 1, "offsets") < 0) return NULL;
+    Py_ssize_t n = off.view.len / 4 - 1;
+    if (take_column(valid_obj, &valid, (bit + n + 7) / 8, 1, "validity") < 0) {
+        release(&off);
+        return NULL;
+    }
+    uint64_t total = 0; /* wraps rather than overflows on corrupt offsets */
+    Py_BEGIN_ALLOW_THREADS
+    const int32_t *o = off.view.buf;
+    const uint8_t *bits = valid.held ? valid.view.buf : NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (bits == NULL || bit_set(bits, bit + i)) total += (uint64_t)span_of(o, i);
+    Py_END_ALLOW_THREADS
+    release(&off);
+    release(&valid);
+    return PyLong_FromLongLong((int64_t)total);
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
@@ -724,6 +759,7 @@ static PyMethodDef methods[] = {
     {"not_dense", not_dense, METH_VARARGS, not_dense_doc},
     {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
     {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
+    {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

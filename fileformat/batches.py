@@ -31,11 +31,6 @@ late, never reached, reads the same)."""
 SMALL_BATCH = 64
 """Batches with at most this many records take pure-Python paths: a compute call costs
 more than it saves there."""
-FEW_NULLS = 32
-"""A binary column with at most this many nulls has its values' lengths summed from its
-offsets, less each null slot's span, in Python: three compute calls (lengths, cast, sum)
-cost more than that walk (a few per cent of tombstones in a batch of hundreds of
-records)."""
 
 
 def int64_view(arr: pa.Array) -> memoryview:
@@ -72,26 +67,18 @@ def validity_bits(arr: pa.Array) -> int:
 
 
 def _sum_lengths(arr: pa.Array) -> int:
-    """Total length of the non-null values of a binary or string array."""
+    """Total length of the non-null values of a binary or string array (a null slot may
+    span bytes; they are not part of any value)."""
     n = len(arr)
     if n == 0:
         return 0
     nulls = arr.null_count
     offsets = _offsets_view(arr)
-    total: int = offsets[-1] - offsets[0]
     if nulls == 0:
-        return total
+        return offsets[-1] - offsets[0]
     if nulls == n:
         return 0
-    if n <= SMALL_BATCH or nulls <= FEW_NULLS:
-        # A null slot may span bytes; they are not part of any value.
-        null_bits = ~validity_bits(arr) & ((1 << n) - 1)
-        while null_bits:
-            i = (null_bits & -null_bits).bit_length() - 1
-            total -= offsets[i + 1] - offsets[i]
-            null_bits &= null_bits - 1
-        return total
-    return int(pc.sum(pc.binary_length(arr).cast(pa.int64())).as_py() or 0)
+    return _sections.valid_bytes(offsets, arr.buffers()[0], arr.offset)
 
 
 def _header_items(headers: pa.Array) -> pa.StructArray | None:

@@ -78,7 +78,6 @@ def _batches(seed: int) -> list[pa.RecordBatch]:
 def _general_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (batches, bitmap, masks):  # each binds fileformat.batches.SMALL_BATCH
         monkeypatch.setattr(module, "SMALL_BATCH", 0)
-    monkeypatch.setattr(batches, "FEW_NULLS", -1)
 
 
 @pytest.mark.parametrize("seed", range(3))
