@@ -1442,6 +1442,20 @@ def parse_outcome(payload: bytes, base: int) -> object:
         return str(e)
 
 
+def field_by_field_outcome(payload: bytes, base: int) -> object:
+    """``parse_outcome`` with the usual-entry path taking no entry: every entry parsed
+    field by field (``block._any_entry``)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(block_module, "_usual_entries", _takes_none)
+        return parse_outcome(payload, base)
+
+
+def _takes_none(
+    _payload: bytes, offset: int, _count: int, _t: Any, _p: Any, start: int, *_: Any
+) -> tuple[int, int]:
+    return offset, start
+
+
 def bitmap_outcome(check: Callable[[], object]) -> str | None:
     """None if ``check`` passes, else its FormatError's message."""
     try:
@@ -1470,16 +1484,7 @@ def test_table_entries_parse_alike_without_the_usual_entry_path(
             changed[at % len(changed)] ^= xor
         cases += [(base, payload), (base, bytes(changed))]
     fast = [parse_outcome(payload, base) for base, payload in cases]
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(
-            block_module,
-            "_usual_entries",
-            lambda _p, offset, _c, _t, _pr, start, *_: (
-                offset,
-                start,
-            ),
-        )
-        slow = [parse_outcome(payload, base) for base, payload in cases]
+    slow = [field_by_field_outcome(payload, base) for base, payload in cases]
     assert fast == slow
     for base, payload in cases:  # a table's bitmap check, by bytes where dense, is offsets()'
         if isinstance(parse_outcome(payload, base), tuple):
@@ -1575,16 +1580,7 @@ def test_an_entry_the_usual_path_must_refuse_parses_as_field_by_field(
         at, fmt = _TRAILER_FIELDS[name]
         struct.pack_into(fmt, changed, trailer_at + at, value(fields) if callable(value) else value)
     fast = parse_outcome(bytes(changed), base)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(
-            block_module,
-            "_usual_entries",
-            lambda _p, offset, _c, _t, _pr, start, *_: (
-                offset,
-                start,
-            ),
-        )
-        slow = parse_outcome(bytes(changed), base)
+    slow = field_by_field_outcome(bytes(changed), base)
     assert fast == slow
 
 
@@ -1672,16 +1668,7 @@ def test_a_table_whose_rows_pass_any_batchs_parses_as_field_by_field() -> None:
     trailer += struct.pack("<qqQ", NO_HORIZON, 0, 0)
     payload = encode_section_table([("t", p, trailer) for p in range(9)])
     fast = parse_outcome(payload, 0)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(
-            block_module,
-            "_usual_entries",
-            lambda _p, offset, _c, _t, _pr, start, *_: (
-                offset,
-                start,
-            ),
-        )
-        slow = parse_outcome(payload, 0)
+    slow = field_by_field_outcome(payload, 0)
     assert fast == slow
     assert isinstance(fast, tuple)
     assert fast[-1].start == 8 * count
