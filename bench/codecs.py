@@ -6,8 +6,9 @@ Takes the first ``--batches`` batches of a store's live files as the writer wrot
 (a framed section's batches, a shared block's one batch), decoded whole, encodes each as
 the writer does (``BatchEncoder``: zstd, lz4 or
 none, at the writer's threshold for compressing) and decodes it as a job does
-(``decode_batch``, whole), best of three, on this thread (Arrow decompresses a batch's
-buffers on its own thread pool). Prints, per codec: the bytes stored per logical byte,
+(``decode_batch``, whole), best of three, on this thread (a decode decompresses on the
+calling thread, as a job's does; an encode hands a batch's buffers to Arrow's thread
+pool). Prints, per codec: the bytes stored per logical byte,
 and encode and decode speed in logical MB/s of CPU time and of wall time. The question it
 answers is whether a cheaper codec below the top level pays in CPU for the bytes it adds
 (ARCHITECTURE.md §9.1). Not a test: the timings depend on the machine.
