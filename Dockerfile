@@ -1,7 +1,8 @@
 # The compactor CLI in an image, for the scheduler and workers of localstack/*.yml:
 #   docker build -t compactor:local .
 #   docker run --rm compactor:local worker --help
-# build-essential compiles the key-buffer kernel (worker/kernel/_keybuffer.c); with
+# build-essential compiles the key-buffer kernel (worker/kernel/_keybuffer.c) and a
+# block's per-section passes (fileformat/_sections.c); with
 # libssl-dev its SHA-512/256 uses OpenSSL, without it the portable C (setup.py).
 FROM python:3.11-slim
 

@@ -26,7 +26,6 @@ from compactor.fileformat.batches import (
     BatchStats,
     Figures,
     int64_view,
-    section_figures,
     stat_columns,
 )
 from compactor.fileformat.errors import FormatError
@@ -443,12 +442,6 @@ def _disagreement(entry: TableEntry, seen: tuple[int | None, ...]) -> str:
     return f"{where}: trailer stats {BatchStats(*entry[:8])} disagree with the records " + str(
         BatchStats(*seen)  # type: ignore[arg-type]
     )
-
-
-def section_stats(batch: pa.RecordBatch, sections: Sequence[SharedSection]) -> list[BatchStats]:
-    """The stats of each section's rows of a whole block batch."""
-    spans = [(s.start, s.count) for s in sections]
-    return [BatchStats(*figures) for figures in section_figures(batch, spans)[1]]
 
 
 def _figures(st: BatchStats) -> Figures:
