@@ -52,9 +52,8 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
     for layer in LAYERS:
         assert f"compactor/{layer}/__init__.py" in names
     assert "compactor/fileformat/FORMAT.md" in names
-    assert any(
-        n.startswith("compactor/worker/kernel/_keybuffer") and n.endswith(".so") for n in names
-    )
+    for compiled in ("compactor/worker/kernel/_keybuffer", "compactor/fileformat/_sections"):
+        assert any(n.startswith(compiled) and n.endswith(".so") for n in names), compiled
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert (
         "compactor = compactor.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -78,7 +77,8 @@ def test_installed_wheel_imports_from_its_own_site_packages(wheel: Path, tmp_pat
     assert not {p.name for p in target.iterdir()} & set(LAYERS)
     probe = (
         "import compactor.worker, compactor.fileformat, compactor.worker.kernel as k; "
-        "print(k.__file__)"
+        "import compactor.fileformat._sections as s; "
+        "print(k.__file__); print(s.__file__)"
     )
     deps = sysconfig.get_paths()["purelib"]
     done = subprocess.run(
@@ -89,7 +89,9 @@ def test_installed_wheel_imports_from_its_own_site_packages(wheel: Path, tmp_pat
         capture_output=True,
         text=True,
     )
-    assert Path(done.stdout.strip()).is_relative_to(target)
+    kernel, sections = done.stdout.split()
+    assert Path(kernel).is_relative_to(target)
+    assert Path(sections).is_relative_to(target)
 
 
 def _with_path(code: str) -> str:
