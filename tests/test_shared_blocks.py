@@ -43,6 +43,7 @@ from compactor.fileformat.batches import (
     BatchStats,
     batch_stats,
     batching_weight,
+    section_figures,
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, KIND_ROARING64, OffsetSetBuilder
 from compactor.fileformat.block import encode_section_table
@@ -1320,7 +1321,7 @@ def test_block_figures_are_each_sections_batch_stats() -> None:
             (r for r in range(1, len(records)) if r not in starts and offsets[r] <= offsets[r - 1]),
             -1,
         )
-        seen_descent, figures = block_module.section_figures(batch, spans)
+        seen_descent, figures = section_figures(batch, spans)
         assert seen_descent == descent
         assert [BatchStats(*f) for f in figures] == expected
 
