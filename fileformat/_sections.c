@@ -536,7 +536,6 @@ static PyObject *not_dense(PyObject *self, PyObject *args) {
         long long kind = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 12), &big);
         long long from = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 13), &big);
         long long to = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 14), &big);
-        if (PyErr_Occurred()) goto fail; /* not an int */
         int dense_here = 0;
         if (!big && from >= 0 && from <= to && to <= view.len && kind == KIND_ROARING32 &&
             last >= first && count >= 1 &&

@@ -78,7 +78,7 @@ def _sum_lengths(arr: pa.Array) -> int:
         return offsets[-1] - offsets[0]
     if nulls == n:
         return 0
-    return _sections.valid_bytes(offsets, arr.buffers()[0], arr.offset)
+    return _sections.valid_bytes(offsets, *_validity(arr))
 
 
 def _header_items(headers: pa.Array) -> pa.StructArray | None:
@@ -227,8 +227,7 @@ def _binary_args(arr: pa.Array) -> tuple[memoryview | None, pa.Buffer | None, in
     of its first slot, as ``_sections.record_sizes`` takes them; no offsets if empty."""
     if len(arr) == 0:
         return None, None, 0
-    validity = arr.buffers()[0] if arr.null_count else None
-    return _offsets_view(arr), validity, arr.offset
+    return _offsets_view(arr), *_validity(arr)
 
 
 @dataclass(frozen=True, slots=True)
