@@ -261,6 +261,9 @@ def run_compactor(ctx: Context) -> Result:
             r.note = f"expected one full job, got {len(jobs)}"
         else:
             job = jobs[0]
+            # Phase 1's process (worker.phase1_process) is a grandchild the launcher does
+            # not see: its peak counts on top of the worker's (a bound on their sum).
+            r.max_rss_kib += int(job.get("phase1_peak_rss_kib", 0))
             r.records_in, r.records_out = job["records_in"], job["records_out"]
             gets = sorted({i["gets"] for i in job.get("inputs", [])})
             r.note = (

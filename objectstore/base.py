@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -150,6 +150,12 @@ class ObjectStore(ABC):
 
     url: str
     gets: GetCounter
+
+    def portable(self) -> Callable[[], ObjectStore] | None:
+        """A picklable recipe for this store in another process: called there, it makes a
+        store onto the same objects with the same settings, with its own connections and
+        its own GET counter. None (the default) if this store cannot say how."""
+        return None
 
     @abstractmethod
     def head(self, key: str) -> ObjectInfo: ...

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -74,6 +75,10 @@ class LocalStore(ObjectStore):
         self._init_lock = threading.Lock()
         self._lock_fd = -1
         self._closed = False
+
+    def portable(self) -> Callable[[], ObjectStore] | None:
+        """The same root; not for a subclass, whose own behaviour a plain store lacks."""
+        return functools.partial(LocalStore, self.root) if type(self) is LocalStore else None
 
     def _prepare(self) -> int:
         """Create the root, temp dir and lock file (on the first write, so reading a

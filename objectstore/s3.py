@@ -8,7 +8,8 @@ s3multipart -> s3conn.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -59,6 +60,16 @@ class S3Store(ObjectStore):
     ) -> None:
         if part_size < 1:
             raise ValueError(f"part_size must be positive, got {part_size}")
+        self._settings: dict[str, Any] = {
+            "region_name": region_name,
+            "part_size": part_size,
+            "stream_chunk_size": stream_chunk_size,
+            "max_resumes": max_resumes,
+            "max_attempts": max_attempts,
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
+            "max_pool_connections": max_pool_connections,
+        }
         self._conn = S3Connection(
             bucket,
             prefix,
@@ -77,6 +88,15 @@ class S3Store(ObjectStore):
         self.part_size = part_size
         self.stream_chunk_size = stream_chunk_size
         self.max_resumes = max_resumes
+
+    def portable(self) -> Callable[[], ObjectStore] | None:
+        """The same bucket, prefix, endpoint and settings; not for a subclass, whose own
+        behaviour a plain store lacks."""
+        if type(self) is not S3Store:
+            return None
+        return functools.partial(
+            S3Store, self.bucket, self.prefix, self.endpoint_url, **self._settings
+        )
 
     def head(self, key: str) -> ObjectInfo:
         full = self._conn.full_key(key)

@@ -78,6 +78,15 @@ def _buffer(settings: TaskSettings) -> KeyBuffer:
     return buffer
 
 
+def _task_cpus() -> int:
+    """The CPUs Spark gave this task (``spark.task.cpus``): phase 1 gets a process of its
+    own only where the task may keep two busy (``worker.pipeline.phase1_mode``)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.cpus() if context is not None else 1
+
+
 def _executor() -> dict[str, int]:
     """Which executor process ran the task, and how many key buffers it has allocated."""
     return {"pid": os.getpid(), "key_buffers_allocated": int(_process.get("buffers", 0))}
@@ -106,6 +115,7 @@ def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str,
             _buffer(s),
             now_ms=s.now_ms,
             compression=s.codecs.for_level(job.output_level),
+            cpus=_task_cpus(),
             guard=guard,
         )
     except StaleJob as stale:

@@ -25,7 +25,7 @@ def test_a_verified_re_run_writes_the_committed_bytes(sc: Scenario) -> None:
         catalog = Catalog(store)
         chunked, _, job = set_up(store, catalog, sc)
         buffer = _buffer(sc.buffer_entries)
-        report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1_thread=sc.phase1_thread)
+        report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1=sc.phase1)
         assert report.committed
         version = catalog.snapshot().version
         # A later file holding the same partitions: the newest holder is no longer in the

@@ -19,6 +19,7 @@ from compactor.planner.job import Job, JobInput
 from compactor.worker.errors import PhaseMismatch, WorkerError
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.partition import phase1_windows, phase2_windows
+from compactor.worker.pipeline import Phase1Mode
 from compactor.worker.policy import PartitionPolicy
 from compactor.worker.runner import run_job
 from compactor.worker.stats import CompactionStats
@@ -70,7 +71,7 @@ def _job_over_two_files(store: ObjectStore) -> tuple[Catalog, Job, str]:
     return catalog, Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True), first.key
 
 
-@pytest.mark.parametrize("phase1_thread", [False, True], ids=["inline", "thread"])
+@pytest.mark.parametrize("phase1", ["inline", "thread"])  # a SwappingStore stays here
 @pytest.mark.parametrize(
     ("replacement", "reason"),
     [
@@ -84,7 +85,7 @@ def test_an_input_replaced_between_the_phases_is_a_phase_mismatch(
     tmp_path: Path,
     replacement: dict[tuple[str, int], list[Record]],
     reason: str,
-    phase1_thread: bool,
+    phase1: Phase1Mode,
 ) -> None:
     store = SwappingStore(tmp_path / "store", "data/L0/f0.cf", "other.cf")
     catalog, job, victim = _job_over_two_files(store)
@@ -93,7 +94,7 @@ def test_an_input_replaced_between_the_phases_is_a_phase_mismatch(
     store.put("other.cf", data)
     snap_before, objects_before = catalog.snapshot(), _objects(store)
     with pytest.raises(PhaseMismatch) as failure:
-        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1_thread=phase1_thread)
+        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1=phase1)
     error = failure.value
     assert (error.job_id, error.topic, error.partition) == (job.id, "t", 0)
     assert str(error).startswith(f"job {job.id}: partition t/0: phase 2's pointer")
@@ -102,7 +103,7 @@ def test_an_input_replaced_between_the_phases_is_a_phase_mismatch(
     assert _objects(store) == objects_before
 
 
-@pytest.mark.parametrize("phase1_thread", [False, True], ids=["inline", "thread"])
+@pytest.mark.parametrize("phase1", ["inline", "thread"])  # a SwappingStore stays here
 @pytest.mark.parametrize(
     ("replacement", "partition", "reason"),
     [
@@ -129,7 +130,7 @@ def test_a_group_replaced_between_the_phases_is_a_phase_mismatch(
     replacement: dict[tuple[str, int], list[Record]],
     partition: int,
     reason: str,
-    phase1_thread: bool,
+    phase1: Phase1Mode,
 ) -> None:
     """Small partitions in shared blocks share one window (``worker.group``): phase 2
     takes the group's partitions as runs of blocks, and a partition phase 1's group lacks,
@@ -150,7 +151,7 @@ def test_a_group_replaced_between_the_phases_is_a_phase_mismatch(
     store.put("other.cf", _object(replacement, SHARE_BELOW))
     snap_before, objects_before = catalog.snapshot(), _objects(store)
     with pytest.raises(PhaseMismatch) as failure:
-        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1_thread=phase1_thread)
+        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1=phase1)
     error = failure.value
     assert (error.job_id, error.topic, error.partition) == (job.id, "t", partition)
     assert str(error).startswith(f"job {job.id}: partition t/{partition}: {reason}")

@@ -19,6 +19,7 @@ from compactor.fileformat.framing import FRAME_HEADER, TAG_BATCH, encode_frame_h
 from compactor.objectstore import ObjectStore
 from compactor.planner.job import Job, JobInput
 from compactor.worker.kernel import KeyBuffer
+from compactor.worker.pipeline import PHASE1_MODES, Phase1Mode
 from compactor.worker.runner import run_job
 
 NOW = 1_700_000_000_000
@@ -128,10 +129,10 @@ CORRUPTIONS = {
 }
 
 
-@pytest.mark.parametrize("phase1_thread", [False, True], ids=["inline", "thread"])
+@pytest.mark.parametrize("phase1", PHASE1_MODES)
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS), ids=list(CORRUPTIONS))
 def test_a_corrupt_input_fails_the_job_and_changes_nothing(
-    store: ObjectStore, corruption: str, phase1_thread: bool
+    store: ObjectStore, corruption: str, phase1: Phase1Mode
 ) -> None:
     files = [_file(i) for i in range(3)]
     files[1] = CORRUPTIONS[corruption](files[1])
@@ -139,7 +140,7 @@ def test_a_corrupt_input_fails_the_job_and_changes_nothing(
     snap_before = catalog.snapshot()
     objects_before = _objects(store)
     with pytest.raises(FormatError) as failure:
-        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1_thread=phase1_thread)
+        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1=phase1)
     assert failure.value.object_name == "data/L1/f1.cf"
     assert catalog.snapshot() == snap_before
     assert _objects(store) == objects_before  # no output, inputs byte for byte

@@ -48,7 +48,7 @@ def test_four_files_of_1000_partitions_take_exactly_eight_gets(
     assert per_file == {i.key: 2 for i in job.inputs}
     assert sum(per_file.values()) == 8
     assert [f.gets for f in report.inputs] == [2, 2, 2, 2]
-    assert not report.phase1_thread  # 3-record sections: phase 1 stays on the job's thread
+    assert report.phase1 == "process"  # with a second CPU, whatever the sections' size
     assert report.stats.partitions == 1000
     # Each partition had 3 keys across 4 files: 12 records in, the 3 newest out.
     assert report.stats.records_in == 12_000
@@ -89,13 +89,13 @@ def test_two_million_keys_through_a_one_mib_buffer(local_store: LocalStore) -> N
         new_files={live.id: (live, meta.sections)},
     )
     buffer = KeyBuffer(1 << 20)
-    report = run_job(local_store, catalog, _job(catalog), buffer, now_ms=NOW)
+    report = run_job(local_store, catalog, _job(catalog), buffer, now_ms=NOW, phase1="thread")
     assert report.committed
     assert report.stats.records_in == n
     assert report.stats.records_out == n
     assert report.stats.windows >= n // buffer.capacity
     assert report.stats.windows > 50
-    assert report.phase1_thread  # one big section: phase 1 runs a window ahead
+    assert report.phase1 == "thread"
     assert buffer.threads == 2  # hashed on one thread meanwhile, then set back
     assert [f.gets for f in report.inputs] == [2]
     snap = catalog.snapshot()

@@ -23,13 +23,13 @@ from compactor.fileformat import (
 from compactor.fileformat.reader import decode_fields
 from compactor.objectstore.local import LocalStore
 from compactor.worker.partition import phase1_fields
-from compactor.worker.policy import PartitionPolicy
-from compactor.worker.runner import (
+from compactor.worker.pointer import (
     MAX_STREAM_BUFFER,
     MIN_STREAM_BUFFER,
     READ_MEMORY_BUDGET,
     stream_buffer_size,
 )
+from compactor.worker.policy import PartitionPolicy
 
 
 def test_stream_buffers_share_a_fixed_budget() -> None:

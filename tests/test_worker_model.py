@@ -21,6 +21,7 @@ from compactor.fileformat.writer import BLOCK_BYTES, SHARE_BELOW
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
 from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
+from compactor.worker.pipeline import PHASE1_MODES, Phase1Mode
 from compactor.worker.runner import run_job
 
 NOW = 1_700_000_000_000
@@ -112,7 +113,7 @@ class Scenario:
     last: int
     deduplicate: bool
     buffer_entries: int
-    phase1_thread: bool
+    phase1: Phase1Mode
     plain_rules: TopicRules
     """The delete topic "d": retention.ms forever, or short enough to expire records."""
     share_below: int
@@ -146,7 +147,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         last=last,
         deduplicate=draw(st.booleans()),
         buffer_entries=draw(st.sampled_from([1, 2, 3, 7, 10_000, FULL_SIZE])),
-        phase1_thread=draw(st.booleans()),
+        phase1=draw(st.sampled_from(PHASE1_MODES)),
         plain_rules=TopicRules(
             compacted=False, retention_ms=draw(st.sampled_from([None, 0, 3_000, 8_000]))
         ),
@@ -202,9 +203,9 @@ def test_worker_matches_kafka_model(sc: Scenario) -> None:
         chunked, files, job = set_up(store, catalog, sc)
         before = read_live(store, catalog)
         buffer = _buffer(sc.buffer_entries)
-        report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1_thread=sc.phase1_thread)
+        report = run_job(store, catalog, job, buffer, now_ms=NOW, phase1=sc.phase1)
         assert report.committed
-        assert report.phase1_thread == sc.phase1_thread
+        assert report.phase1 == sc.phase1
         assert all(f.gets == 2 for f in report.inputs)
         snap = catalog.snapshot()
         assert [f.id for f in snap.files[: sc.first]] == [f.id for f in files[: sc.first]]

@@ -1,4 +1,5 @@
-"""The worker process's compactor: one key buffer, allocated once, reused by every job."""
+"""The worker process's compactor: one key buffer, allocated once, reused by every job
+(and, where phase 1 runs in a process of its own, that process, started once)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
 from compactor.worker.errors import WorkerError
 from compactor.worker.kernel import KeyBuffer
+from compactor.worker.phase1_process import warm_up
+from compactor.worker.pipeline import usable_cpus
 from compactor.worker.runner import StaleJob, run_job
 from compactor.worker.stats import JobProgress, JobReport
 
@@ -40,6 +43,8 @@ class Compactor:
         self.buffer = KeyBuffer(key_buffer_bytes)
         self.codecs = codecs
         self.grace_ms = grace_ms
+        if store.portable() is not None and usable_cpus() >= 2:
+            warm_up()  # phase 1's process starts while the catalog is read and planned
 
     def run(
         self,

@@ -38,7 +38,7 @@ import sys
 import threading
 
 LEAN_POOL = "system"
-_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 MMAP_THRESHOLD = 4 << 20
 """Allocations up to this size come from the heap (a frame's payload, a decoded batch)."""
 TRIM_THRESHOLD = 32 << 20
@@ -54,9 +54,9 @@ _switched = False
 def prefer_lean_pool() -> bool:
     """Selects the lean pool for Arrow's C++ default, if pyarrow is not loaded yet and
     nobody chose one; returns whether Arrow will use it."""
-    if _ENV not in os.environ and "pyarrow" not in sys.modules:
-        os.environ[_ENV] = LEAN_POOL
-    return os.environ.get(_ENV) == LEAN_POOL and "pyarrow" not in sys.modules
+    if POOL_ENV not in os.environ and "pyarrow" not in sys.modules:
+        os.environ[POOL_ENV] = LEAN_POOL
+    return os.environ.get(POOL_ENV) == LEAN_POOL and "pyarrow" not in sys.modules
 
 
 def use_lean_memory_pool() -> str:
@@ -68,7 +68,7 @@ def use_lean_memory_pool() -> str:
     with _lock:
         if not _switched:
             _switched = True
-            if not os.environ.get(_ENV) and pa.default_memory_pool().backend_name == "mimalloc":
+            if not os.environ.get(POOL_ENV) and pa.default_memory_pool().backend_name == "mimalloc":
                 pa.set_memory_pool(pa.system_memory_pool())
             keep_freed_batches()
         return str(pa.default_memory_pool().backend_name)

@@ -1,4 +1,5 @@
-"""Runs phase 1 one window ahead of phase 2, on a thread of its own.
+"""Runs phase 1 one window ahead of phase 2: on the job's thread, a thread of its own,
+or (``worker.phase1_process``) a process of its own.
 
 Phase 1 (decode the key columns, hash the keys into the key buffer) and phase 2 (decode
 whole batches, keep the survivors, encode the output) each leave the other core mostly
@@ -10,7 +11,9 @@ and hands each closed window (its keep-set taken out of the key buffer, see
 writes. Each pointer stays on one thread, read in order: still exactly two GET
 streams per input file. Jobs of small sections, where both phases are bound by Python
 rather than by hashing or Arrow, gain nothing from a second thread (it only contends for
-the GIL): they run phase 1 inline (:class:`Phase1Inline`, see ``pipelined``).
+the GIL): they run phase 1 inline (:class:`Phase1Inline`, see ``pipelined``), unless it
+can have a process of its own (``phase1_mode``). Whichever way it runs, the job's thread
+sees a :class:`Phase1Feed` and phase 1 is a :class:`Phase1Walk`.
 
 Bounds: at most ``MAX_KEEP_SETS`` windows' keep-sets exist at a time (the one phase 2 is
 filtering and the next), so phase 1 waits before taking out a third; and at most
@@ -25,11 +28,13 @@ process exiting never waits for it.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Literal
 
 from compactor.catalog import LiveFile, Snapshot
 from compactor.planner.job import Job
@@ -94,21 +99,39 @@ def pipelined(inputs: Sequence[LiveFile]) -> bool:
     return sections > 0 and records >= PIPELINE_MIN_SECTION_RECORDS * sections
 
 
-class _Phase1:
-    """What both ways of running phase 1 hold: the job, its phase-1 pointer, the key buffer;
-    and phase 1 itself, as a walk (``_walk``) that yields, in order, for each partition
-    either its start, its windows and its end, or (a run of small partitions) one
-    ``Group``; then the end of the pointer. Used as a context manager; leaving it ends
-    phase 1 (``close``)."""
+Phase1Mode = Literal["inline", "thread", "process"]
+PHASE1_MODES: tuple[Phase1Mode, ...] = ("inline", "thread", "process")
 
-    def __init__(
-        self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
-    ) -> None:
-        self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
-        self._now_ms = now_ms
-        self._input_ids = {i.id for i in job.inputs}
 
-    # --- the job's thread ---------------------------------------------------------------
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def phase1_mode(inputs: Sequence[LiveFile], *, may_fork: bool, cpus: int) -> Phase1Mode:
+    """How phase 1 runs for a job of these input files by default: in a process of its
+    own if it may (``may_fork``: the store and the key buffer can be made again there)
+    and the job may keep a second CPU busy (``cpus``); else on a thread of its own if its
+    sections are big enough (``pipelined``); else on the job's thread. A worker that may
+    use a process always does, whatever the job's size: the process is kept between jobs
+    (its start is paid once), and its key buffer is then the only one touched."""
+    if may_fork and cpus >= 2:
+        return "process"
+    return "thread" if pipelined(inputs) else "inline"
+
+
+class Phase1Feed:
+    """What the job's thread sees of phase 1, however it runs: the partitions it starts,
+    each with its windows, and the groups it closes, in order (``next_unit``,
+    ``windows``); and the end of a keep-set's use (``release_group``, and asking for the
+    next window), so phase 1 may take out another. Used as a context manager; leaving it
+    ends phase 1 (``close``)."""
+
+    def __init__(self, job: Job) -> None:
+        self._job = job
 
     def next_unit(self) -> Partition | Group | None:
         """The next partition phase 1 started (its windows follow, under deduplication),
@@ -147,7 +170,34 @@ class _Phase1:
     def _release(self) -> None:
         """A keep-set phase 2 held is gone."""
 
-    # --- phase 1 ------------------------------------------------------------------------
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Phase1Feed:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Phase1Walk:
+    """Phase 1 itself: the job, its phase-1 pointer and the key buffer, walked
+    (``_walk``) to yield, in order, for each partition either its start, its windows and
+    its end, or (a run of small partitions) one ``Group``; then the end of the pointer.
+    Where it runs (the job's thread, a thread or a process of its own) decides how it
+    waits (``_acquire``) and stops (``_check``)."""
+
+    def __init__(
+        self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
+    ) -> None:
+        self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
+        self._now_ms = now_ms
+        self._input_ids = {i.id for i in job.inputs}
 
     def _walk(self) -> Generator[_Item, None, None]:
         part = self._next()
@@ -262,24 +312,13 @@ class _Phase1:
             yield item
 
     def _check(self) -> None:
-        """Raises if phase 1 is to stop (only a phase 1 on its own thread is ever told)."""
+        """Raises if phase 1 is to stop (only a phase 1 on a thread of its own is told)."""
 
     def _acquire(self) -> None:
         """Waits for room for one more keep-set (only a phase 1 on its own thread waits)."""
 
-    def close(self) -> None:
-        raise NotImplementedError
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Phase1Inline(_Phase1):
+class Phase1Inline(Phase1Feed, Phase1Walk):
     """Phase 1 on the caller's thread, interleaved with phase 2 window by window (each
     window's phase 1 runs when phase 2 asks for it): the same interface as
     :class:`Phase1Thread`, for jobs that gain nothing from a second thread."""
@@ -287,7 +326,8 @@ class Phase1Inline(_Phase1):
     def __init__(
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
     ) -> None:
-        super().__init__(snap, job, pointer, buffer, now_ms)
+        Phase1Feed.__init__(self, job)
+        Phase1Walk.__init__(self, snap, job, pointer, buffer, now_ms)
         self._items = self._walk()
 
     def __enter__(self) -> Phase1Inline:
@@ -300,14 +340,15 @@ class Phase1Inline(_Phase1):
         return next(self._items)
 
 
-class Phase1Thread(_Phase1):
+class Phase1Thread(Phase1Feed, Phase1Walk):
     """Phase 1 of a whole job, on its own thread; use as a context manager (leaving it
     stops and joins the thread)."""
 
     def __init__(
         self, snap: Snapshot, job: Job, pointer: SectionMerge, buffer: KeyIndex, now_ms: int
     ) -> None:
-        super().__init__(snap, job, pointer, buffer, now_ms)
+        Phase1Feed.__init__(self, job)
+        Phase1Walk.__init__(self, snap, job, pointer, buffer, now_ms)
         self._items: queue.Queue[_Item] = queue.Queue(MAX_ITEMS)
         self._slots = threading.Semaphore(MAX_KEEP_SETS)
         self._stop = threading.Event()

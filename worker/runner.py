@@ -27,19 +27,20 @@ from compactor.fileformat import (
     FileMeta,
     FileWriter,
     SectionMeta,
-    StreamReader,
     read_footer,
 )
 from compactor.fileformat.meta import section_key
 from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
+from compactor.fileformat.second_read import Role
 from compactor.fileformat.writer import MAX_BATCH_BYTES, SHARE_BELOW
 from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
-from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
+from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.gather import GroupRows, gathered, section_batches, weighed
 from compactor.worker.group import Group, group_survivors
+from compactor.worker.kernel import KeyBuffer
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import (
@@ -49,7 +50,16 @@ from compactor.worker.partition import (
     drop_expired_prefix,
     phase2_windows,
 )
-from compactor.worker.pipeline import Phase1Inline, Phase1Thread, pipelined
+from compactor.worker.phase1_process import Phase1Process, Reads
+from compactor.worker.pipeline import (
+    Phase1Feed,
+    Phase1Inline,
+    Phase1Mode,
+    Phase1Thread,
+    phase1_mode,
+    usable_cpus,
+)
+from compactor.worker.pointer import open_pointer
 from compactor.worker.policy import Partition
 from compactor.worker.stats import (
     CompactionStats,
@@ -58,23 +68,6 @@ from compactor.worker.stats import (
     JobReport,
     ProgressReporter,
 )
-
-READ_MEMORY_BUDGET = 32 << 20
-"""What a job's open GET streams may buffer in all (read buffers, body chunks): the job
-holds two streams per input file for its whole length, so a fixed per-stream buffer
-would make memory grow with the number of inputs."""
-MIN_STREAM_BUFFER = 32 << 10
-"""No stream buffers less: frame headers and small sections' frames still come several to
-a read (only jobs of more than 512 inputs reach this floor)."""
-MAX_STREAM_BUFFER = 1 << 20
-"""No stream buffers more: a batch frame is read straight into its payload anyway."""
-
-
-def stream_buffer_size(inputs: int, budget: int = READ_MEMORY_BUDGET) -> int:
-    """Each GET stream's buffer for a job of ``inputs`` files (two streams per file): the
-    budget shared out, within [MIN_STREAM_BUFFER, MAX_STREAM_BUFFER], in 4 KiB pages."""
-    share = budget // max(1, 2 * inputs)
-    return max(MIN_STREAM_BUFFER, min(MAX_STREAM_BUFFER, share)) & ~0xFFF
 
 
 class StaleJob(CommitConflict):
@@ -216,19 +209,22 @@ def run_job(
     *,
     now_ms: int,
     compression: str | None = "zstd",
-    phase1_thread: bool | None = None,
+    phase1: Phase1Mode | None = None,
+    cpus: int | None = None,
     on_progress: Callable[[JobProgress], None] | None = None,
     progress_interval_s: float = 0.5,
     read_throttle: ReadThrottle | None = None,
     guard: Callable[[], None] = lambda: None,
 ) -> JobReport:
-    """Runs ``job`` and commits its outputs. ``phase1_thread``: run phase 1 on a thread of
-    its own, a window ahead of phase 2 (None: when the job's sections are big enough to
-    gain from it, ``worker.pipeline.pipelined``). ``on_progress`` hears how far phase 2
-    has got, at most every ``progress_interval_s``. ``read_throttle`` paces every GET
-    stream's reads. ``guard`` is called after every output batch and before the uploads
-    complete: whatever it raises stops the job as any failure does (a queue worker whose
-    heartbeat failed no longer owns the job).
+    """Runs ``job`` and commits its outputs. ``phase1``: where phase 1 runs, "inline" (on
+    the job's thread), "thread" or "process" (a window ahead of phase 2, on a thread or
+    in a process of its own); None picks (``worker.pipeline.phase1_mode``), a process
+    only if the job may keep ``cpus`` >= 2 busy (default: the CPUs this process may run
+    on; a Spark task passes its share).
+    ``on_progress`` hears how far phase 2 has got, at most every ``progress_interval_s``.
+    ``read_throttle`` paces every GET stream's reads. ``guard`` is called after every
+    output batch and before the uploads complete: whatever it raises stops the job as any
+    failure does (a queue worker whose heartbeat failed no longer owns the job).
 
     Steps: check the inputs (StaleJob unless they are a live, contiguous run), open the
     pointers, run the partitions, finish the outputs, commit, report. Invariants: each
@@ -252,7 +248,8 @@ def run_job(
         buffer,
         now_ms=now_ms,
         compression=compression,
-        phase1_thread=phase1_thread,
+        phase1=phase1,
+        cpus=cpus,
         on_progress=on_progress,
         progress_interval_s=progress_interval_s,
         read_throttle=read_throttle,
@@ -272,7 +269,8 @@ def run_job(
         inputs=written.inputs,
         committed=committed,
         note=note,
-        phase1_thread=written.phase1_thread,
+        phase1=written.phase1,
+        phase1_peak_rss_kib=written.phase1_peak_rss_kib,
     )
 
 
@@ -305,7 +303,9 @@ class WrittenOutputs:
     stats: CompactionStats
     inputs: list[FileStats]
     """Per input: its GETs during the job and its streams' resumes."""
-    phase1_thread: bool
+    phase1: Phase1Mode
+    phase1_peak_rss_kib: int
+    """The peak RSS of phase 1's process (0 unless it had one)."""
 
     @property
     def produced(self) -> list[LiveFile]:
@@ -320,7 +320,8 @@ def write_outputs(
     *,
     now_ms: int,
     compression: str | None = "zstd",
-    phase1_thread: bool | None = None,
+    phase1: Phase1Mode | None = None,
+    cpus: int | None = None,
     on_progress: Callable[[JobProgress], None] | None = None,
     progress_interval_s: float = 0.5,
     read_throttle: ReadThrottle | None = None,
@@ -333,7 +334,17 @@ def write_outputs(
     failure the uploads are aborted and nothing is left behind."""
     inputs = check_job(snap, job)
     use_lean_memory_pool()
-    threaded = pipelined(inputs) if phase1_thread is None else bool(phase1_thread)
+    portable = store.portable() if read_throttle is None else None
+    may_fork = portable is not None and isinstance(buffer, KeyBuffer)
+    if phase1 is None:
+        cpus = usable_cpus() if cpus is None else cpus
+        phase1 = phase1_mode(inputs, may_fork=may_fork, cpus=cpus)
+    mode = phase1
+    if mode == "process" and not may_fork:
+        raise ValueError(
+            "phase 1 cannot run in a process of its own with this store, key buffer or "
+            "read throttle (it needs ObjectStore.portable, a KeyBuffer and no throttle)"
+        )
     gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
     stats = CompactionStats()
     total = sum(f.record_count for f in inputs)
@@ -344,16 +355,39 @@ def write_outputs(
     outputs = {g: _GroupOutput(store, job, g, compression, key_of(g)) for g in OUTPUT_GROUPS}
     with _aborted_on_failure(outputs):
         with ExitStack() as stack:
-            pointers = _open_pointers(stack, store, job, read_throttle)
-            phase1 = (Phase1Thread if threaded else Phase1Inline)(
-                snap, job, pointers.phase1, buffer, now_ms
-            )
-            with phase1:
-                _run_partitions(job, phase1, pointers.phase2, outputs, stats, progress)
+            streams: list[ObjectStream] = []
+            feed = _phase1(stack, store, snap, job, buffer, now_ms, mode, read_throttle, streams)
+            with feed:
+                role: Role = None if mode == "process" else "second"
+                phase2 = open_pointer(stack, store, job.inputs, read_throttle, role, streams)
+                _run_partitions(job, feed, phase2, outputs, stats, progress)
         guard()  # the last moment an upload can still be aborted
         new_files = _finish_outputs(outputs, now_ms)
-    files = _input_stats(store, job, gets_before, pointers.streams)
-    return WrittenOutputs(new_files, stats, files, threaded)
+    elsewhere = feed.reads if isinstance(feed, Phase1Process) else None
+    files = _input_stats(store, job, gets_before, streams, elsewhere)
+    rss = elsewhere.peak_rss_kib if elsewhere is not None else 0
+    return WrittenOutputs(new_files, stats, files, mode, rss)
+
+
+def _phase1(
+    stack: ExitStack,
+    store: ObjectStore,
+    snap: Snapshot,
+    job: Job,
+    buffer: KeyIndex,
+    now_ms: int,
+    mode: Phase1Mode,
+    throttle: ReadThrottle | None,
+    streams: list[ObjectStream],
+) -> Phase1Feed:
+    """Phase 1, to run as ``mode`` says. Its pointer's GET streams (one per input file)
+    are opened here, or by its process."""
+    if mode == "process":
+        portable = store.portable()
+        assert portable is not None and isinstance(buffer, KeyBuffer)
+        return Phase1Process(snap, job, portable, buffer, now_ms)
+    pointer = open_pointer(stack, store, job.inputs, throttle, "first", streams)
+    return (Phase1Thread if mode == "thread" else Phase1Inline)(snap, job, pointer, buffer, now_ms)
 
 
 def _drop(
@@ -389,41 +423,9 @@ def _drop(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Pointers:
-    """The job's two pointers over its inputs, and the GET streams under them."""
-
-    phase1: SectionMerge
-    phase2: SectionMerge
-    streams: list[ObjectStream]
-
-
-def _open_pointers(
-    stack: ExitStack, store: ObjectStore, job: Job, throttle: ReadThrottle | None
-) -> _Pointers:
-    """One GET stream per input file for each phase (closed with ``stack``), each phase's
-    streams merged into one pointer; all of them paced by ``throttle``, if any."""
-    buffer_size = stream_buffer_size(len(job.inputs))
-    streams: list[ObjectStream] = []
-    merges = []
-    for role in ("first", "second"):  # phase 1's pointer, then phase 2's
-        readers = []
-        for inp in job.inputs:
-            stream = stack.enter_context(store.open_stream(inp.key, buffer_size=buffer_size))
-            streams.append(stream)
-            source = stream if throttle is None else ThrottledStream(stream, throttle)
-            readers.append(
-                StreamReader(
-                    source, object_name=inp.key, size=inp.size, keep_footer=False, role=role
-                )
-            )
-        merges.append(SectionMerge(readers))
-    return _Pointers(merges[0], merges[1], streams)
-
-
 def _run_partitions(
     job: Job,
-    phase1: Phase1Inline | Phase1Thread,
+    phase1: Phase1Feed,
     phase2: SectionMerge,
     outputs: dict[str, _GroupOutput],
     stats: CompactionStats,
@@ -466,7 +468,7 @@ def _check_phase2_at(job: Job, phase2: SectionMerge, part: Partition) -> None:
 
 def _run_partition(
     part: Partition,
-    phase1: Phase1Inline | Phase1Thread,
+    phase1: Phase1Feed,
     phase2: SectionMerge,
     output: _GroupOutput,
     stats: CompactionStats,
@@ -568,14 +570,25 @@ def _finish_outputs(outputs: dict[str, _GroupOutput], now_ms: int) -> NewFiles:
 
 
 def _input_stats(
-    store: ObjectStore, job: Job, gets_before: dict[str, int], streams: list[ObjectStream]
+    store: ObjectStore,
+    job: Job,
+    gets_before: dict[str, int],
+    streams: list[ObjectStream],
+    elsewhere: Reads | None,
 ) -> list[FileStats]:
-    """Per input file: its GET requests during the job and its streams' resumes."""
+    """Per input file: its GET requests during the job and its streams' resumes, the
+    phase-1 process's (``elsewhere``) counted too."""
     resumes = {i.key: 0 for i in job.inputs}
     for stream in streams:
         resumes[stream.key] += stream.resumes
+    other = elsewhere or Reads({}, {})
     return [
-        FileStats(i.key, i.size, store.gets.get(i.key) - gets_before[i.key], resumes[i.key])
+        FileStats(
+            i.key,
+            i.size,
+            store.gets.get(i.key) - gets_before[i.key] + other.gets.get(i.key, 0),
+            resumes[i.key] + other.resumes.get(i.key, 0),
+        )
         for i in job.inputs
     ]
 

@@ -60,8 +60,12 @@ class JobReport:
     inputs: list[FileStats] = field(default_factory=list)
     committed: bool = True
     note: str = ""
-    phase1_thread: bool = False
-    """Whether phase 1 ran a window ahead on its own thread (worker.pipeline)."""
+    phase1: str = "inline"
+    """Where phase 1 ran: "inline" (on the job's thread), or a window ahead of phase 2 on
+    a "thread" or in a "process" of its own (``worker.pipeline.phase1_mode``)."""
+    phase1_peak_rss_kib: int = 0
+    """The peak RSS of phase 1's process, when it had one: the job's memory is this
+    process's and that one's together."""
 
     @property
     def records_per_s(self) -> float:
@@ -79,7 +83,8 @@ class JobReport:
             "bytes_out": self.bytes_out,
             "duration_s": round(self.duration_s, 3),
             "records_per_s": round(self.records_per_s),
-            "phase1_thread": self.phase1_thread,
+            "phase1": self.phase1,
+            "phase1_peak_rss_kib": self.phase1_peak_rss_kib,
             **self.stats.to_json(),
             "inputs": [asdict(f) for f in self.inputs],
         }

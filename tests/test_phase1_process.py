@@ -1,0 +1,138 @@
+"""Phase 1 in a process of its own (``worker.phase1_process``): the helper is kept
+between jobs, still makes one GET stream per input, and a helper that dies, or whose
+worker dies, loses nothing and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from worker_scenarios import add_file, make_topics
+
+from compactor.catalog import Catalog
+from compactor.fileformat import Record
+from compactor.objectstore import LocalStore, ObjectStore
+from compactor.planner.job import Job, JobInput
+from compactor.worker import phase1_process
+from compactor.worker.errors import WorkerError
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import run_job
+
+NOW = 1_700_000_000_000
+
+
+def _job_over_files(store: ObjectStore, files: int = 3, partitions: int = 4) -> tuple[Catalog, Job]:
+    catalog = Catalog(store)
+    make_topics(catalog, {"t": (partitions, {"cleanup.policy": "compact"})})
+    for i in range(files):
+        sections = {
+            ("t", p): [Record(i * 100 + j, NOW, b"k%d" % (j % 7), b"v%d" % i) for j in range(50)]
+            for p in range(partitions)
+        }
+        add_file(store, catalog, f"f{i}", sections)
+    live = catalog.snapshot().files
+    return catalog, Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True)
+
+
+def _idle_pids() -> list[int]:
+    return [h.process.pid for h in phase1_process._idle]
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_the_helper_serves_job_after_job_and_counts_its_gets(local_store: LocalStore) -> None:
+    phase1_process.warm_up()
+    helper = _idle_pids()[-1]
+    catalog, job = _job_over_files(local_store)
+    first = run_job(local_store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process")
+    assert first.committed and first.phase1 == "process"
+    assert [f.gets for f in first.inputs] == [2, 2, 2]  # one of them the helper's
+    assert first.phase1_peak_rss_kib > 0
+    assert helper in _idle_pids()  # handed back, not started again
+    more = add_file(local_store, catalog, "g", {("t", 0): [Record(900, NOW, b"k1", b"new")]})
+    live = catalog.snapshot().files
+    second_job = Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True)
+    second = run_job(
+        local_store, catalog, second_job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process"
+    )
+    assert second.committed and more.key in [i.key for i in second.inputs]
+    assert [f.gets for f in second.inputs] == [2] * len(live)
+    assert helper in _idle_pids()
+    assert second.stats.records_out == 4 * 7  # every partition's 7 keys, once each
+
+
+def test_a_store_that_cannot_travel_keeps_phase_1_here(tmp_path: Path) -> None:
+    class Local(LocalStore):
+        """A subclass: its own behaviour would be lost in another process."""
+
+    store = Local(tmp_path / "store")
+    assert store.portable() is None
+    catalog, job = _job_over_files(store)
+    with pytest.raises(ValueError, match="cannot run in a process of its own"):
+        run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process")
+    report = run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW)
+    assert report.committed and report.phase1 in ("inline", "thread")
+
+
+def test_a_helper_killed_mid_job_fails_the_job_and_loses_nothing(
+    local_store: LocalStore,
+) -> None:
+    catalog, job = _job_over_files(local_store, files=4, partitions=40)
+    phase1_process.warm_up()
+    helper = _idle_pids()[-1]
+    before = catalog.snapshot()
+    objects = sorted(o.key for o in local_store.list(""))
+
+    def kill(_: object) -> None:
+        if not _gone(helper):
+            os.kill(helper, signal.SIGKILL)
+            while not _gone(helper):
+                time.sleep(0.01)
+
+    with pytest.raises(WorkerError, match="phase 1's process ended without a word"):
+        run_job(
+            local_store,
+            catalog,
+            job,
+            KeyBuffer(1 << 10),  # a few entries a window: phase 1 waits on phase 2
+            now_ms=NOW,
+            phase1="process",
+            on_progress=kill,
+            progress_interval_s=0,
+        )
+    assert catalog.snapshot() == before
+    assert sorted(o.key for o in local_store.list("")) == objects
+    assert list(local_store.pending_uploads()) == []
+    again = run_job(local_store, catalog, job, KeyBuffer(1 << 10), now_ms=NOW, phase1="process")
+    assert again.committed  # a new helper
+
+
+def test_a_helper_whose_worker_dies_exits(tmp_path: Path) -> None:
+    script = (
+        "from compactor.worker import phase1_process as p\n"
+        "p.warm_up()\n"
+        "print(p._idle[-1].process.pid, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert worker.stdout is not None
+    helper = int(worker.stdout.readline())
+    assert not _gone(helper)
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 30
+    while not _gone(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(helper)

@@ -1,0 +1,392 @@
+"""Runs phase 1 in a process of its own, a window ahead of phase 2.
+
+A thread of its own (``worker.pipeline.Phase1Thread``) gives phase 1 a core only where
+hashing and Arrow's decoding run without the GIL; everywhere else (reading frames,
+checking sections, merging the inputs, grouping small partitions) the two phases take
+turns at one interpreter, and on small sections that is most of the job. A process of
+its own gives phase 1 an interpreter too, so both cores work on every shape
+(``bench/README.md``, "Phase 1 in a process of its own").
+
+That process is a *helper*: ``python -m compactor.worker.phase1_process``, started once
+per worker process (``warm_up`` starts it ahead of the first job) and kept between jobs,
+with its own key buffer, allocated once and reused, like the worker's own
+(docs/ARCHITECTURE.md §5). It is started afresh, never forked, so no lock another thread
+of the worker held (the writer's encoder, a store's event loop, a queue consumer's
+heartbeat) can be inherited, and it runs no code of the caller's ``__main__``.
+
+A job sends its helper the snapshot, the job and a recipe for the store
+(``ObjectStore.portable``). The helper opens phase 1's GET streams itself (one per input
+file: the job's process opens only phase 2's, so still exactly two per input) and sends
+each item of phase 1's walk (``worker.pipeline.Phase1Walk``), pickled, through a pipe:
+the partitions, windows with their keep-sets, ends and groups, in order. Before the end
+it sends its streams' GET requests and resumes, which the job's report counts with its
+own.
+
+Bounds: the same as a thread's. At most ``MAX_KEEP_SETS`` keep-sets are out at a time
+(the helper waits for the job's process to release one before it takes out a third), and
+a pipe holds at most one item in flight beyond what the job's process has read.
+
+Failure: whatever phase 1 raises in the helper (FormatError, StoreError, WorkerError) is
+pickled and raised on the job's thread when phase 2 gets there, as from a thread; an
+error that does not survive pickling arrives as a WorkerError naming it. A helper that
+dies without a word (killed, out of memory) is a WorkerError. A job that ends before its
+phase 1 did (a failure on the job's thread, KeyboardInterrupt) kills its helper; the
+next job starts another. A helper whose worker died reads the end of its pipe and exits.
+It ignores SIGINT: the worker decides when it stops.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import resource
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from compactor.catalog import Snapshot
+from compactor.objectstore import ObjectStore, ObjectStream
+from compactor.planner.job import Job
+from compactor.worker.errors import WorkerError
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.memory import LEAN_POOL, POOL_ENV, use_lean_memory_pool
+from compactor.worker.merge import SectionMerge
+from compactor.worker.pipeline import (
+    _DONE,
+    _POLL_S,
+    HASH_THREADS,
+    MAX_KEEP_SETS,
+    Phase1Feed,
+    Phase1Walk,
+    _Done,
+    _Failed,
+    _Item,
+    _Stopped,
+)
+from compactor.worker.pointer import open_pointer
+
+_PASSED_ENV = ("AWS_", "COMPACTOR_")
+"""Environment variables a job's helper takes from the worker as they are when the job
+starts (credentials, endpoints, settings), not as they were when the helper started."""
+
+MAX_IDLE_HELPERS = 2
+"""Helpers kept between jobs (a process running jobs on two threads at once uses two)."""
+
+_STOP_S = 5.0
+"""How long a helper may take to exit once its worker closed its pipes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """A helper's GET streams of one job, per input key: GET requests and resumes; and
+    the helper's peak RSS so far (KiB), for the job's memory report."""
+
+    gets: dict[str, int]
+    resumes: dict[str, int]
+    peak_rss_kib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A job for a helper: everything phase 1 needs, pickled once."""
+
+    snap: Snapshot
+    job: Job
+    store: Callable[[], ObjectStore]
+    capacity_bytes: int
+    hash_impl: str
+    now_ms: int
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """Phase 2 is done with a keep-set of job ``job_id``."""
+
+    job_id: str
+
+
+# --- the worker's side ----------------------------------------------------------------
+
+
+class _Helper:
+    """One helper process and the two pipes to it."""
+
+    def __init__(self) -> None:
+        to_helper_r, to_helper_w = os.pipe()
+        from_helper_r, from_helper_w = os.pipe()
+        env = dict(os.environ)
+        env.setdefault(POOL_ENV, LEAN_POOL)  # before the helper imports pyarrow
+        root = str(Path(__file__).resolve().parents[2])  # the tree ``compactor`` is in
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(to_helper_r), str(from_helper_w)],
+                pass_fds=(to_helper_r, from_helper_w),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            os.close(to_helper_r)
+            os.close(from_helper_w)
+        self.inbox = Connection(to_helper_w, readable=False)
+        self.outbox = Connection(from_helper_r, writable=False)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.inbox.close()
+        self.outbox.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+_idle: list[_Helper] = []
+_idle_lock = threading.Lock()
+
+
+def _checkout() -> _Helper:
+    with _idle_lock:
+        while _idle:
+            helper = _idle.pop()
+            if helper.alive():
+                return helper
+            helper.kill()
+    return _Helper()
+
+
+def _checkin(helper: _Helper) -> None:
+    with _idle_lock:
+        if helper.alive() and len(_idle) < MAX_IDLE_HELPERS:
+            _idle.append(helper)
+            return
+    helper.kill()
+
+
+def warm_up() -> None:
+    """Starts a helper now, if none is idle, so that the first job does not wait for one
+    to import its modules (it does so while the worker reads its catalog and plans)."""
+    with _idle_lock:
+        if _idle:
+            return
+    _checkin(_Helper())
+
+
+@atexit.register
+def _stop_idle() -> None:
+    with _idle_lock:
+        helpers, _idle[:] = list(_idle), []
+    for helper in helpers:
+        helper.inbox.close()  # an idle helper exits at the end of its pipe
+        try:
+            helper.process.wait(_STOP_S)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+        helper.outbox.close()
+
+
+class Phase1Process(Phase1Feed):
+    """Phase 1 of a whole job in a helper process; use as a context manager (leaving it
+    hands the helper back, or kills it if phase 1 had not finished). ``reads`` holds the
+    helper's GET requests and resumes per input key once phase 1 is done."""
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        job: Job,
+        store: Callable[[], ObjectStore],
+        buffer: KeyBuffer,
+        now_ms: int,
+    ) -> None:
+        super().__init__(job)
+        env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV)}
+        self._plan = _Plan(snap, job, store, buffer.capacity_bytes, buffer.hash_impl, now_ms, env)
+        self._helper: _Helper | None = None
+        self._finished = False  # the helper has sent the job's last item
+        self.reads = Reads({}, {})
+
+    def __enter__(self) -> Phase1Process:
+        self._helper = helper = _checkout()
+        try:
+            _send(helper.inbox, self._plan)
+        except OSError:  # it died idle: one more try with a new one
+            helper.kill()
+            self._helper = helper = _Helper()
+            _send(helper.inbox, self._plan)
+        return self
+
+    def close(self) -> None:
+        """Hands the helper back if phase 1 finished, else kills it."""
+        helper, self._helper = self._helper, None
+        if helper is None:
+            return
+        if self._finished:
+            _checkin(helper)
+        else:
+            helper.kill()
+
+    def _get(self) -> _Item:
+        helper = self._helper
+        assert helper is not None, "Phase1Process used outside its context"
+        while True:
+            if not helper.outbox.poll(_POLL_S):
+                continue
+            try:
+                item: _Item | Reads = pickle.loads(helper.outbox.recv_bytes())
+            except (EOFError, OSError):
+                code = helper.process.wait(_STOP_S)
+                raise WorkerError(
+                    f"phase 1's process ended without a word (exit code {code})",
+                    job_id=self._job.id,
+                ) from None
+            if isinstance(item, Reads):
+                self.reads = item
+                continue
+            if isinstance(item, _Failed | _Done):
+                self._finished = True
+            if isinstance(item, _Failed):
+                raise item.error
+            return item
+
+    def _release(self) -> None:
+        helper = self._helper
+        if helper is not None:
+            with contextlib.suppress(OSError):  # a helper that died: its silence says so
+                _send(helper.inbox, _Release(self._job.id))
+
+
+# --- the helper's side ----------------------------------------------------------------
+
+
+class _HelperWalk(Phase1Walk):
+    """Phase 1 in the helper: waits for a release from the worker before taking out a
+    keep-set while ``MAX_KEEP_SETS`` are out."""
+
+    def __init__(
+        self, plan: _Plan, pointer: SectionMerge, buffer: KeyBuffer, inbox: Connection
+    ) -> None:
+        super().__init__(plan.snap, plan.job, pointer, buffer, plan.now_ms)
+        self._inbox = inbox
+        self._free = MAX_KEEP_SETS
+
+    def _acquire(self) -> None:
+        while self._free == 0:
+            try:
+                message = pickle.loads(self._inbox.recv_bytes())
+            except (EOFError, OSError):
+                raise _Stopped from None
+            if isinstance(message, _Release) and message.job_id == self._job.id:
+                self._free += 1
+        self._free -= 1
+
+
+class _HelperState:
+    """What a helper keeps between jobs: its key buffer and its stores."""
+
+    def __init__(self) -> None:
+        self.buffer: KeyBuffer | None = None
+        self.stores: dict[bytes, ObjectStore] = {}
+
+    def key_buffer(self, plan: _Plan) -> KeyBuffer:
+        buffer = self.buffer
+        if buffer is None or (buffer.capacity_bytes, buffer.hash_impl) != (
+            plan.capacity_bytes,
+            plan.hash_impl,
+        ):
+            self.buffer = None  # the old one goes before the new one is mapped
+            buffer = self.buffer = KeyBuffer(
+                plan.capacity_bytes, threads=HASH_THREADS, hash_impl=plan.hash_impl
+            )
+        return buffer
+
+    def store(self, plan: _Plan) -> ObjectStore:
+        recipe = pickle.dumps((plan.store, sorted(plan.env.items())))
+        store = self.stores.get(recipe)
+        if store is None:
+            if len(self.stores) >= 4:
+                self.stores.clear()
+            store = self.stores[recipe] = plan.store()
+        return store
+
+
+def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection) -> None:
+    """One job's phase 1, each item sent as it comes."""
+    os.environ.update(plan.env)
+    store = state.store(plan)
+    buffer = state.key_buffer(plan)
+    gets_before = {i.key: store.gets.get(i.key) for i in plan.job.inputs}
+    streams: list[ObjectStream] = []
+    with ExitStack() as stack:
+        pointer = open_pointer(stack, store, plan.job.inputs, None, None, streams)
+        for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
+            if item is _DONE:
+                _send(outbox, _reads(store, streams, plan.job, gets_before))
+            _send(outbox, item)
+
+
+def _reads(
+    store: ObjectStore, streams: list[ObjectStream], job: Job, gets_before: dict[str, int]
+) -> Reads:
+    resumes = {i.key: 0 for i in job.inputs}
+    for stream in streams:
+        resumes[stream.key] += stream.resumes
+    gets = {i.key: store.gets.get(i.key) - gets_before[i.key] for i in job.inputs}
+    return Reads(gets, resumes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def _send(conn: Connection, message: object) -> None:
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _portable(error: BaseException, job: Job) -> BaseException:
+    """``error`` if it survives pickling as itself, else a WorkerError naming it."""
+    try:
+        again = pickle.loads(pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL))
+        if type(again) is type(error) and str(again) == str(error):
+            return error
+    except Exception:
+        pass
+    return WorkerError(f"phase 1 failed: {type(error).__name__}: {error}", job_id=job.id)
+
+
+def main(argv: list[str]) -> int:
+    """The helper: jobs from the worker, one at a time, until the worker closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inbox = Connection(int(argv[0]), writable=False)
+    outbox = Connection(int(argv[1]), readable=False)
+    use_lean_memory_pool()
+    state = _HelperState()
+    while True:
+        try:
+            message = pickle.loads(inbox.recv_bytes())
+        except (EOFError, OSError):
+            return 0
+        if not isinstance(message, _Plan):
+            continue  # a release of a job that is over
+        try:
+            _run(message, state, inbox, outbox)
+        except (_Stopped, BrokenPipeError, EOFError):
+            return 0  # the worker has gone
+        except BaseException as e:
+            try:
+                _send(outbox, _Failed(_portable(e, message.job)))
+            except OSError:
+                return 0
+
+
+if __name__ == "__main__":
+    # Run as a script, this file is ``__main__``; the classes the worker pickles are
+    # those of ``compactor.worker.phase1_process``, so the helper runs that module's main.
+    from compactor.worker.phase1_process import main as helper_main
+
+    raise SystemExit(helper_main(sys.argv[1:]))
