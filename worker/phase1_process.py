@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import compactor
 from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore, ObjectStream
 from compactor.planner.job import Job
@@ -125,7 +126,7 @@ class _Helper:
         from_helper_r, from_helper_w = os.pipe()
         env = dict(os.environ)
         env.setdefault(POOL_ENV, LEAN_POOL)  # before the helper imports pyarrow
-        root = str(Path(__file__).resolve().parents[2])  # the tree ``compactor`` is in
+        root = str(Path(compactor.__file__).parent.parent)  # where this ``compactor`` is
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             self.process = subprocess.Popen(
