@@ -82,7 +82,9 @@ MAX_IDLE_HELPERS = 2
 """Helpers kept between jobs (a process running jobs on two threads at once uses two)."""
 
 _STOP_S = 5.0
-"""How long a helper may take to exit once its worker closed its pipes."""
+"""How long a helper that died may take to be reaped before its job's error is raised."""
+_EXIT_S = 0.2
+"""How long the worker's exit waits for an idle helper to exit at the end of its pipe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +187,15 @@ def warm_up() -> None:
 
 @atexit.register
 def _stop_idle() -> None:
+    """At the worker's exit: an idle helper exits at the end of its pipe; one still
+    starting (a worker that ran no job) is killed rather than waited for."""
     with _idle_lock:
         helpers, _idle[:] = list(_idle), []
     for helper in helpers:
-        helper.inbox.close()  # an idle helper exits at the end of its pipe
+        helper.inbox.close()
+    for helper in helpers:
         try:
-            helper.process.wait(_STOP_S)
+            helper.process.wait(_EXIT_S)
         except subprocess.TimeoutExpired:
             helper.kill()
         helper.outbox.close()
