@@ -261,9 +261,11 @@ def run_compactor(ctx: Context) -> Result:
             r.note = f"expected one full job, got {len(jobs)}"
         else:
             job = jobs[0]
-            # Phase 1's process (worker.phase1_process) is a grandchild the launcher does
-            # not see: its peak counts on top of the worker's (a bound on their sum).
-            r.max_rss_kib += int(job.get("phase1_peak_rss_kib", 0))
+            # Phase 1's process (worker.phase1_process) is the worker's child: wait4's peak
+            # is the larger of the two, not their sum. The sum of each one's own peak
+            # (the job reports both) bounds what they held together.
+            both = int(job.get("peak_rss_kib", 0)) + int(job.get("phase1_peak_rss_kib", 0))
+            r.max_rss_kib = max(r.max_rss_kib, both)
             r.records_in, r.records_out = job["records_in"], job["records_out"]
             gets = sorted({i["gets"] for i in job.get("inputs", [])})
             r.note = (

@@ -59,7 +59,7 @@ def test_the_helper_serves_job_after_job_and_counts_its_gets(local_store: LocalS
     first = run_job(local_store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process")
     assert first.committed and first.phase1 == "process"
     assert [f.gets for f in first.inputs] == [2, 2, 2]  # one of them the helper's
-    assert first.phase1_peak_rss_kib > 0
+    assert first.phase1_peak_rss_kib > 0 and first.peak_rss_kib > 0
     assert helper in _idle_pids()  # handed back, not started again
     more = add_file(local_store, catalog, "g", {("t", 0): [Record(900, NOW, b"k1", b"new")]})
     live = catalog.snapshot().files

@@ -19,8 +19,8 @@ from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
 from compactor.worker.errors import WorkerError
 from compactor.worker.kernel import KeyBuffer
-from compactor.worker.phase1_process import warm_up
-from compactor.worker.pipeline import usable_cpus
+from compactor.worker.phase1_process import store_recipe, warm_up
+from compactor.worker.pipeline import process_pays, usable_cpus
 from compactor.worker.runner import StaleJob, run_job
 from compactor.worker.stats import JobProgress, JobReport
 
@@ -43,7 +43,7 @@ class Compactor:
         self.buffer = KeyBuffer(key_buffer_bytes)
         self.codecs = codecs
         self.grace_ms = grace_ms
-        if store.portable() is not None and usable_cpus() >= 2:
+        if process_pays(may_fork=store_recipe(store, self.buffer) is not None, cpus=usable_cpus()):
             warm_up()  # phase 1's process starts while the catalog is read and planned
 
     def run(

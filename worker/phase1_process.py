@@ -55,11 +55,13 @@ from pathlib import Path
 import compactor
 from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore, ObjectStream
+from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.memory import LEAN_POOL, POOL_ENV, use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
+from compactor.worker.partition import KeyIndex
 from compactor.worker.pipeline import (
     _DONE,
     _POLL_S,
@@ -174,6 +176,18 @@ def _checkin(helper: _Helper) -> None:
             _idle.append(helper)
             return
     helper.kill()
+
+
+def store_recipe(
+    store: ObjectStore, buffer: KeyIndex, read_throttle: ReadThrottle | None = None
+) -> Callable[[], ObjectStore] | None:
+    """How a helper would make ``store`` again; None where phase 1 cannot have a process of
+    its own: the store cannot travel (``ObjectStore.portable``), the key buffer is not a
+    ``KeyBuffer`` (the helper makes one of the same size and hash), or reads are throttled
+    (a throttle is this process's)."""
+    if read_throttle is not None or not isinstance(buffer, KeyBuffer):
+        return None
+    return store.portable()
 
 
 def warm_up() -> None:

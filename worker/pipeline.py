@@ -111,14 +111,20 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def process_pays(*, may_fork: bool, cpus: int) -> bool:
+    """Whether phase 1 runs in a process of its own by default: if it may (``may_fork``:
+    the store and the key buffer can be made again there) and the job may keep a second
+    CPU busy (``cpus``). A worker that may use a process always does, whatever the job's
+    size: the process is kept between jobs (its start is paid once), and its key buffer
+    is then the only one touched."""
+    return may_fork and cpus >= 2
+
+
 def phase1_mode(inputs: Sequence[LiveFile], *, may_fork: bool, cpus: int) -> Phase1Mode:
     """How phase 1 runs for a job of these input files by default: in a process of its
-    own if it may (``may_fork``: the store and the key buffer can be made again there)
-    and the job may keep a second CPU busy (``cpus``); else on a thread of its own if its
-    sections are big enough (``pipelined``); else on the job's thread. A worker that may
-    use a process always does, whatever the job's size: the process is kept between jobs
-    (its start is paid once), and its key buffer is then the only one touched."""
-    if may_fork and cpus >= 2:
+    own where that pays (``process_pays``); else on a thread of its own if its sections
+    are big enough (``pipelined``); else on the job's thread."""
+    if process_pays(may_fork=may_fork, cpus=cpus):
         return "process"
     return "thread" if pipelined(inputs) else "inline"
 

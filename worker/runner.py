@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import resource
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
@@ -50,7 +51,7 @@ from compactor.worker.partition import (
     drop_expired_prefix,
     phase2_windows,
 )
-from compactor.worker.phase1_process import Phase1Process, Reads
+from compactor.worker.phase1_process import Phase1Process, Reads, store_recipe
 from compactor.worker.pipeline import (
     Phase1Feed,
     Phase1Inline,
@@ -270,6 +271,7 @@ def run_job(
         committed=committed,
         note=note,
         phase1=written.phase1,
+        peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         phase1_peak_rss_kib=written.phase1_peak_rss_kib,
     )
 
@@ -334,13 +336,11 @@ def write_outputs(
     failure the uploads are aborted and nothing is left behind."""
     inputs = check_job(snap, job)
     use_lean_memory_pool()
-    portable = store.portable() if read_throttle is None else None
-    may_fork = portable is not None and isinstance(buffer, KeyBuffer)
+    recipe = store_recipe(store, buffer, read_throttle)
     if phase1 is None:
         cpus = usable_cpus() if cpus is None else cpus
-        phase1 = phase1_mode(inputs, may_fork=may_fork, cpus=cpus)
-    mode = phase1
-    if mode == "process" and not may_fork:
+        phase1 = phase1_mode(inputs, may_fork=recipe is not None, cpus=cpus)
+    if phase1 == "process" and recipe is None:
         raise ValueError(
             "phase 1 cannot run in a process of its own with this store, key buffer or "
             "read throttle (it needs ObjectStore.portable, a KeyBuffer and no throttle)"
@@ -356,9 +356,11 @@ def write_outputs(
     with _aborted_on_failure(outputs):
         with ExitStack() as stack:
             streams: list[ObjectStream] = []
-            feed = _phase1(stack, store, snap, job, buffer, now_ms, mode, read_throttle, streams)
+            feed = _phase1(
+                stack, store, recipe, snap, job, buffer, now_ms, phase1, read_throttle, streams
+            )
             with feed:
-                role: Role = None if mode == "process" else "second"
+                role: Role = None if phase1 == "process" else "second"
                 phase2 = open_pointer(stack, store, job.inputs, read_throttle, role, streams)
                 _run_partitions(job, feed, phase2, outputs, stats, progress)
         guard()  # the last moment an upload can still be aborted
@@ -366,12 +368,13 @@ def write_outputs(
     elsewhere = feed.reads if isinstance(feed, Phase1Process) else None
     files = _input_stats(store, job, gets_before, streams, elsewhere)
     rss = elsewhere.peak_rss_kib if elsewhere is not None else 0
-    return WrittenOutputs(new_files, stats, files, mode, rss)
+    return WrittenOutputs(new_files, stats, files, phase1, rss)
 
 
 def _phase1(
     stack: ExitStack,
     store: ObjectStore,
+    recipe: Callable[[], ObjectStore] | None,
     snap: Snapshot,
     job: Job,
     buffer: KeyIndex,
@@ -381,11 +384,10 @@ def _phase1(
     streams: list[ObjectStream],
 ) -> Phase1Feed:
     """Phase 1, to run as ``mode`` says. Its pointer's GET streams (one per input file)
-    are opened here, or by its process."""
+    are opened here, or by its process (made from ``recipe``)."""
     if mode == "process":
-        portable = store.portable()
-        assert portable is not None and isinstance(buffer, KeyBuffer)
-        return Phase1Process(snap, job, portable, buffer, now_ms)
+        assert recipe is not None and isinstance(buffer, KeyBuffer)
+        return Phase1Process(snap, job, recipe, buffer, now_ms)
     pointer = open_pointer(stack, store, job.inputs, throttle, "first", streams)
     return (Phase1Thread if mode == "thread" else Phase1Inline)(snap, job, pointer, buffer, now_ms)
 

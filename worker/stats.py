@@ -63,9 +63,12 @@ class JobReport:
     phase1: str = "inline"
     """Where phase 1 ran: "inline" (on the job's thread), or a window ahead of phase 2 on
     a "thread" or in a "process" of its own (``worker.pipeline.phase1_mode``)."""
+    peak_rss_kib: int = 0
+    """This process's own peak RSS (KiB) when the job ended: since the process started,
+    so a bound on the job's; a helper's is not in it (``phase1_peak_rss_kib``)."""
     phase1_peak_rss_kib: int = 0
     """The peak RSS of phase 1's process, when it had one: the job's memory is this
-    process's and that one's together."""
+    process's and that one's together (at most the sum of the two peaks)."""
 
     @property
     def records_per_s(self) -> float:
@@ -84,6 +87,7 @@ class JobReport:
             "duration_s": round(self.duration_s, 3),
             "records_per_s": round(self.records_per_s),
             "phase1": self.phase1,
+            "peak_rss_kib": self.peak_rss_kib,
             "phase1_peak_rss_kib": self.phase1_peak_rss_kib,
             **self.stats.to_json(),
             "inputs": [asdict(f) for f in self.inputs],
