@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from compactor.jobqueue.errors import QueueError, QueueUnreachable, ReceiptInvalid
@@ -60,6 +58,9 @@ class JobQueue:
         endpoint_url = os.environ.get("AWS_ENDPOINT_URL_SQS") or None
         if endpoint_url is None and not _is_aws(parts.netloc):
             endpoint_url = f"{parts.scheme}://{parts.netloc}"
+        import boto3  # here, not at the top: every CLI command imports this module
+        from botocore.config import Config
+
         self._client: SQSClient = boto3.session.Session().client(
             "sqs",
             endpoint_url=endpoint_url,
@@ -169,6 +170,8 @@ def _is_aws(netloc: str) -> bool:
 
 
 def _region(netloc: str, path: str) -> str | None:
+    import boto3
+
     if boto3.session.Session().region_name:
         return None  # the standard chain has one
     for pattern, text in zip(_REGION_IN_URL, (netloc, path), strict=True):

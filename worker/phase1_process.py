@@ -85,8 +85,6 @@ MAX_IDLE_HELPERS = 2
 
 _STOP_S = 5.0
 """How long a helper that died may take to be reaped before its job's error is raised."""
-_EXIT_S = 0.2
-"""How long the worker's exit waits for an idle helper to exit at the end of its pipe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,18 +199,13 @@ def warm_up() -> None:
 
 @atexit.register
 def _stop_idle() -> None:
-    """At the worker's exit: an idle helper exits at the end of its pipe; one still
-    starting (a worker that ran no job) is killed rather than waited for."""
+    """At the worker's exit: idle helpers are killed, not waited for. An idle helper holds
+    nothing that outlives it (it only reads, and its job's reads are over); letting it
+    tear its interpreter down would keep the worker's exit waiting."""
     with _idle_lock:
         helpers, _idle[:] = list(_idle), []
     for helper in helpers:
-        helper.inbox.close()
-    for helper in helpers:
-        try:
-            helper.process.wait(_EXIT_S)
-        except subprocess.TimeoutExpired:
-            helper.kill()
-        helper.outbox.close()
+        helper.kill()
 
 
 class Phase1Process(Phase1Feed):
