@@ -1,0 +1,28 @@
+#!/bin/bash
+# Samples a job's two processes with py-spy: the worker (phase 2 and the writer) and its
+# phase-1 helper (worker.phase1_process), which py-spy's --subprocesses does not follow.
+#
+#   bench/spy_job.sh <py-spy> <store> <out>   # writes <out>.worker and <out>.helper
+#   .venv/bin/python -m bench.spy_summary <out>.worker
+#   .venv/bin/python -m bench.spy_summary <out>.helper
+#
+# The store is not changed (bench.profile_job compacts a hard-linked clone). Not a test.
+set -euo pipefail
+spy=$1 store=$2 out=$3
+cd "$(dirname "$0")/.."
+.venv/bin/python -m bench.profile_job --store "$store" --plain &
+job=$!
+helper=""
+for _ in $(seq 1 500); do
+    helper=$(pgrep -P "$job" -f worker.phase1_process | head -1 || true)
+    [ -n "$helper" ] && break
+    sleep 0.01
+done
+if [ -z "$helper" ]; then
+    echo "spy_job: no phase-1 helper started (a store that cannot travel, or one CPU)" >&2
+    wait "$job"
+    exit 1
+fi
+"$spy" record --native --threads -r 200 -f raw -o "$out.helper" --pid "$helper" >/dev/null 2>&1 &
+"$spy" record --native --threads -r 200 -f raw -o "$out.worker" --pid "$job" >/dev/null 2>&1
+wait
