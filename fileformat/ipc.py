@@ -71,7 +71,10 @@ class _Capture:
 class _StreamEncoder:
     def __init__(self, compression: str | None) -> None:
         self._capture = _Capture()
-        options = pa.ipc.IpcWriteOptions(compression=compression)
+        # Compressed on the calling thread: handing each buffer to Arrow's thread pool
+        # costs a wake-up per buffer and, with phase 1's process on the other core, buys no
+        # parallelism (bench/README.md, "Phase 1 in a process of its own").
+        options = pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
         self._writer = pa.ipc.new_stream(
             pa.PythonFile(self._capture, mode="w"), RECORD_SCHEMA, options=options
         )
