@@ -182,7 +182,10 @@ def test_kill_9_mid_job_another_worker_completes_it(
     _, err = rescuer.communicate(timeout=300)
     assert rescuer.returncode == 0, err.decode()
     received = [e for e in events(err) if e["event"] == "job_received"]
-    assert received[0]["receive_count"] == 2
+    # At once: the rescuer's first receipt is the one that commits. Its receive count is
+    # at least 2 (the dead worker's receipt came first); LocalStack counted 3 once, on a
+    # machine loaded by two test suites, so the count is not pinned to 2.
+    assert len(received) == 1 and received[0]["receive_count"] >= 2
     assert [e["job"] for e in events(err) if e["event"] == "job_committed"] == [job["id"]]
     assert compaction_commits(s3_url) == [job["id"]]
     assert views(s3_url) == before
