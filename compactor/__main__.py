@@ -1,5 +1,5 @@
 """``python -m compactor``: the same command line as the ``compactor`` script."""
 
-from compactor.cli.main import main
+from compactor.cli.launch import main
 
 raise SystemExit(main())

@@ -55,9 +55,8 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
     for compiled in ("compactor/worker/kernel/_keybuffer", "compactor/fileformat/_sections"):
         assert any(n.startswith(compiled) and n.endswith(".so") for n in names), compiled
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert (
-        "compactor = compactor.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
-    )
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "compactor = compactor.cli.launch:main" in scripts
 
 
 def test_installed_wheel_imports_from_its_own_site_packages(wheel: Path, tmp_path: Path) -> None:

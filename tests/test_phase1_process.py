@@ -18,7 +18,7 @@ from compactor.catalog import Catalog
 from compactor.fileformat import Record
 from compactor.objectstore import LocalStore, ObjectStore
 from compactor.planner.job import Job, JobInput
-from compactor.worker import phase1_process
+from compactor.worker import helper_pool
 from compactor.worker.errors import WorkerError
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import run_job
@@ -39,10 +39,6 @@ def _job_over_files(store: ObjectStore, files: int = 3, partitions: int = 4) -> 
     return catalog, Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True)
 
 
-def _idle_pids() -> list[int]:
-    return [h.process.pid for h in phase1_process._idle]
-
-
 def _gone(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
     try:
@@ -53,14 +49,14 @@ def _gone(pid: int) -> bool:
 
 
 def test_the_helper_serves_job_after_job_and_counts_its_gets(local_store: LocalStore) -> None:
-    phase1_process.warm_up()
-    helper = _idle_pids()[-1]
+    helper_pool.warm_up()
+    helper = helper_pool.idle_pids()[-1]
     catalog, job = _job_over_files(local_store)
     first = run_job(local_store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process")
     assert first.committed and first.phase1 == "process"
     assert [f.gets for f in first.inputs] == [2, 2, 2]  # one of them the helper's
     assert first.phase1_peak_rss_kib > 0 and first.peak_rss_kib > 0
-    assert helper in _idle_pids()  # handed back, not started again
+    assert helper in helper_pool.idle_pids()  # handed back, not started again
     more = add_file(local_store, catalog, "g", {("t", 0): [Record(900, NOW, b"k1", b"new")]})
     live = catalog.snapshot().files
     second_job = Job(tuple(JobInput(f.id, f.key, f.size) for f in live), 2, True)
@@ -69,7 +65,7 @@ def test_the_helper_serves_job_after_job_and_counts_its_gets(local_store: LocalS
     )
     assert second.committed and more.key in [i.key for i in second.inputs]
     assert [f.gets for f in second.inputs] == [2] * len(live)
-    assert helper in _idle_pids()
+    assert helper in helper_pool.idle_pids()
     assert second.stats.records_out == 4 * 7  # every partition's 7 keys, once each
 
 
@@ -90,8 +86,8 @@ def test_a_helper_killed_mid_job_fails_the_job_and_loses_nothing(
     local_store: LocalStore,
 ) -> None:
     catalog, job = _job_over_files(local_store, files=4, partitions=40)
-    phase1_process.warm_up()
-    helper = _idle_pids()[-1]
+    helper_pool.warm_up()
+    helper = helper_pool.idle_pids()[-1]
     before = catalog.snapshot()
     objects = sorted(o.key for o in local_store.list(""))
 
@@ -121,9 +117,9 @@ def test_a_helper_killed_mid_job_fails_the_job_and_loses_nothing(
 
 def test_a_helper_whose_worker_dies_exits(tmp_path: Path) -> None:
     script = (
-        "from compactor.worker import phase1_process as p\n"
+        "from compactor.worker import helper_pool as p\n"
         "p.warm_up()\n"
-        "print(p._idle[-1].process.pid, flush=True)\n"
+        "print(p.idle_pids()[-1], flush=True)\n"
         "import time; time.sleep(60)\n"
     )
     worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -136,3 +132,19 @@ def test_a_helper_whose_worker_dies_exits(tmp_path: Path) -> None:
     while not _gone(helper) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(helper)
+
+
+def test_a_command_that_compacts_starts_its_helper_first() -> None:
+    """``compactor compact`` (the script's ``cli.launch``) starts a helper before it
+    imports the command line; a command that runs no job does not."""
+    helper_pool._stop_idle()
+    helper_pool.start_for_command(["--store", "/tmp/s", "topic", "create", "t"])
+    assert helper_pool.idle_pids() == []
+    helper_pool.start_for_command(["--store", "/tmp/s", "compact", "--full"])
+    started = helper_pool.idle_pids()
+    if helper_pool.usable_cpus() >= 2:
+        assert len(started) == 1 and not _gone(started[0])
+    else:
+        assert started == []  # one CPU: phase 1 stays in the worker's process
+    helper_pool.start_for_command(["worker", "--queue-url", "http://q"])
+    assert helper_pool.idle_pids() == started  # one idle helper is enough

@@ -18,9 +18,9 @@ from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
 from compactor.worker.errors import WorkerError
+from compactor.worker.helper_pool import process_pays, usable_cpus, warm_up
 from compactor.worker.kernel import KeyBuffer
-from compactor.worker.phase1_process import store_recipe, warm_up
-from compactor.worker.pipeline import process_pays, usable_cpus
+from compactor.worker.phase1_process import store_recipe
 from compactor.worker.runner import StaleJob, run_job
 from compactor.worker.stats import JobProgress, JobReport
 

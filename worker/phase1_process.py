@@ -8,7 +8,7 @@ its own gives phase 1 an interpreter too, so both cores work on every shape
 (``bench/README.md``, "Phase 1 in a process of its own").
 
 That process is a *helper*: ``python -m compactor.worker.phase1_process``, started once
-per worker process (``warm_up`` starts it ahead of the first job) and kept between jobs,
+per worker process ahead of the first job and kept between jobs (``worker.helper_pool``),
 with its own key buffer, allocated once and reused, like the worker's own
 (docs/ARCHITECTURE.md §5). It is started afresh, never forked, so no lock another thread
 of the worker held (the writer's encoder, a store's event loop, a queue consumer's
@@ -37,29 +37,25 @@ It ignores SIGINT: the worker decides when it stops.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import pickle
 import resource
 import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
 
-import compactor
 from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore, ObjectStream
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
+from compactor.worker.helper_pool import Helper, checkin, checkout
 from compactor.worker.kernel import KeyBuffer
-from compactor.worker.memory import LEAN_POOL, POOL_ENV, use_lean_memory_pool
+from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex
 from compactor.worker.pipeline import (
@@ -79,9 +75,6 @@ from compactor.worker.pointer import open_pointer
 _PASSED_ENV = ("AWS_", "COMPACTOR_")
 """Environment variables a job's helper takes from the worker as they are when the job
 starts (credentials, endpoints, settings), not as they were when the helper started."""
-
-MAX_IDLE_HELPERS = 2
-"""Helpers kept between jobs (a process running jobs on two threads at once uses two)."""
 
 _STOP_S = 5.0
 """How long a helper that died may take to be reaped before its job's error is raised."""
@@ -120,62 +113,6 @@ class _Release:
 # --- the worker's side ----------------------------------------------------------------
 
 
-class _Helper:
-    """One helper process and the two pipes to it."""
-
-    def __init__(self) -> None:
-        to_helper_r, to_helper_w = os.pipe()
-        from_helper_r, from_helper_w = os.pipe()
-        env = dict(os.environ)
-        env.setdefault(POOL_ENV, LEAN_POOL)  # before the helper imports pyarrow
-        root = str(Path(compactor.__file__).parent.parent)  # where this ``compactor`` is
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(to_helper_r), str(from_helper_w)],
-                pass_fds=(to_helper_r, from_helper_w),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            os.close(to_helper_r)
-            os.close(from_helper_w)
-        self.inbox = Connection(to_helper_w, readable=False)
-        self.outbox = Connection(from_helper_r, writable=False)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        self.inbox.close()
-        self.outbox.close()
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-
-_idle: list[_Helper] = []
-_idle_lock = threading.Lock()
-
-
-def _checkout() -> _Helper:
-    with _idle_lock:
-        while _idle:
-            helper = _idle.pop()
-            if helper.alive():
-                return helper
-            helper.kill()
-    return _Helper()
-
-
-def _checkin(helper: _Helper) -> None:
-    with _idle_lock:
-        if helper.alive() and len(_idle) < MAX_IDLE_HELPERS:
-            _idle.append(helper)
-            return
-    helper.kill()
-
-
 def store_recipe(
     store: ObjectStore, buffer: KeyIndex, read_throttle: ReadThrottle | None = None
 ) -> Callable[[], ObjectStore] | None:
@@ -186,26 +123,6 @@ def store_recipe(
     if read_throttle is not None or not isinstance(buffer, KeyBuffer):
         return None
     return store.portable()
-
-
-def warm_up() -> None:
-    """Starts a helper now, if none is idle, so that the first job does not wait for one
-    to import its modules (it does so while the worker reads its catalog and plans)."""
-    with _idle_lock:
-        if _idle:
-            return
-    _checkin(_Helper())
-
-
-@atexit.register
-def _stop_idle() -> None:
-    """At the worker's exit: idle helpers are killed, not waited for. An idle helper holds
-    nothing that outlives it (it only reads, and its job's reads are over); letting it
-    tear its interpreter down would keep the worker's exit waiting."""
-    with _idle_lock:
-        helpers, _idle[:] = list(_idle), []
-    for helper in helpers:
-        helper.kill()
 
 
 class Phase1Process(Phase1Feed):
@@ -224,17 +141,17 @@ class Phase1Process(Phase1Feed):
         super().__init__(job)
         env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV)}
         self._plan = _Plan(snap, job, store, buffer.capacity_bytes, buffer.hash_impl, now_ms, env)
-        self._helper: _Helper | None = None
+        self._helper: Helper | None = None
         self._finished = False  # the helper has sent the job's last item
         self.reads = Reads({}, {})
 
     def __enter__(self) -> Phase1Process:
-        self._helper = helper = _checkout()
+        self._helper = helper = checkout()
         try:
             _send(helper.inbox, self._plan)
         except OSError:  # it died idle: one more try with a new one
             helper.kill()
-            self._helper = helper = _Helper()
+            self._helper = helper = Helper()
             _send(helper.inbox, self._plan)
         return self
 
@@ -244,7 +161,7 @@ class Phase1Process(Phase1Feed):
         if helper is None:
             return
         if self._finished:
-            _checkin(helper)
+            checkin(helper)
         else:
             helper.kill()
 

@@ -28,7 +28,6 @@ process exiting never waits for it.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Generator, Iterator, Sequence
@@ -48,6 +47,7 @@ from compactor.worker.group import (
     may_group,
     same_window,
 )
+from compactor.worker.helper_pool import process_pays
 from compactor.worker.merge import Key, SectionMerge
 from compactor.worker.partition import KeyIndex, Window, phase1_fields, phase1_windows
 from compactor.worker.policy import Partition, PartitionPolicy
@@ -101,23 +101,6 @@ def pipelined(inputs: Sequence[LiveFile]) -> bool:
 
 Phase1Mode = Literal["inline", "thread", "process"]
 PHASE1_MODES: tuple[Phase1Mode, ...] = ("inline", "thread", "process")
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def process_pays(*, may_fork: bool, cpus: int) -> bool:
-    """Whether phase 1 runs in a process of its own by default: if it may (``may_fork``:
-    the store and the key buffer can be made again there) and the job may keep a second
-    CPU busy (``cpus``). A worker that may use a process always does, whatever the job's
-    size: the process is kept between jobs (its start is paid once), and its key buffer
-    is then the only one touched."""
-    return may_fork and cpus >= 2
 
 
 def phase1_mode(inputs: Sequence[LiveFile], *, may_fork: bool, cpus: int) -> Phase1Mode:

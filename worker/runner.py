@@ -41,6 +41,7 @@ from compactor.planner.retention import why_not_droppable
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.gather import GroupRows, gathered, section_batches, weighed
 from compactor.worker.group import Group, group_survivors
+from compactor.worker.helper_pool import usable_cpus
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
@@ -58,7 +59,6 @@ from compactor.worker.pipeline import (
     Phase1Mode,
     Phase1Thread,
     phase1_mode,
-    usable_cpus,
 )
 from compactor.worker.pointer import open_pointer
 from compactor.worker.policy import Partition
