@@ -4,12 +4,13 @@ the same workload, in turn.
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-10kp --against /tmp/old
 
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
-a quarter of an hour apart do not compare. This runs the two checkouts' ``compact --full``
-one after the other, ``--pairs`` times, each on a fresh hard-linked clone of the workload's
-store with its files in the page cache, and prints every wall and CPU time and the
-medians. The other checkout is imported through ``PYTHONPATH`` (its
-``compactor`` package, and its compiled key buffer: copy ``worker/kernel/_keybuffer*.so``
-into it, or build it there). Not a test: the timings depend on the machine.
+a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
+compactor compact --full`` (the entry point users run, ``cli.launch``) one after the
+other, ``--pairs`` times, each on a fresh hard-linked clone of the workload's store with
+its files in the page cache, and prints every wall and CPU time and the medians. The other
+checkout is imported through ``PYTHONPATH`` (its ``compactor`` package, and its compiled
+key buffer: copy ``worker/kernel/_keybuffer*.so`` into it, or build it there). Not a
+test: the timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def compact_clone(checkout: Path, store: Path, now_ms: int, args: list[str]) -> 
     with tempfile.TemporaryDirectory(prefix="bench-ab-", dir=store.parent) as tmp:
         clone = Path(tmp) / "store"
         clone_store(store, clone)
-        cmd = [sys.executable, "-m", "compactor.cli.main", "--store", str(clone)]
+        cmd = [sys.executable, "-m", "compactor", "--store", str(clone)]
         cmd += ["--now-ms", str(now_ms), "compact", *args, "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
