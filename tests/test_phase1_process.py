@@ -5,6 +5,7 @@ worker dies, loses nothing and leaves nothing behind."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -12,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import S3Url
 from worker_scenarios import add_file, make_topics
 
 from compactor.catalog import Catalog
 from compactor.fileformat import Record
 from compactor.objectstore import LocalStore, ObjectStore
+from compactor.objectstore.s3 import S3Store
 from compactor.planner.job import Job, JobInput
 from compactor.worker import helper_pool
 from compactor.worker.errors import WorkerError
@@ -148,3 +151,34 @@ def test_a_command_that_compacts_starts_its_helper_first() -> None:
         assert started == []  # one CPU: phase 1 stays in the worker's process
     helper_pool.start_for_command(["worker", "--queue-url", "http://q"])
     assert helper_pool.idle_pids() == started  # one idle helper is enough
+
+
+def test_a_helper_that_read_s3_exits_without_a_word(s3_url: S3Url, s3_store: S3Store) -> None:
+    """A helper closes its stores when its worker has gone (here: ``os._exit``, so no
+    exit handler kills it and the helper reads the end of its pipe): its interpreter's
+    teardown finds no S3 session open and writes nothing on the stderr it shares with
+    the worker. The worker's own stderr is the command line's one line."""
+    catalog, job = _job_over_files(s3_store)
+    script = (
+        "import os, pickle, sys\n"
+        "from compactor.catalog import Catalog\n"
+        "from compactor.objectstore.url import open_store\n"
+        "from compactor.worker.kernel import KeyBuffer\n"
+        "from compactor.worker.runner import run_job\n"
+        f"store = open_store({s3_url.url!r}, endpoint_url={s3_url.endpoint_url!r})\n"
+        "job = pickle.loads(bytes.fromhex(sys.argv[1]))\n"
+        f"report = run_job(store, Catalog(store), job, KeyBuffer(1 << 16), now_ms={NOW},"
+        " phase1='process')\n"
+        "print(report.phase1, [f.gets for f in report.inputs], flush=True)\n"
+        "os._exit(0)\n"
+    )
+    worker = subprocess.run(
+        [sys.executable, "-c", script, pickle.dumps(job).hex()],
+        env={**os.environ, **s3_url.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # returns once every writer of its pipes, the helper too, has closed them
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout == "process [2, 2, 2]\n"
+    assert worker.stderr == ""

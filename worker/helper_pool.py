@@ -73,11 +73,14 @@ class Helper:
         return self.process.poll() is None
 
     def kill(self) -> None:
-        self.inbox.close()
-        self.outbox.close()
+        """SIGKILL, then the pipes: closed first, they would let the helper read the end
+        of its inbox and exit on its own, tearing its interpreter down (and printing
+        whatever its teardown prints) on the worker's stderr."""
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        self.inbox.close()
+        self.outbox.close()
 
 
 _idle: list[Helper] = []

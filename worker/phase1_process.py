@@ -244,9 +244,16 @@ class _HelperState:
         store = self.stores.get(recipe)
         if store is None:
             if len(self.stores) >= 4:
-                self.stores.clear()
+                self.close()
             store = self.stores[recipe] = plan.store()
         return store
+
+    def close(self) -> None:
+        """Closes the stores (an S3 store's client and its event loop's sessions), so
+        that none is left for the interpreter's teardown to complain about."""
+        stores, self.stores = list(self.stores.values()), {}
+        for store in stores:
+            store.close()
 
 
 def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection) -> None:
@@ -296,22 +303,31 @@ def main(argv: list[str]) -> int:
     outbox = Connection(int(argv[1]), readable=False)
     use_lean_memory_pool()
     state = _HelperState()
+    try:
+        _serve(state, inbox, outbox)
+    finally:
+        state.close()
+    return 0
+
+
+def _serve(state: _HelperState, inbox: Connection, outbox: Connection) -> None:
+    """Runs the jobs that come, until the worker has gone."""
     while True:
         try:
             message = pickle.loads(inbox.recv_bytes())
         except (EOFError, OSError):
-            return 0
+            return
         if not isinstance(message, _Plan):
             continue  # a release of a job that is over
         try:
             _run(message, state, inbox, outbox)
         except (_Stopped, BrokenPipeError, EOFError):
-            return 0  # the worker has gone
+            return  # the worker has gone
         except BaseException as e:
             try:
                 _send(outbox, _Failed(_portable(e, message.job)))
             except OSError:
-                return 0
+                return
 
 
 if __name__ == "__main__":
