@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 from compactor.catalog import Snapshot
-from compactor.objectstore import ObjectStore, ObjectStream
+from compactor.objectstore import ObjectStore
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
@@ -60,7 +60,6 @@ from compactor.worker.merge import SectionMerge
 from compactor.worker.partition import KeyIndex
 from compactor.worker.pipeline import (
     _DONE,
-    _POLL_S,
     HASH_THREADS,
     MAX_KEEP_SETS,
     Phase1Feed,
@@ -70,7 +69,7 @@ from compactor.worker.pipeline import (
     _Item,
     _Stopped,
 )
-from compactor.worker.pointer import open_pointer
+from compactor.worker.pointer import Reads, ReadTally, open_pointer
 
 _PASSED_ENV = ("AWS_", "COMPACTOR_")
 """Environment variables a job's helper takes from the worker as they are when the job
@@ -78,16 +77,6 @@ starts (credentials, endpoints, settings), not as they were when the helper star
 
 _STOP_S = 5.0
 """How long a helper that died may take to be reaped before its job's error is raised."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reads:
-    """A helper's GET streams of one job, per input key: GET requests and resumes; and
-    the helper's peak RSS so far (KiB), for the job's memory report."""
-
-    gets: dict[str, int]
-    resumes: dict[str, int]
-    peak_rss_kib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +158,6 @@ class Phase1Process(Phase1Feed):
         helper = self._helper
         assert helper is not None, "Phase1Process used outside its context"
         while True:
-            if not helper.outbox.poll(_POLL_S):
-                continue
             try:
                 item: _Item | Reads = pickle.loads(helper.outbox.recv_bytes())
             except (EOFError, OSError):
@@ -261,24 +248,13 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
     os.environ.update(plan.env)
     store = state.store(plan)
     buffer = state.key_buffer(plan)
-    gets_before = {i.key: store.gets.get(i.key) for i in plan.job.inputs}
-    streams: list[ObjectStream] = []
+    tally = ReadTally(store, plan.job.inputs)
     with ExitStack() as stack:
-        pointer = open_pointer(stack, store, plan.job.inputs, None, None, streams)
+        pointer = open_pointer(stack, store, plan.job.inputs, None, None, tally.streams)
         for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
             if item is _DONE:
-                _send(outbox, _reads(store, streams, plan.job, gets_before))
+                _send(outbox, tally.reads(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
             _send(outbox, item)
-
-
-def _reads(
-    store: ObjectStore, streams: list[ObjectStream], job: Job, gets_before: dict[str, int]
-) -> Reads:
-    resumes = {i.key: 0 for i in job.inputs}
-    for stream in streams:
-        resumes[stream.key] += stream.resumes
-    gets = {i.key: store.gets.get(i.key) - gets_before[i.key] for i in job.inputs}
-    return Reads(gets, resumes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _send(conn: Connection, message: object) -> None:

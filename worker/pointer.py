@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 from compactor.fileformat import StreamReader
 from compactor.fileformat.second_read import Role
@@ -57,3 +58,32 @@ def open_pointer(
             StreamReader(source, object_name=inp.key, size=inp.size, keep_footer=False, role=role)
         )
     return SectionMerge(readers)
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """A job's reads of its inputs in one process, per input key: GET requests and the
+    streams' resumes; and, from phase 1's process, its peak RSS so far (KiB), for the
+    job's memory report."""
+
+    gets: dict[str, int]
+    resumes: dict[str, int]
+    peak_rss_kib: int = 0
+
+
+class ReadTally:
+    """Counts a job's reads of its inputs in this process from its making on: the store's
+    GET requests per input, and the resumes of the streams ``open_pointer`` opened into
+    ``streams``."""
+
+    def __init__(self, store: ObjectStore, inputs: Sequence[JobInput]) -> None:
+        self._store = store
+        self._before = {i.key: store.gets.get(i.key) for i in inputs}
+        self.streams: list[ObjectStream] = []
+
+    def reads(self, peak_rss_kib: int = 0) -> Reads:
+        resumes = dict.fromkeys(self._before, 0)
+        for stream in self.streams:
+            resumes[stream.key] += stream.resumes
+        gets = {key: self._store.gets.get(key) - n for key, n in self._before.items()}
+        return Reads(gets, resumes, peak_rss_kib)

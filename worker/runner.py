@@ -34,7 +34,7 @@ from compactor.fileformat.meta import section_key
 from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
 from compactor.fileformat.second_read import Role
 from compactor.fileformat.writer import MAX_BATCH_BYTES, SHARE_BELOW
-from compactor.objectstore import MultipartWriter, ObjectStore, ObjectStream, PreconditionFailed
+from compactor.objectstore import MultipartWriter, ObjectStore, PreconditionFailed
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
@@ -52,7 +52,7 @@ from compactor.worker.partition import (
     drop_expired_prefix,
     phase2_windows,
 )
-from compactor.worker.phase1_process import Phase1Process, Reads, store_recipe
+from compactor.worker.phase1_process import Phase1Process, store_recipe
 from compactor.worker.pipeline import (
     Phase1Feed,
     Phase1Inline,
@@ -60,7 +60,7 @@ from compactor.worker.pipeline import (
     Phase1Thread,
     phase1_mode,
 )
-from compactor.worker.pointer import open_pointer
+from compactor.worker.pointer import Reads, ReadTally, open_pointer
 from compactor.worker.policy import Partition
 from compactor.worker.stats import (
     CompactionStats,
@@ -345,7 +345,7 @@ def write_outputs(
             "phase 1 cannot run in a process of its own with this store, key buffer or "
             "read throttle (it needs ObjectStore.portable, a KeyBuffer and no throttle)"
         )
-    gets_before = {i.key: store.gets.get(i.key) for i in job.inputs}
+    tally = ReadTally(store, job.inputs)
     stats = CompactionStats()
     total = sum(f.record_count for f in inputs)
     progress = ProgressReporter(
@@ -355,18 +355,17 @@ def write_outputs(
     outputs = {g: _GroupOutput(store, job, g, compression, key_of(g)) for g in OUTPUT_GROUPS}
     with _aborted_on_failure(outputs):
         with ExitStack() as stack:
-            streams: list[ObjectStream] = []
             feed = _phase1(
-                stack, store, recipe, snap, job, buffer, now_ms, phase1, read_throttle, streams
+                stack, store, recipe, snap, job, buffer, now_ms, phase1, read_throttle, tally
             )
             with feed:
                 role: Role = None if phase1 == "process" else "second"
-                phase2 = open_pointer(stack, store, job.inputs, read_throttle, role, streams)
+                phase2 = open_pointer(stack, store, job.inputs, read_throttle, role, tally.streams)
                 _run_partitions(job, feed, phase2, outputs, stats, progress)
         guard()  # the last moment an upload can still be aborted
         new_files = _finish_outputs(outputs, now_ms)
     elsewhere = feed.reads if isinstance(feed, Phase1Process) else None
-    files = _input_stats(store, job, gets_before, streams, elsewhere)
+    files = _input_stats(job, tally.reads(), elsewhere)
     rss = elsewhere.peak_rss_kib if elsewhere is not None else 0
     return WrittenOutputs(new_files, stats, files, phase1, rss)
 
@@ -381,14 +380,14 @@ def _phase1(
     now_ms: int,
     mode: Phase1Mode,
     throttle: ReadThrottle | None,
-    streams: list[ObjectStream],
+    tally: ReadTally,
 ) -> Phase1Feed:
     """Phase 1, to run as ``mode`` says. Its pointer's GET streams (one per input file)
     are opened here, or by its process (made from ``recipe``)."""
     if mode == "process":
         assert recipe is not None and isinstance(buffer, KeyBuffer)
         return Phase1Process(snap, job, recipe, buffer, now_ms)
-    pointer = open_pointer(stack, store, job.inputs, throttle, "first", streams)
+    pointer = open_pointer(stack, store, job.inputs, throttle, "first", tally.streams)
     return (Phase1Thread if mode == "thread" else Phase1Inline)(snap, job, pointer, buffer, now_ms)
 
 
@@ -571,25 +570,16 @@ def _finish_outputs(outputs: dict[str, _GroupOutput], now_ms: int) -> NewFiles:
     return {live.id: (live, sections) for live, sections in finished}
 
 
-def _input_stats(
-    store: ObjectStore,
-    job: Job,
-    gets_before: dict[str, int],
-    streams: list[ObjectStream],
-    elsewhere: Reads | None,
-) -> list[FileStats]:
-    """Per input file: its GET requests during the job and its streams' resumes, the
-    phase-1 process's (``elsewhere``) counted too."""
-    resumes = {i.key: 0 for i in job.inputs}
-    for stream in streams:
-        resumes[stream.key] += stream.resumes
+def _input_stats(job: Job, mine: Reads, elsewhere: Reads | None) -> list[FileStats]:
+    """Per input file: its GET requests during the job and its streams' resumes, this
+    process's (``mine``) and the phase-1 process's (``elsewhere``) together."""
     other = elsewhere or Reads({}, {})
     return [
         FileStats(
             i.key,
             i.size,
-            store.gets.get(i.key) - gets_before[i.key] + other.gets.get(i.key, 0),
-            resumes[i.key] + other.resumes.get(i.key, 0),
+            mine.gets[i.key] + other.gets.get(i.key, 0),
+            mine.resumes[i.key] + other.resumes.get(i.key, 0),
         )
         for i in job.inputs
     ]
