@@ -6,7 +6,9 @@ against the CPython API, as is the key-buffer kernel below.
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
 headers and library are found at build time (a test compile and link), else the bundled
-portable C implementation. ``COMPACTOR_KERNEL_PORTABLE_SHA=1`` forces the portable one.
+portable C implementation; on x86-64 it also has an AVX-512 path that hashes eight short
+keys at once, used where the CPU has AVX-512F (decided at import).
+``COMPACTOR_KERNEL_PORTABLE_SHA=1`` forces the portable one and leaves the AVX-512 path out.
 """
 
 from __future__ import annotations
@@ -58,9 +60,12 @@ class BuildExt(build_ext):  # type: ignore[misc]
             if use_openssl and ext.name == KERNEL:
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))
                 ext.libraries.append("crypto")
+            if portable and ext.name == KERNEL:
+                ext.define_macros.append(("KB_NO_X8", "1"))
         self.announce(
             "compactor.worker.kernel: SHA-512/256 via "
-            + ("OpenSSL" if use_openssl else "portable C"),
+            + ("OpenSSL" if use_openssl else "portable C")
+            + ("" if portable else ", eight keys at once on CPUs with AVX-512"),
             level=2,
         )
         super().build_extensions()

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from compactor.worker.kernel import (
     ENTRY_BYTES,
     HASH_IMPL,
+    HASH_IMPLS,
+    HAVE_AVX512,
     HAVE_OPENSSL,
     KeyBuffer,
     hash_keys,
@@ -25,7 +27,7 @@ from compactor.worker.kernel import (
     sha512_256,
 )
 
-IMPLS = ["portable", "openssl"] if HAVE_OPENSSL else ["portable"]
+IMPLS = list(HASH_IMPLS)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -50,9 +52,36 @@ def test_sha512_256_matches_hashlib(impl: str) -> None:
             assert sha512_256(data, impl) == ref(data), n
 
 
-def test_default_impl_is_openssl_when_available() -> None:
-    assert ("openssl" if HAVE_OPENSSL else "portable") == HASH_IMPL
+def test_default_impl_is_the_fastest_available() -> None:
+    assert ("avx512" if HAVE_AVX512 else "openssl" if HAVE_OPENSSL else "portable") == HASH_IMPL
     assert KeyBuffer(ENTRY_BYTES).hash_impl == HASH_IMPL
+
+
+def test_avx512_is_offered_exactly_where_the_cpu_runs_it() -> None:
+    flags = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    if HAVE_AVX512:
+        assert " avx512f" in flags or not flags
+        assert sha512_256(b"k" * 36, "avx512") == ref(b"k" * 36)
+        assert KeyBuffer(ENTRY_BYTES, hash_impl="avx512").hash_impl == "avx512"
+    else:
+        with pytest.raises(ValueError, match="AVX-512"):
+            sha512_256(b"k", "avx512")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_hash_keys_of_every_short_length_in_every_lane(impl: str) -> None:
+    """Keys of 0..130 bytes in runs that leave every count of keys (1..8) for the last
+    eight-key group, with null keys between: each hash is its key's, whatever its lane."""
+    rng = random.Random(11)
+    for run in range(1, 40):
+        values: list[bytes | None] = [
+            None if rng.random() < 0.1 else rng.randbytes(rng.randrange(131)) for _ in range(run)
+        ]
+        expected = b"".join(bytes(32) if v is None else ref(v) for v in values)
+        assert hash_keys(pa.array(values, pa.binary()), threads=1, impl=impl) == expected
 
 
 @pytest.mark.parametrize("impl", IMPLS)

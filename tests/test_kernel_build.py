@@ -1,5 +1,6 @@
-"""The kernel's portable SHA-512/256 build: setup.py without OpenSSL, verified in a
-subprocess against hashlib (the installed build uses OpenSSL when it is present)."""
+"""The kernel's portable SHA-512/256 build: setup.py without OpenSSL or AVX-512, verified
+in a subprocess against hashlib (the installed build uses OpenSSL when it is present, and
+AVX-512 where the CPU has it)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ CHECK = textwrap.dedent(
     kb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kb)
     assert kb.HAVE_OPENSSL is False and kb.HASH_IMPL == "portable", kb.HASH_IMPL
-    try:
-        kb._sha512_256(b"", "openssl")
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("a portable build must refuse impl='openssl'")
+    assert kb.HAVE_AVX512 is False
+    for impl in ("openssl", "avx512"):
+        try:
+            kb._sha512_256(b"", impl)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"a portable build must refuse impl={impl!r}")
     rng = random.Random(3)
     lengths = [0, 1, 36, 111, 112, 127, 128, 129, 239, 240, 255, 256, 10_000]
     msgs = [rng.randbytes(n) for n in lengths + [rng.randrange(600) for _ in range(200)]]

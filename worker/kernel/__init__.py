@@ -52,6 +52,8 @@ __all__ = [
     "DEFAULT_CAPACITY_BYTES",
     "ENTRY_BYTES",
     "HASH_IMPL",
+    "HASH_IMPLS",
+    "HAVE_AVX512",
     "HAVE_OPENSSL",
     "STRATEGIES",
     "KeyBuffer",
@@ -64,9 +66,16 @@ Strategy = Literal["offset", "timestamp", "header"]
 
 ENTRY_BYTES: int = _keybuffer.ENTRY_BYTES
 DEFAULT_CAPACITY_BYTES: int = 128 << 20
-#: SHA-512/256 implementation this build uses by default: "openssl" or "portable".
+#: SHA-512/256 implementation used by default: "avx512" (eight keys of up to 111 bytes at
+#: once, on CPUs with AVX-512F; a longer key as "openssl" does), else "openssl", else
+#: "portable". All give the same hashes.
 HASH_IMPL: str = _keybuffer.HASH_IMPL
 HAVE_OPENSSL: bool = _keybuffer.HAVE_OPENSSL
+HAVE_AVX512: bool = _keybuffer.HAVE_AVX512
+#: Every implementation this build and CPU can run.
+HASH_IMPLS: tuple[str, ...] = (
+    ("portable",) + (("openssl",) if HAVE_OPENSSL else ()) + (("avx512",) if HAVE_AVX512 else ())
+)
 STRATEGIES: dict[str, int] = {
     "offset": _keybuffer.STRATEGY_OFFSET,
     "timestamp": _keybuffer.STRATEGY_TIMESTAMP,
@@ -76,7 +85,7 @@ _STRATEGY_NAMES = {code: name for name, code in STRATEGIES.items()}
 
 
 def sha512_256(data: bytes, impl: str | None = None) -> bytes:
-    """SHA-512/256 of one message (``impl``: "openssl", "portable", or the default)."""
+    """SHA-512/256 of one message (``impl``: one of ``HASH_IMPLS``, or the default)."""
     return _keybuffer._sha512_256(data, impl)
 
 
@@ -103,7 +112,7 @@ class KeyBuffer:
 
     ``KeyBuffer(capacity_bytes)`` raises ValueError below one 41-byte entry; a one-entry
     buffer holds exactly one key. ``threads`` hash a batch in parallel (default 2, the
-    machine's cores); ``hash_impl`` picks "openssl" or "portable" SHA-512/256.
+    machine's cores); ``hash_impl`` picks one of ``HASH_IMPLS``.
     """
 
     def __init__(

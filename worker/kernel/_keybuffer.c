@@ -87,7 +87,7 @@
 #define PREFETCH_AHEAD 8
 
 enum { S_OFFSET = 0, S_TIMESTAMP = 1, S_HEADER = 2 };
-enum { IMPL_PORTABLE = 0, IMPL_OPENSSL = 1 };
+enum { IMPL_PORTABLE = 0, IMPL_OPENSSL = 1, IMPL_AVX512 = 2 };
 enum { PUT_OK = 0, PUT_FULL = 1, PUT_UNREPRESENTABLE = 2 };
 enum { ERR_NONE = 0, ERR_NULL_TIMESTAMP = 1, ERR_NULL_OFFSET = 2 };
 
@@ -103,21 +103,27 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* The default: "avx512" when this build has the eight-lane path and the CPU runs it (set
+   at import, x8_usable), else "openssl" when the build has it, else "portable". */
 #ifdef KB_HAVE_OPENSSL
 static int default_impl = IMPL_OPENSSL;
 #else
 static int default_impl = IMPL_PORTABLE;
 #endif
+static int x8_usable = 0;
 
+/* The one-message compression an impl uses: "avx512" hashes a key of more than
+   KB_X8_MAX_LEN bytes, or one key alone, as "openssl" (or "portable") does. */
 static kb_compress_fn compress_for(int impl) {
 #ifdef KB_HAVE_OPENSSL
-    if (impl == IMPL_OPENSSL) return kb_compress_openssl_st;
+    if (impl == IMPL_OPENSSL || impl == IMPL_AVX512) return kb_compress_openssl_st;
 #endif
     (void)impl;
     return kb_compress_portable_st;
 }
 
-/* "openssl" / "portable" / None (the build's default) -> impl code, or -1 with an error. */
+/* "openssl" / "portable" / "avx512" / None (the default) -> impl code, or -1 with an
+   error when this build or CPU lacks it. */
 static int parse_impl(PyObject *o) {
     if (o == NULL || o == Py_None) return default_impl;
     if (PyUnicode_Check(o)) {
@@ -130,12 +136,22 @@ static int parse_impl(PyObject *o) {
             return -1;
 #endif
         }
+        if (PyUnicode_CompareWithASCIIString(o, "avx512") == 0) {
+            if (x8_usable) return IMPL_AVX512;
+            PyErr_SetString(PyExc_ValueError,
+                            "this build or CPU has no AVX-512 SHA-512/256 (it needs x86-64 "
+                            "with AVX-512F)");
+            return -1;
+        }
     }
-    PyErr_Format(PyExc_ValueError, "hash implementation must be 'openssl' or 'portable', not %R", o);
+    PyErr_Format(PyExc_ValueError,
+                 "hash implementation must be 'openssl', 'portable' or 'avx512', not %R", o);
     return -1;
 }
 
-static const char *impl_name(int impl) { return impl == IMPL_OPENSSL ? "openssl" : "portable"; }
+static const char *impl_name(int impl) {
+    return impl == IMPL_AVX512 ? "avx512" : impl == IMPL_OPENSSL ? "openssl" : "portable";
+}
 
 /* --- Arrow arrays through the C data interface ----------------------------------- */
 
@@ -295,6 +311,7 @@ typedef struct {
     const Col *keys;
     const Col *eligible;
     kb_compress_fn compress;
+    int x8;        /* keys of up to KB_X8_MAX_LEN bytes eight at a time (impl "avx512") */
     int64_t first; /* record index of out[0] */
     int64_t n;
     int64_t block; /* records per block */
@@ -305,8 +322,47 @@ typedef struct {
     atomic_uchar done[NBLOCKS_MAX];
 } HashJob;
 
+#ifdef KB_HAVE_X8
+/* hash_block for impl "avx512": the block's short keys go eight at a time, in record
+   order, through kb_sha512_256_x8; a longer key is hashed alone when it is reached. */
+static void hash_block_x8(HashJob *j, int64_t lo, int64_t hi) {
+    const uint8_t *msg[8];
+    size_t len[8];
+    uint8_t *out[8];
+    int n = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        uint8_t *o = j->out + (size_t)i * HASH_BYTES;
+        int64_t rec = j->first + i;
+        if (!record_eligible(j->keys, j->eligible, rec)) {
+            memset(o, 0, HASH_BYTES);
+            continue;
+        }
+        size_t m;
+        const uint8_t *key = col_key(j->keys, rec, &m);
+        if (m > KB_X8_MAX_LEN) {
+            kb_sha512_256(j->compress, key, m, o);
+            continue;
+        }
+        msg[n] = key;
+        len[n] = m;
+        out[n] = o;
+        if (++n == 8) {
+            kb_sha512_256_x8(msg, len, n, out);
+            n = 0;
+        }
+    }
+    if (n) kb_sha512_256_x8(msg, len, n, out);
+}
+#endif
+
 static void hash_block(HashJob *j, int64_t b) {
     int64_t lo = b * j->block, hi = lo + j->block < j->n ? lo + j->block : j->n;
+#ifdef KB_HAVE_X8
+    if (j->x8) {
+        hash_block_x8(j, lo, hi);
+        return;
+    }
+#endif
     for (int64_t i = lo; i < hi; i++) {
         uint8_t *out = j->out + (size_t)i * HASH_BYTES;
         int64_t rec = j->first + i;
@@ -335,11 +391,12 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-static void job_init(HashJob *j, const Col *keys, const Col *eligible, kb_compress_fn compress,
-                     int64_t first, int64_t n, uint8_t *out) {
+static void job_init(HashJob *j, const Col *keys, const Col *eligible, int impl, int64_t first,
+                     int64_t n, uint8_t *out) {
     j->keys = keys;
     j->eligible = eligible;
-    j->compress = compress;
+    j->compress = compress_for(impl);
+    j->x8 = impl == IMPL_AVX512;
     j->first = first;
     j->n = n;
     int64_t block = n / 32;
@@ -737,11 +794,10 @@ static int64_t run_insert(KeyBuffer *kb, const Cols *c, int64_t start, int64_t e
         *err = -1;
         return start;
     }
-    kb_compress_fn compress = compress_for(kb->impl);
     int64_t result = end;
     for (int64_t pos = start; pos < end; pos += SEGMENT) {
         int64_t n = end - pos < SEGMENT ? end - pos : SEGMENT;
-        job_init(j, &c->keys, &c->eligible, compress, pos, n, kb->scratch);
+        job_init(j, &c->keys, &c->eligible, kb->impl, pos, n, kb->scratch);
         int started = pool_start(&kb->pool, j, kb->threads);
         int64_t ins = 0, stopped = -1;
         while (ins < j->nblocks) {
@@ -1324,7 +1380,7 @@ static PyGetSetDef kb_getset[] = {
     {"strategy", (getter)get_strategy, NULL, "strategy code of the current window", NULL},
     {"base_offset", (getter)get_base_offset, NULL, "the window's base offset, or None", NULL},
     {"threads", (getter)get_threads, (setter)set_threads, "threads hashing a batch", NULL},
-    {"hash_impl", (getter)get_hash_impl, NULL, "'openssl' or 'portable'", NULL},
+    {"hash_impl", (getter)get_hash_impl, NULL, "'avx512', 'openssl' or 'portable'", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef kb_methods[] = {
@@ -1388,7 +1444,7 @@ static PyObject *mod_hash_keys(PyObject *Py_UNUSED(m), PyObject *args, PyObject 
     Py_BEGIN_ALLOW_THREADS
     for (int64_t pos = 0; pos < n; pos += SEGMENT) {
         int64_t m = n - pos < SEGMENT ? n - pos : SEGMENT;
-        job_init(j, &c, &none, compress_for(impl), pos, m, o + (size_t)pos * HASH_BYTES);
+        job_init(j, &c, &none, impl, pos, m, o + (size_t)pos * HASH_BYTES);
         pthread_t tids[MAX_THREADS];
         int started = start_helpers(j, threads, tids);
         while (claim_and_hash(j)) {
@@ -1480,7 +1536,15 @@ static PyObject *mod_sha512_256(PyObject *Py_UNUSED(m), PyObject *args, PyObject
         return NULL;
     }
     uint8_t h[HASH_BYTES];
-    kb_sha512_256(compress_for(impl), b.buf, (size_t)b.len, h);
+#ifdef KB_HAVE_X8
+    if (impl == IMPL_AVX512 && (size_t)b.len <= KB_X8_MAX_LEN) {
+        const uint8_t *msg[8] = {b.buf};
+        size_t len[8] = {(size_t)b.len};
+        uint8_t *out[8] = {h};
+        kb_sha512_256_x8(msg, len, 1, out);
+    } else
+#endif
+        kb_sha512_256(compress_for(impl), b.buf, (size_t)b.len, h);
     PyBuffer_Release(&b);
     return PyBytes_FromStringAndSize((const char *)h, HASH_BYTES);
 }
@@ -1502,6 +1566,10 @@ PyMODINIT_FUNC PyInit__keybuffer(void) {
 #ifdef KB_HAVE_OPENSSL
     OPENSSL_init_crypto(0, NULL); /* CPU feature detection for the assembly paths */
 #endif
+#ifdef KB_HAVE_X8
+    x8_usable = kb_x8_usable();
+    if (x8_usable) default_impl = IMPL_AVX512;
+#endif
     if (PyType_Ready(&KeyBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
@@ -1516,6 +1584,7 @@ PyMODINIT_FUNC PyInit__keybuffer(void) {
         PyModule_AddIntConstant(m, "STRATEGY_TIMESTAMP", S_TIMESTAMP) < 0 ||
         PyModule_AddIntConstant(m, "STRATEGY_HEADER", S_HEADER) < 0 ||
         PyModule_AddStringConstant(m, "HASH_IMPL", impl_name(default_impl)) < 0 ||
+        PyModule_AddObjectRef(m, "HAVE_AVX512", x8_usable ? Py_True : Py_False) < 0 ||
 #ifdef KB_HAVE_OPENSSL
         PyModule_AddObjectRef(m, "HAVE_OPENSSL", Py_True) < 0
 #else

@@ -6,6 +6,7 @@ STRATEGY_TIMESTAMP: int
 STRATEGY_HEADER: int
 HASH_IMPL: str
 HAVE_OPENSSL: bool
+HAVE_AVX512: bool
 
 def _sha512_256(data: bytes, impl: str | None = None) -> bytes: ...
 def hash_keys(keys: Any, threads: int = 2, hash_impl: str | None = None) -> bytes: ...

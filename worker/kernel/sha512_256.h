@@ -189,4 +189,117 @@ static inline void kb_sha512_256(kb_compress_fn compress, const uint8_t *msg, si
     for (int w = 0; w < 4; w++) kb_store_be64(out + 8 * w, st.h[w]);
 }
 
+/* --- eight messages at once: AVX-512 ------------------------------------------------
+   kb_sha512_256_x8 hashes up to eight messages of at most KB_X8_MAX_LEN bytes (one padded
+   block each), one message per 64-bit lane of eight-lane registers: the state a..h and
+   the schedule W[0..15] are 24 of the 32 zmm registers, and each of the round's
+   three-input functions (Ch, Maj, the three-way XORs of the Sigmas) is one ternary-logic
+   instruction. Keys are this short in every workload we know of; a longer one takes the
+   scalar path. Measured on this machine (36-byte keys, one core, bench.kernel_bench):
+   see bench/README.md, "Eight keys at once". Compiled for x86-64 with GCC or Clang; used
+   only when the CPU says it has AVX-512F (kb_x8_usable); setup.py's portable build
+   (COMPACTOR_KERNEL_PORTABLE_SHA=1) leaves it out (KB_NO_X8). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KB_NO_X8)
+#define KB_HAVE_X8 1
+#include <immintrin.h>
+
+#define KB_X8_MAX_LEN 111
+#define KB_X8_TARGET __attribute__((target("avx512f")))
+
+static int kb_x8_usable(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+#define X8_ROR(x, n) _mm512_ror_epi64((x), (n))
+#define X8_XOR3(a, b, c) _mm512_ternarylogic_epi64((a), (b), (c), 0x96)
+#define X8_S0(x) X8_XOR3(X8_ROR(x, 28), X8_ROR(x, 34), X8_ROR(x, 39))
+#define X8_S1(x) X8_XOR3(X8_ROR(x, 14), X8_ROR(x, 18), X8_ROR(x, 41))
+#define X8_s0(x) X8_XOR3(X8_ROR(x, 1), X8_ROR(x, 8), _mm512_srli_epi64((x), 7))
+#define X8_s1(x) X8_XOR3(X8_ROR(x, 19), X8_ROR(x, 61), _mm512_srli_epi64((x), 6))
+#define X8_CH(e, f, g) _mm512_ternarylogic_epi64((e), (f), (g), 0xCA) /* e ? f : g */
+#define X8_MAJ(a, b, c) _mm512_ternarylogic_epi64((a), (b), (c), 0xE8)
+#define X8_ADD(x, y) _mm512_add_epi64((x), (y))
+
+#define X8_ROUND(a, b, c, d, e, f, g, h, t, w)                                              \
+    do {                                                                                    \
+        __m512i t1_ = X8_ADD(X8_ADD(h, X8_S1(e)),                                           \
+                             X8_ADD(X8_ADD(X8_CH(e, f, g), w),                              \
+                                    _mm512_set1_epi64((long long)KB_SHA512_K[t])));         \
+        (d) = X8_ADD(d, t1_);                                                               \
+        (h) = X8_ADD(t1_, X8_ADD(X8_S0(a), X8_MAJ(a, b, c)));                               \
+    } while (0)
+
+/* Schedule word t (t >= 16) in place in the 16-word ring; i = t mod 16 is a constant. */
+#define X8_W(i)                                                                             \
+    (w[i] = X8_ADD(X8_ADD(w[i], X8_s1(w[((i) + 14) & 15])),                                 \
+                   X8_ADD(w[((i) + 9) & 15], X8_s0(w[((i) + 1) & 15]))))
+
+/* Sixteen rounds from round t (a multiple of 16); `W` is w[i] or X8_W(i). */
+#define X8_SIXTEEN(t, W)                                                                    \
+    do {                                                                                    \
+        X8_ROUND(a, b, c, d, e, f, g, h, (t) + 0, W(0));                                    \
+        X8_ROUND(h, a, b, c, d, e, f, g, (t) + 1, W(1));                                    \
+        X8_ROUND(g, h, a, b, c, d, e, f, (t) + 2, W(2));                                    \
+        X8_ROUND(f, g, h, a, b, c, d, e, (t) + 3, W(3));                                    \
+        X8_ROUND(e, f, g, h, a, b, c, d, (t) + 4, W(4));                                    \
+        X8_ROUND(d, e, f, g, h, a, b, c, (t) + 5, W(5));                                    \
+        X8_ROUND(c, d, e, f, g, h, a, b, (t) + 6, W(6));                                    \
+        X8_ROUND(b, c, d, e, f, g, h, a, (t) + 7, W(7));                                    \
+        X8_ROUND(a, b, c, d, e, f, g, h, (t) + 8, W(8));                                    \
+        X8_ROUND(h, a, b, c, d, e, f, g, (t) + 9, W(9));                                    \
+        X8_ROUND(g, h, a, b, c, d, e, f, (t) + 10, W(10));                                  \
+        X8_ROUND(f, g, h, a, b, c, d, e, (t) + 11, W(11));                                  \
+        X8_ROUND(e, f, g, h, a, b, c, d, (t) + 12, W(12));                                  \
+        X8_ROUND(d, e, f, g, h, a, b, c, (t) + 13, W(13));                                  \
+        X8_ROUND(c, d, e, f, g, h, a, b, (t) + 14, W(14));                                  \
+        X8_ROUND(b, c, d, e, f, g, h, a, (t) + 15, W(15));                                  \
+    } while (0)
+#define X8_LOADED(i) w[i]
+
+/* SHA-512/256 of msg[k][0..len[k]) into out[k] for k < n (1 <= n <= 8), every len[k] <=
+   KB_X8_MAX_LEN. Lanes n..7 hash message 0 again and are not stored. */
+KB_X8_TARGET static void kb_sha512_256_x8(const uint8_t *const msg[8], const size_t len[8],
+                                          int n, uint8_t *const out[8]) {
+    /* The padded blocks, word t of lane k at cols[t][k], already big-endian-decoded. */
+    uint64_t cols[16][8] __attribute__((aligned(64)));
+    for (int k = 0; k < 8; k++) {
+        int src = k < n ? k : 0;
+        uint64_t words[16];
+        uint8_t *block = (uint8_t *)words;
+        size_t m = len[src], i = 0;
+        const uint8_t *p = msg[src];
+        memset(words, 0, sizeof words);
+        for (; i + 8 <= m; i += 8) memcpy(block + i, p + i, 8);
+        for (; i < m; i++) block[i] = p[i];
+        block[m] = 0x80;
+        for (int t = 0; t < 15; t++) cols[t][k] = kb_load_be64(block + 8 * t);
+        cols[15][k] = (uint64_t)m << 3;
+    }
+    __m512i w[16];
+    for (int t = 0; t < 16; t++) w[t] = _mm512_load_si512((const void *)cols[t]);
+    __m512i a = _mm512_set1_epi64((long long)KB_SHA512_256_IV[0]);
+    __m512i b = _mm512_set1_epi64((long long)KB_SHA512_256_IV[1]);
+    __m512i c = _mm512_set1_epi64((long long)KB_SHA512_256_IV[2]);
+    __m512i d = _mm512_set1_epi64((long long)KB_SHA512_256_IV[3]);
+    __m512i e = _mm512_set1_epi64((long long)KB_SHA512_256_IV[4]);
+    __m512i f = _mm512_set1_epi64((long long)KB_SHA512_256_IV[5]);
+    __m512i g = _mm512_set1_epi64((long long)KB_SHA512_256_IV[6]);
+    __m512i h = _mm512_set1_epi64((long long)KB_SHA512_256_IV[7]);
+    X8_SIXTEEN(0, X8_LOADED);
+    X8_SIXTEEN(16, X8_W);
+    X8_SIXTEEN(32, X8_W);
+    X8_SIXTEEN(48, X8_W);
+    X8_SIXTEEN(64, X8_W);
+    /* Only the first four words are the output (SHA-512/256 truncates). */
+    __m512i head[4] = {a, b, c, d};
+    uint64_t res[4][8] __attribute__((aligned(64)));
+    for (int q = 0; q < 4; q++)
+        _mm512_store_si512((void *)res[q],
+                           X8_ADD(head[q], _mm512_set1_epi64((long long)KB_SHA512_256_IV[q])));
+    for (int k = 0; k < n; k++)
+        for (int q = 0; q < 4; q++) kb_store_be64(out[k] + 8 * q, res[q][k]);
+}
+#endif /* x86-64 */
+
 #endif /* KB_SHA512_256_H */
