@@ -3,6 +3,7 @@ through a small buffer, and the job's commit and report."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from compactor.fileformat import RECORD_SCHEMA, FileWriter, Record
 from compactor.objectstore import LocalStore, ObjectStore
 from compactor.objectstore.s3 import S3Store
 from compactor.planner.job import Job, JobInput
+from compactor.worker.collector import YOUNG_THRESHOLD
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import run_job
 from compactor.worker.stats import JobProgress
@@ -180,16 +182,25 @@ def test_progress_is_reported_as_phase_2_reads(local_store: LocalStore) -> None:
         }
         add_file(local_store, catalog, f"f{i}", sections, level=1)
     heard: list[JobProgress] = []
+    young: set[int] = set()
+
+    def hear(progress: JobProgress) -> None:
+        heard.append(progress)
+        young.add(gc.get_threshold()[0])
+
+    threshold = gc.get_threshold()
     report = run_job(
         local_store,
         catalog,
         _job(catalog),
         KeyBuffer(1 << 20),
         now_ms=NOW,
-        on_progress=heard.append,
+        on_progress=hear,
         progress_interval_s=0,
     )
     assert report.committed
+    assert young == {YOUNG_THRESHOLD}  # worker.collector while the job ran
+    assert gc.get_threshold() == threshold
     # with no interval, a call after every batch written and at every partition's end
     assert len(heard) >= 2 * 20
     assert {p.records_total for p in heard} == {18_000}

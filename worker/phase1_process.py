@@ -52,6 +52,7 @@ from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job
+from compactor.worker.collector import rare_collections
 from compactor.worker.errors import WorkerError
 from compactor.worker.helper_pool import Helper, checkin, checkout
 from compactor.worker.kernel import KeyBuffer
@@ -243,6 +244,7 @@ class _HelperState:
             store.close()
 
 
+@rare_collections()
 def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection) -> None:
     """One job's phase 1, each item sent as it comes."""
     os.environ.update(plan.env)

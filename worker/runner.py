@@ -38,6 +38,7 @@ from compactor.objectstore import MultipartWriter, ObjectStore, PreconditionFail
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
+from compactor.worker.collector import rare_collections
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.gather import GroupRows, gathered, section_batches, weighed
 from compactor.worker.group import Group, group_survivors
@@ -202,6 +203,7 @@ def check_job(snap: Snapshot, job: Job) -> tuple[LiveFile, ...]:
     return snap.files[start : start + len(job.inputs)]
 
 
+@rare_collections()
 def run_job(
     store: ObjectStore,
     catalog: Catalog,
