@@ -507,14 +507,71 @@ fail:
     return NULL;
 }
 
-PyDoc_STRVAR(not_dense_doc,
-"not_dense(entries, payload, dense) -> list[int]\n\n"
-"The indices of the TableEntry tuples whose bitmap is not, byte for byte, the one the\n"
-"writer makes of a dense section (section.is_dense_bitmap): an entry parsed field by\n"
-"field (bitmap_from -1), a kind other than KIND_ROARING32, a count other than\n"
-"last - first + 1, or bytes payload[bitmap_from:bitmap_to] other than dense(count).");
+static inline unsigned le16(const uint8_t *p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
 
-static PyObject *not_dense(PyObject *self, PyObject *args) {
+#define ROARING_NO_RUNS 12346 /* RoaringFormatSpec's SERIAL_COOKIE_NO_RUNCONTAINER */
+#define ROARING_RUNS 12347    /* SERIAL_COOKIE */
+#define ARRAY_MAX 4096        /* a container of more values is a bitmap container */
+
+/* Whether p[0..n) is a portable 32-bit roaring bitmap of one container, key 0, of the
+   array or run kind, whose values are exactly `count` of them, the least 0 and the
+   greatest `top`: what a section of count offsets from first to first + top < 2^16
+   carries when its bitmap agrees with its stats (TrailerHead.offsets' checks). Only the
+   canonical layout is settled here (the one offset-header entry pointing right past the
+   headers, values strictly increasing, runs neither overlapping nor touching, no stray
+   flag bits or bytes); 0 for anything else, which the caller then checks in full. */
+static int one_container_agrees(const uint8_t *p, Py_ssize_t n, uint64_t top, uint64_t count) {
+    if (n < 8 || count < 1 || count > 65536 || top > 65535) return 0;
+    const uint8_t *body;
+    int run;
+    if (le32(p) == ROARING_NO_RUNS) {
+        if (n < 16 || le32(p + 4) != 1 || le16(p + 8) != 0 || le32(p + 12) != 16) return 0;
+        run = 0;
+        body = p + 16;
+        if (le16(p + 10) + 1u != count) return 0;
+    } else if (le16(p) == ROARING_RUNS) {
+        if (n < 9 || le16(p + 2) != 0 || (p[4] & ~1u) != 0 || le16(p + 5) != 0) return 0;
+        run = p[4] & 1;
+        body = p + 9;
+        if (le16(p + 7) + 1u != count) return 0;
+    } else {
+        return 0;
+    }
+    const uint8_t *end = p + n;
+    if (!run) {
+        if (count > ARRAY_MAX || end - body != (Py_ssize_t)(2 * count)) return 0;
+        long prev = -1;
+        for (uint64_t i = 0; i < count; i++) {
+            long v = (long)le16(body + 2 * i);
+            if (v <= prev) return 0;
+            prev = v;
+        }
+        return le16(body) == 0 && (uint64_t)prev == top;
+    }
+    if (end - body < 2) return 0;
+    unsigned runs = le16(body);
+    if (runs < 1 || end - body != 2 + 4 * (Py_ssize_t)runs) return 0;
+    uint64_t seen = 0;
+    long prev_end = -2;
+    for (unsigned r = 0; r < runs; r++) {
+        long start = (long)le16(body + 2 + 4 * r), last = start + (long)le16(body + 4 + 4 * r);
+        if (start <= prev_end + 1 || last > 65535) return 0;
+        seen += (uint64_t)(last - start + 1);
+        prev_end = last;
+    }
+    return le16(body + 2) == 0 && (uint64_t)prev_end == top && seen == count;
+}
+
+PyDoc_STRVAR(unsettled_doc,
+"unsettled(entries, payload, dense) -> list[int]\n\n"
+"The indices of the TableEntry tuples whose bitmap this pass cannot settle: an entry\n"
+"parsed field by field (bitmap_from -1), or one whose bytes payload[bitmap_from:\n"
+"bitmap_to] are neither dense(count), the bitmap the writer makes of a dense section\n"
+"(section.is_dense_bitmap), nor a canonical one-container bitmap of kind\n"
+"KIND_ROARING32 that agrees with the entry's first and last offset and count. The\n"
+"caller checks those in full (TrailerHead.check_bitmap).");
+
+static PyObject *unsettled(PyObject *self, PyObject *args) {
     PyObject *entries, *dense;
     Py_buffer view;
     (void)self;
@@ -529,33 +586,36 @@ static PyObject *not_dense(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
             goto fail;
         }
-        int big = 0; /* a value past 64 bits: not a dense section's */
+        int big = 0; /* a value past 64 bits: not a section this pass settles */
         long long first = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 0), &big);
         long long last = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 1), &big);
         long long count = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 2), &big);
         long long kind = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 12), &big);
         long long from = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 13), &big);
         long long to = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 14), &big);
-        int dense_here = 0;
+        int settled = 0;
         if (!big && from >= 0 && from <= to && to <= view.len && kind == KIND_ROARING32 &&
-            last >= first && count >= 1 &&
-            (uint64_t)last - (uint64_t)first == (uint64_t)count - 1) {
-            if (count != cached_count) {
-                PyObject *made = PyObject_CallFunction(dense, "L", count);
-                if (made == NULL) goto fail;
-                if (!PyBytes_Check(made)) {
-                    Py_DECREF(made);
-                    PyErr_SetString(PyExc_TypeError, "dense(count) must return bytes");
-                    goto fail;
+            last >= first && count >= 1) {
+            const uint8_t *bitmap = (const uint8_t *)view.buf + from;
+            uint64_t top = (uint64_t)last - (uint64_t)first;
+            if (top == (uint64_t)count - 1) {
+                if (count != cached_count) {
+                    PyObject *made = PyObject_CallFunction(dense, "L", count);
+                    if (made == NULL) goto fail;
+                    if (!PyBytes_Check(made)) {
+                        Py_DECREF(made);
+                        PyErr_SetString(PyExc_TypeError, "dense(count) must return bytes");
+                        goto fail;
+                    }
+                    Py_XSETREF(cached, made);
+                    cached_count = count;
                 }
-                Py_XSETREF(cached, made);
-                cached_count = count;
+                settled = PyBytes_GET_SIZE(cached) == to - from &&
+                          memcmp(PyBytes_AS_STRING(cached), bitmap, to - from) == 0;
             }
-            dense_here = PyBytes_GET_SIZE(cached) == to - from &&
-                         memcmp(PyBytes_AS_STRING(cached), (const char *)view.buf + from,
-                                to - from) == 0;
+            if (!settled) settled = one_container_agrees(bitmap, to - from, top, (uint64_t)count);
         }
-        if (!dense_here) {
+        if (!settled) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (index == NULL || PyList_Append(result, index) < 0) {
                 Py_XDECREF(index);
@@ -755,7 +815,7 @@ static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
-    {"not_dense", not_dense, METH_VARARGS, not_dense_doc},
+    {"unsettled", unsettled, METH_VARARGS, unsettled_doc},
     {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
     {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
     {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},

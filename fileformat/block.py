@@ -167,10 +167,11 @@ class SectionTable(Sequence[SharedSection]):
     __hash__ = None  # type: ignore[assignment]
 
     def check_bitmaps(self) -> None:
-        """Every section's bitmap against its stats (``TrailerHead.check_bitmap``), a
-        dense section's by its bytes (``is_dense_bitmap``, compiled as
-        ``_sections.not_dense``) without making its ``SharedSection``."""
-        for i in _sections.not_dense(self.entries, self._payload, dense_bitmap):
+        """Every section's bitmap against its stats (``TrailerHead.check_bitmap``): in
+        one compiled pass (``_sections.unsettled``) without making a ``SharedSection``,
+        a dense section's by its bytes (``is_dense_bitmap``) and one of a single small
+        container by parsing it; any other fully."""
+        for i in _sections.unsettled(self.entries, self._payload, dense_bitmap):
             self[i].trailer.check_bitmap()
 
 
