@@ -777,6 +777,78 @@ done:
 }
 
 
+static inline void put16(uint8_t *p, unsigned v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+PyDoc_STRVAR(small_bitmap_doc,
+"small_bitmap(offsets, base) -> bytes | None\n\n"
+"The bitmap (kind KIND_ROARING32) of a section's `offsets` (int64, as a buffer), each\n"
+"less `base`: byte for byte what bitmap.OffsetSetBuilder(base).add_column(offsets) and\n"
+"OffsetSet.serialize make, when they strictly increase from `base` on and are 1 to 4096\n"
+"within 2^16 of it (one container); None for any other offsets. The container is the\n"
+"one CRoaring's run_optimize leaves: offsets that are one run (the builder's add_range)\n"
+"become a run container unless an array is smaller; others (its array) become one\n"
+"unless that is not strictly smaller.");
+
+static PyObject *small_bitmap(PyObject *self, PyObject *args) {
+    Column off = {0};
+    PyObject *offsets_obj, *out = NULL;
+    long long base;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OL", &offsets_obj, &base)) return NULL;
+    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0) return NULL;
+    const int64_t *o = off.view.buf;
+    Py_ssize_t n = off.view.len / 8, runs = 1;
+    int fits = n >= 1 && n <= ARRAY_MAX && o[0] == base;
+    for (Py_ssize_t i = 1; fits && i < n; i++) {
+        if (o[i] <= o[i - 1] || (uint64_t)o[i] - (uint64_t)base > 65535) fits = 0;
+        else runs += o[i] != o[i - 1] + 1;
+    }
+    if (!fits) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    int as_run = runs == 1 ? 6 <= 2 * n : 2 + 4 * runs < 2 * n;
+    out = PyBytes_FromStringAndSize(NULL, as_run ? 11 + 4 * runs : 16 + 2 * n);
+    if (out == NULL) goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    if (as_run) {
+        put16(p, ROARING_RUNS);
+        put16(p + 2, 0); /* containers - 1 */
+        p[4] = 1;        /* container 0 is a run container */
+        put16(p + 5, 0); /* its key */
+        put16(p + 7, (unsigned)(n - 1));
+        put16(p + 9, (unsigned)runs);
+        uint8_t *r = p + 11;
+        Py_ssize_t start = 0;
+        for (Py_ssize_t i = 1; i <= n; i++) {
+            if (i == n || o[i] != o[i - 1] + 1) {
+                put16(r, (unsigned)(o[start] - base));
+                put16(r + 2, (unsigned)(i - 1 - start));
+                r += 4;
+                start = i;
+            }
+        }
+    } else {
+        put16(p, ROARING_NO_RUNS);
+        put16(p + 2, 0);
+        put16(p + 4, 1); /* containers, a uint32 */
+        put16(p + 6, 0);
+        put16(p + 8, 0); /* the key */
+        put16(p + 10, (unsigned)(n - 1));
+        put16(p + 12, 16); /* the container's place, a uint32 */
+        put16(p + 14, 0);
+        for (Py_ssize_t i = 0; i < n; i++) put16(p + 16 + 2 * i, (unsigned)(o[i] - base));
+    }
+
+done:
+    release(&off);
+    return out;
+}
+
+
 PyDoc_STRVAR(valid_bytes_doc,
 "valid_bytes(offsets, validity, bit) -> int\n\n"
 "The total length of the non-null values of a binary or string column, from its int32\n"
@@ -818,6 +890,7 @@ static PyMethodDef methods[] = {
     {"unsettled", unsettled, METH_VARARGS, unsettled_doc},
     {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
     {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
+    {"small_bitmap", small_bitmap, METH_VARARGS, small_bitmap_doc},
     {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -28,18 +28,40 @@ class OffsetSet:
     """A set of int64 offsets, stored as a roaring bitmap of ``offset - base``.
 
     ``relative`` is the bitmap itself (``BitMap`` for kind 1, ``BitMap64`` for kind 2); the
-    methods here take and return absolute offsets.
+    methods here take and return absolute offsets. A set this process made of known
+    offsets (``made``) may hold only its serialized bytes and its last offset, until
+    something asks for more than ``serialize``, ``kind``, ``first`` and ``last``.
     """
 
-    __slots__ = ("base", "relative")
+    __slots__ = ("base", "_relative", "_kind", "_serialized", "_last")
 
     def __init__(self, base: int, relative: BitMap | BitMap64) -> None:
         self.base = base
-        self.relative = relative
+        self._relative: BitMap | BitMap64 | None = relative
+        self._kind = KIND_ROARING64 if isinstance(relative, BitMap64) else KIND_ROARING32
+        self._serialized: bytes | None = None
+        self._last = 0
+
+    @classmethod
+    def made(cls, kind: int, serialized: bytes, base: int, last: int) -> OffsetSet:
+        """The set whose bitmap this process serialized itself (``small_bitmap``) from
+        offsets from ``base`` (present) to ``last``: its bytes are trusted and
+        deserialized only if the bitmap itself is asked for."""
+        made = cls.__new__(cls)
+        made.base, made._relative, made._kind = base, None, kind
+        made._serialized, made._last = serialized, last
+        return made
+
+    @property
+    def relative(self) -> BitMap | BitMap64:
+        if self._relative is None:
+            assert self._serialized is not None
+            self._relative = _deserialize(self._kind, self._serialized)
+        return self._relative
 
     @property
     def kind(self) -> int:
-        return KIND_ROARING64 if isinstance(self.relative, BitMap64) else KIND_ROARING32
+        return self._kind
 
     def __len__(self) -> int:
         return len(self.relative)
@@ -72,9 +94,13 @@ class OffsetSet:
         return f"OffsetSet(base={self.base}, count={len(self)})"
 
     def first(self) -> int:
+        if self._relative is None:
+            return self.base
         return self.base + int(self.relative.min())
 
     def last(self) -> int:
+        if self._relative is None:
+            return self._last
         return self.base + int(self.relative.max())
 
     def next_present(self, offset: int) -> int | None:
@@ -87,6 +113,8 @@ class OffsetSet:
         return self.base + int(self.relative.next_set_bit(r))
 
     def serialize(self) -> bytes:
+        if self._serialized is not None:
+            return self._serialized
         self.relative.run_optimize()
         return bytes(self.relative.serialize())
 
@@ -96,21 +124,26 @@ class OffsetSet:
 
         The whole of ``data`` must be the bitmap: trailing bytes are an error.
         """
-        try:
-            if kind == KIND_ROARING32:
-                bm: BitMap | BitMap64 = BitMap.deserialize(data)
-            elif kind == KIND_ROARING64:
-                bm = BitMap64.deserialize(data)
-            else:
-                raise ValueError(f"unknown bitmap kind {kind}")
-            used = len(bm.serialize())
-        except ValueError:
-            raise
-        except Exception as exc:  # pyroaring signals some bad input with IndexError etc.
-            raise ValueError(f"malformed bitmap: {exc}") from None
-        if used != len(data):
-            raise ValueError(f"bitmap uses {used} of its {len(data)} bytes")
-        return cls(base, bm)
+        return cls(base, _deserialize(kind, data))
+
+
+def _deserialize(kind: int, data: bytes) -> BitMap | BitMap64:
+    """``OffsetSet.deserialize``'s bitmap."""
+    try:
+        if kind == KIND_ROARING32:
+            bm: BitMap | BitMap64 = BitMap.deserialize(data)
+        elif kind == KIND_ROARING64:
+            bm = BitMap64.deserialize(data)
+        else:
+            raise ValueError(f"unknown bitmap kind {kind}")
+        used = len(bm.serialize())
+    except ValueError:
+        raise
+    except Exception as exc:  # pyroaring signals some bad input with IndexError etc.
+        raise ValueError(f"malformed bitmap: {exc}") from None
+    if used != len(data):
+        raise ValueError(f"bitmap uses {used} of its {len(data)} bytes")
+    return bm
 
 
 class OffsetSetBuilder:
@@ -149,3 +182,12 @@ class OffsetSetBuilder:
 
     def build(self) -> OffsetSet:
         return OffsetSet(self.base, self._bitmap)
+
+
+def small_bitmap(offsets: pa.Array, base: int) -> bytes | None:
+    """What ``OffsetSetBuilder(base)`` serializes of one column of offsets (strictly
+    increasing, the first ``base``) when they are 1 to 4,096 within 2^16 of ``base``:
+    a kind-1 bitmap of one container, made in one compiled pass
+    (``_sections.small_bitmap``) instead of a pyroaring bitmap built, run-optimized and
+    serialized; None for any other offsets."""
+    return _sections.small_bitmap(int64_view(offsets), base)

@@ -20,7 +20,7 @@ from compactor.fileformat.batches import (
     plan_slices,
     section_figures,
 )
-from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
+from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSet, OffsetSetBuilder, small_bitmap
 from compactor.fileformat.block import encode_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail
 from compactor.fileformat.framing import (
@@ -386,10 +386,9 @@ class FileWriter:
         if the section would make it heavier than ``block_bytes``."""
         if self._block_weight + weight > self._block_limit:
             self._write_block()
-        builder = OffsetSetBuilder(stats.first_offset)
-        for batch in batches:
-            builder.add_column(batch.column(0))
-        self._block.append(_SharedSection(topic, partition, batches, stats, builder.build()))
+        self._block.append(
+            _SharedSection(topic, partition, batches, stats, _offsets(batches, stats))
+        )
         self._block_bytes += logical
         self._block_weight += weight
         self._last_key = section_key(topic, partition)
@@ -502,6 +501,20 @@ class FileWriter:
         self._emit(encode_tail(footer, self._version))
         self._finished = True
         return FileMeta(tuple(self._sections), self._position, self._version)
+
+
+def _offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
+    """A section's offsets: for one batch of a small section, its bitmap's bytes made
+    in one compiled pass (``small_bitmap``), else built with pyroaring."""
+    first = stats.first_offset
+    if len(batches) == 1:
+        made = small_bitmap(batches[0].column(0), first)
+        if made is not None:
+            return OffsetSet.made(KIND_ROARING32, made, first, stats.last_offset)
+    builder = OffsetSetBuilder(first)
+    for batch in batches:
+        builder.add_column(batch.column(0))
+    return builder.build()
 
 
 def _valid_key(topic: str, partition: int) -> bool:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import test_worker_model
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from test_shared_blocks import stats_of_records
 from worker_scenarios import add_file, make_topics
 
@@ -503,3 +505,47 @@ def test_group_rows_are_each_partitions_rows_input_after_input(
                 sum(b.num_rows for i in range(inputs) for b in alone[i][p]) for p in members
             ]
         assert merge.next_partition() is None or way.startswith("by")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    base=st.integers(0, 2**62),
+    span=st.sampled_from([1, 2, 3, 4, 6, 40, 4096, 5000, 65_536, 65_537, 1 << 20]),
+    data=st.data(),
+)
+def test_a_small_bitmap_compiled_is_the_builders_byte_for_byte(
+    base: int, span: int, data: st.DataObject
+) -> None:
+    """``bitmap.small_bitmap`` gives exactly the bytes ``OffsetSetBuilder`` serializes
+    (array or run container, CRoaring's choice at every tie), or None where it does not
+    cover the offsets (over 4,096, 2^16 or more above the base)."""
+    rnd = random.Random(data.draw(st.integers(0, 2**32)))
+    shape = data.draw(st.sampled_from(["dense", "runs", "sparse"]))
+    n = data.draw(st.integers(1, min(span, 5000)))
+    if shape == "dense":
+        relative = list(range(n))
+    elif shape == "runs":
+        relative, at = [], 0
+        while len(relative) < n and at < span:
+            length = rnd.randint(1, 5)
+            relative += range(at, min(at + length, span))
+            at += length + rnd.randint(1, 4)
+        relative = relative[:n]
+    else:
+        relative = sorted({0} | set(rnd.sample(range(span), n - 1)))
+    if base + relative[-1] > 2**63 - 1:
+        base = 0
+    offsets = pa.array([base + r for r in relative], pa.int64())
+    builder = OffsetSetBuilder(base)
+    builder.add_column(offsets)
+    made = bitmap.small_bitmap(offsets, base)
+    covered = len(relative) <= 4096 and relative[-1] < 65_536
+    event(f"{shape}, covered={covered}")
+    assert (made is not None) == covered
+    if made is not None:
+        assert made == builder.build().serialize()
+        sliced = pa.array([-1, *offsets.to_pylist()], pa.int64()).slice(1)  # an array offset
+        assert made == bitmap.small_bitmap(sliced, base)
+        held = bitmap.OffsetSet.made(bitmap.KIND_ROARING32, made, base, base + relative[-1])
+        assert (held.first(), held.last(), held.serialize()) == (base, base + relative[-1], made)
+        assert held == builder.build() and list(held) == offsets.to_pylist()
