@@ -322,46 +322,16 @@ typedef struct {
     atomic_uchar done[NBLOCKS_MAX];
 } HashJob;
 
-#ifdef KB_HAVE_X8
-/* hash_block for impl "avx512": the block's short keys go eight at a time, in record
-   order, through kb_sha512_256_x8; a longer key is hashed alone when it is reached. */
-static void hash_block_x8(HashJob *j, int64_t lo, int64_t hi) {
-    const uint8_t *msg[8];
-    size_t len[8];
-    uint8_t *out[8];
-    int n = 0;
-    for (int64_t i = lo; i < hi; i++) {
-        uint8_t *o = j->out + (size_t)i * HASH_BYTES;
-        int64_t rec = j->first + i;
-        if (!record_eligible(j->keys, j->eligible, rec)) {
-            memset(o, 0, HASH_BYTES);
-            continue;
-        }
-        size_t m;
-        const uint8_t *key = col_key(j->keys, rec, &m);
-        if (m > KB_X8_MAX_LEN) {
-            kb_sha512_256(j->compress, key, m, o);
-            continue;
-        }
-        msg[n] = key;
-        len[n] = m;
-        out[n] = o;
-        if (++n == 8) {
-            kb_sha512_256_x8(msg, len, n, out);
-            n = 0;
-        }
-    }
-    if (n) kb_sha512_256_x8(msg, len, n, out);
-}
-#endif
-
+/* Hashes block b's records into j->out. With impl "avx512", keys of up to KB_X8_MAX_LEN
+   bytes are gathered and hashed eight at a time (kb_sha512_256_x8), in record order; a
+   longer key, or any key with another impl, is hashed alone when it is reached. */
 static void hash_block(HashJob *j, int64_t b) {
     int64_t lo = b * j->block, hi = lo + j->block < j->n ? lo + j->block : j->n;
 #ifdef KB_HAVE_X8
-    if (j->x8) {
-        hash_block_x8(j, lo, hi);
-        return;
-    }
+    const uint8_t *lane_key[8];
+    size_t lane_len[8];
+    uint8_t *lane_out[8];
+    int lanes = 0;
 #endif
     for (int64_t i = lo; i < hi; i++) {
         uint8_t *out = j->out + (size_t)i * HASH_BYTES;
@@ -372,8 +342,23 @@ static void hash_block(HashJob *j, int64_t b) {
         }
         size_t len;
         const uint8_t *key = col_key(j->keys, rec, &len);
+#ifdef KB_HAVE_X8
+        if (j->x8 && len <= KB_X8_MAX_LEN) {
+            lane_key[lanes] = key;
+            lane_len[lanes] = len;
+            lane_out[lanes] = out;
+            if (++lanes == 8) {
+                kb_sha512_256_x8(lane_key, lane_len, lanes, lane_out);
+                lanes = 0;
+            }
+            continue;
+        }
+#endif
         kb_sha512_256(j->compress, key, len, out);
     }
+#ifdef KB_HAVE_X8
+    if (lanes) kb_sha512_256_x8(lane_key, lane_len, lanes, lane_out);
+#endif
 }
 
 static int claim_and_hash(HashJob *j) {
