@@ -53,3 +53,14 @@ def test_cycles_made_during_a_job_are_still_collected() -> None:
         assert gone() is not None
         gc.collect()
         assert gone() is None
+
+
+def test_what_another_part_of_the_process_froze_stays_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with rare_collections():
+            pass
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()

@@ -25,16 +25,19 @@ YOUNG_THRESHOLD = 50_000
 _lock = threading.Lock()
 _active = 0
 _saved: tuple[int, int, int] | None = None
+_frozen_before = False  # objects someone else froze: then nothing is unfrozen at the end
 
 
 @contextmanager
 def rare_collections() -> Iterator[None]:
     """The collector as the module's doc says, until the last of the jobs that asked for
-    it (a process may run several at once, on threads) ends; then as it was."""
-    global _active, _saved
+    it (a process may run several at once, on threads) ends; then as it was, except that
+    objects frozen before are left frozen, with the job's, if anything else froze some."""
+    global _active, _saved, _frozen_before
     with _lock:
         if _active == 0:
             _saved = gc.get_threshold()
+            _frozen_before = gc.get_freeze_count() > 0
             gc.freeze()
             gc.set_threshold(YOUNG_THRESHOLD, _saved[1], _saved[2])
         _active += 1
@@ -45,4 +48,5 @@ def rare_collections() -> Iterator[None]:
             _active -= 1
             if _active == 0 and _saved is not None:
                 gc.set_threshold(*_saved)
-                gc.unfreeze()
+                if not _frozen_before:
+                    gc.unfreeze()
