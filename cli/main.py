@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -17,23 +18,6 @@ from contextlib import contextmanager
 from types import FrameType
 
 from compactor.catalog import CatalogError, ConfigError
-from compactor.cli import (
-    compact,
-    demo,
-    dump,
-    history_cmd,
-    ingest_cmd,
-    inspect_cmd,
-    plan_cmd,
-    replay_cmd,
-    schedule_cmd,
-    simulate,
-    spark_cmd,
-    stats,
-    topic,
-    verify_cmd,
-    worker_cmd,
-)
 from compactor.cli.context import Context, UsageError
 from compactor.cli.exit_codes import ExitCode
 from compactor.fileformat import FormatError
@@ -89,7 +73,50 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMANDS: dict[str, str] = {
+    "topic": "topic",
+    "ingest": "ingest_cmd",
+    "dump": "dump",
+    "verify": "verify_cmd",
+    "stats": "stats",
+    "plan": "plan_cmd",
+    "compact": "compact",
+    "history": "history_cmd",
+    "catalog": "history_cmd",
+    "replay": "replay_cmd",
+    "inspect": "inspect_cmd",
+    "schedule": "schedule_cmd",
+    "worker": "worker_cmd",
+    "spark": "spark_cmd",
+    "simulate": "simulate",
+    "demo": "demo",
+}
+"""Each command, and the module of ``compactor.cli`` that registers it (in the order of
+``compactor --help``)."""
+_VALUED = ("--store", "--endpoint-url", "--now-ms")
+"""The global options that take a value as the next word."""
+
+
+def command_modules(argv: Sequence[str] | None) -> list[str]:
+    """The modules whose commands the parser of ``argv`` needs: only its command's when
+    its first word that is not an option (or a global option's value) names one, else
+    every command's (a line to refuse, or ``--help``). The others are not imported: every
+    command's modules together take about a tenth of a second, paid by every start."""
+    every = list(dict.fromkeys(COMMANDS.values()))
+    words = iter(sys.argv[1:] if argv is None else argv)
+    for word in words:
+        if word in ("-h", "--help"):
+            return every
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return [COMMANDS[word]] if word in COMMANDS else every
+    return every
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser, for ``argv`` (``command_modules``; None: this process's
+    arguments, as ``parse_args`` reads them)."""
     common = _Parser(add_help=False)
     _global_options(common, suppress=True)
     parser = _Parser(
@@ -100,24 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="command", parser_class=_Parser
     )
-    for module in (
-        topic,
-        ingest_cmd,
-        dump,
-        verify_cmd,
-        stats,
-        plan_cmd,
-        compact,
-        history_cmd,
-        replay_cmd,
-        inspect_cmd,
-        schedule_cmd,
-        worker_cmd,
-        spark_cmd,
-        simulate,
-        demo,
-    ):
-        module.register(sub, common)
+    for name in command_modules(argv):
+        importlib.import_module(f"compactor.cli.{name}").register(sub, common)
     return parser
 
 
@@ -156,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get("COMPACTOR_DEBUG", "").lower() not in ("", "0", "false", "no")
     try:
         with _sigterm_unwinds():
-            args = build_parser().parse_args(argv)
+            args = build_parser(argv).parse_args(argv)
             debug = debug or args.debug
             ctx = Context.from_args(args)
             try:

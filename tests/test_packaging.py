@@ -7,6 +7,9 @@ from it must hold them only under ``compactor/``, so that an environment with it
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -108,3 +111,58 @@ def test_the_base_command_line_does_not_import_pyspark() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_each_command_is_registered_by_the_module_the_table_names() -> None:
+    from compactor.cli.main import COMMANDS, build_parser
+
+    def names(parser: argparse.ArgumentParser) -> list[str]:
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return list(sub.choices)
+
+    assert names(build_parser([])) == list(COMMANDS)  # every command, in --help's order
+    for command, module in COMMANDS.items():
+        registered = names(build_parser([command]))
+        assert registered == [c for c, m in COMMANDS.items() if m == module], command
+
+
+@pytest.mark.parametrize(
+    ("argv", "modules"),
+    [
+        (["compact", "--full"], ["compact"]),
+        (["--store", "compact", "--now-ms", "5", "topic", "create"], ["topic"]),
+        (["--debug", "--endpoint-url", "http://x", "replay", "j"], ["replay_cmd"]),
+        (["catalog", "upgrade"], ["history_cmd"]),
+        (["--help"], None),
+        (["bogus", "compact"], None),
+        ([], None),
+    ],
+)
+def test_a_command_line_imports_only_its_commands_module(
+    argv: list[str], modules: list[str] | None
+) -> None:
+    from compactor.cli.main import COMMANDS, command_modules
+
+    every = list(dict.fromkeys(COMMANDS.values()))
+    assert command_modules(argv) == (every if modules is None else modules)
+
+
+def test_compact_starts_without_the_other_commands_modules() -> None:
+    probe = (
+        "import sys; from compactor.cli.main import build_parser; "
+        "build_parser(['--store', '/tmp/x', 'compact', '--full']); "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('compactor.cli.', "
+        "'prometheus_client', 'compactor.planner.simulation')))))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", f"import json; {probe}"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert "compactor.cli.compact" in loaded
+    others = {f"compactor.cli.{m}" for m in ("replay_cmd", "simulate", "demo", "spark_cmd")}
+    assert not loaded & others, loaded & others
+    assert not any(
+        m.startswith(("prometheus_client", "compactor.planner.simulation")) for m in loaded
+    )
