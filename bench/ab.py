@@ -79,7 +79,7 @@ def alternate(
             print(
                 f"pair {pair} {name:{width}}: {t.wall_s:6.2f} s wall {t.cpu_s:6.2f} s CPU; "
                 f"{len(jobs)} job(s), {sum(len(j['inputs']) for j in jobs)} inputs, "
-                f"{out_mb:,.0f} MB out",
+                f"{out_mb:,.0f} MB out, jobs {sum(float(j['duration_s']) for j in jobs):.2f} s",
                 flush=True,
             )
     for name, timed in seen.items():
