@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import sys
 
+from compactor.cli.commands import command_of
 from compactor.worker.helper_pool import start_for_command
 
 
 def main() -> int:
-    start_for_command(sys.argv[1:])
+    start_for_command(command_of(sys.argv[1:]))
     from compactor.cli.main import main as command_line  # after the helper has started
 
     return command_line()

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from compactor.catalog import CatalogError, ConfigError
+from compactor.cli.commands import COMMANDS, command_of
 from compactor.cli.context import Context, UsageError
 from compactor.cli.exit_codes import ExitCode
 from compactor.fileformat import FormatError
@@ -73,45 +74,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message)
 
 
-COMMANDS: dict[str, str] = {
-    "topic": "topic",
-    "ingest": "ingest_cmd",
-    "dump": "dump",
-    "verify": "verify_cmd",
-    "stats": "stats",
-    "plan": "plan_cmd",
-    "compact": "compact",
-    "history": "history_cmd",
-    "catalog": "history_cmd",
-    "replay": "replay_cmd",
-    "inspect": "inspect_cmd",
-    "schedule": "schedule_cmd",
-    "worker": "worker_cmd",
-    "spark": "spark_cmd",
-    "simulate": "simulate",
-    "demo": "demo",
-}
-"""Each command, and the module of ``compactor.cli`` that registers it (in the order of
-``compactor --help``)."""
-_VALUED = ("--store", "--endpoint-url", "--now-ms")
-"""The global options that take a value as the next word."""
-
-
 def command_modules(argv: Sequence[str] | None) -> list[str]:
-    """The modules whose commands the parser of ``argv`` needs: only its command's when
-    its first word that is not an option (or a global option's value) names one, else
-    every command's (a line to refuse, or ``--help``). The others are not imported: every
-    command's modules together take about a tenth of a second, paid by every start."""
-    every = list(dict.fromkeys(COMMANDS.values()))
-    words = iter(sys.argv[1:] if argv is None else argv)
-    for word in words:
-        if word in ("-h", "--help"):
-            return every
-        if word in _VALUED:
-            next(words, None)
-        elif not word.startswith("-"):
-            return [COMMANDS[word]] if word in COMMANDS else every
-    return every
+    """The modules whose commands the parser of ``argv`` needs: only its command's
+    (``cli.commands.command_of``), else every command's (a line to refuse, or
+    ``--help``). The others are not imported: every command's modules together take about
+    a tenth of a second, paid by every start."""
+    command = command_of(sys.argv[1:] if argv is None else argv)
+    return [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

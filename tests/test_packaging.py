@@ -114,7 +114,8 @@ def test_the_base_command_line_does_not_import_pyspark() -> None:
 
 
 def test_each_command_is_registered_by_the_module_the_table_names() -> None:
-    from compactor.cli.main import COMMANDS, build_parser
+    from compactor.cli.commands import COMMANDS
+    from compactor.cli.main import build_parser
 
     def names(parser: argparse.ArgumentParser) -> list[str]:
         (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -141,7 +142,8 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
 def test_a_command_line_imports_only_its_commands_module(
     argv: list[str], modules: list[str] | None
 ) -> None:
-    from compactor.cli.main import COMMANDS, command_modules
+    from compactor.cli.commands import COMMANDS
+    from compactor.cli.main import command_modules
 
     every = list(dict.fromkeys(COMMANDS.values()))
     assert command_modules(argv) == (every if modules is None else modules)

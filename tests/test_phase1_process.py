@@ -17,6 +17,7 @@ from conftest import S3Url
 from worker_scenarios import add_file, make_topics
 
 from compactor.catalog import Catalog
+from compactor.cli.commands import command_of
 from compactor.fileformat import Record
 from compactor.objectstore import LocalStore, ObjectStore
 from compactor.objectstore.s3 import S3Store
@@ -141,15 +142,17 @@ def test_a_command_that_compacts_starts_its_helper_first() -> None:
     """``compactor compact`` (the script's ``cli.launch``) starts a helper before it
     imports the command line; a command that runs no job does not."""
     helper_pool._stop_idle()
-    helper_pool.start_for_command(["--store", "/tmp/s", "topic", "create", "t"])
+    helper_pool.start_for_command(command_of(["--store", "/tmp/s", "topic", "create", "t"]))
     assert helper_pool.idle_pids() == []
-    helper_pool.start_for_command(["--store", "/tmp/s", "compact", "--full"])
+    helper_pool.start_for_command(command_of(["--store", "compact", "stats"]))  # a store's name
+    assert helper_pool.idle_pids() == []
+    helper_pool.start_for_command(command_of(["--store", "/tmp/s", "compact", "--full"]))
     started = helper_pool.idle_pids()
     if helper_pool.usable_cpus() >= 2:
         assert len(started) == 1 and not _gone(started[0])
     else:
         assert started == []  # one CPU: phase 1 stays in the worker's process
-    helper_pool.start_for_command(["worker", "--queue-url", "http://q"])
+    helper_pool.start_for_command(command_of(["worker", "--queue-url", "http://q"]))
     assert helper_pool.idle_pids() == started  # one idle helper is enough
 
 

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -122,15 +121,12 @@ def warm_up() -> None:
     checkin(Helper())
 
 
-def start_for_command(argv: Sequence[str]) -> None:
-    """``warm_up`` now, before the command line imports its modules, if ``argv`` (a
-    ``compactor`` command line) may run compaction jobs in this process
-    (``COMMANDS_THAT_COMPACT``) and a process would pay. Any word of the line equal to
-    such a command counts: a store or a topic of that name only costs a helper that no job
-    uses, killed at exit, as is one whose store cannot travel."""
-    if COMMANDS_THAT_COMPACT.isdisjoint(argv) or not process_pays(
-        may_fork=True, cpus=usable_cpus()
-    ):
+def start_for_command(command: str | None) -> None:
+    """``warm_up`` now, before the command line imports its modules, if ``command`` (the
+    one a ``compactor`` line runs) may run compaction jobs in this process
+    (``COMMANDS_THAT_COMPACT``) and a process would pay. A helper that no job then uses
+    (a store that cannot travel, nothing to compact) is killed at exit."""
+    if command not in COMMANDS_THAT_COMPACT or not process_pays(may_fork=True, cpus=usable_cpus()):
         return
     warm_up()
 
