@@ -507,6 +507,62 @@ def test_group_rows_are_each_partitions_rows_input_after_input(
         assert merge.next_partition() is None or way.startswith("by")
 
 
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), inputs=st.integers(1, 5), data=st.data())
+def test_pending_shared_stops_at_the_first_partition_that_reaches_the_budget(
+    seed: int, inputs: int, data: st.DataObject
+) -> None:
+    """Whatever the inputs' densities (each holds its own subset of the partitions, with
+    sections of its own sizes, in blocks of its own size, some framed), ``pending_shared``
+    with a budget lists the shortest prefix of its unbounded answer that weighs the
+    budget, or all of it if it weighs less; and the unbounded answer holds exactly the
+    partitions up to the first framed section or block end, each with its sections'
+    logical bytes over every input. Checked at every step of a walk that takes runs of
+    partitions, as a group's walk does."""
+    rnd = random.Random(seed)
+    files, sizes, framed = [], [], []
+    for _ in range(inputs):
+        sink = io.BytesIO()
+        density = rnd.choice([1, 2, 8, 30])
+        block = rnd.choice([600, 2000, 8000])
+        writer = FileWriter(sink, object_name="f", share_below=block // 2, block_bytes=block)
+        held = sorted(rnd.sample(range(60), rnd.randrange(1, 60)))
+        for p in held:
+            writer.write_section("t", p, [records_to_batch(_records(rnd, density, False))])
+        writer.finish()
+        data_ = sink.getvalue()
+        files.append(data_)
+        rd = StreamReader(io.BytesIO(data_), object_name="f", size=len(data_))
+        sections = [s for s in rd.sections() if s.skip() is None]
+        sizes.append({s.partition: s.logical_bytes or 0 for s in sections})
+        framed.append({s.partition for s in sections if s.logical_bytes is None})
+    merge = SectionMerge([StreamReader(io.BytesIO(d), object_name="f", size=len(d)) for d in files])
+    steps = 0
+    while (at := merge.next_partition()) is not None and steps < 40:
+        steps += 1
+        unbounded = merge.pending_shared(1 << 62)
+        for _, _, p, size in unbounded:
+            assert size == sum(s.get(p, 0) for s in sizes)
+            assert not any(p in f for f in framed)
+        if unbounded:
+            assert unbounded[0][2] == at[1]
+        budget = data.draw(st.integers(0, sum(e[3] for e in unbounded) + 10), label="budget")
+        total, expected = 0, []
+        for entry in unbounded:
+            if expected and total >= budget:
+                break
+            expected.append(entry)
+            total += entry[3]
+        got = merge.pending_shared(budget)
+        assert got == (expected if total >= budget else unbounded)
+        if not unbounded:  # a framed section at the head: taken through its reader
+            last = (b"t", at[1])
+        else:
+            last = unbounded[data.draw(st.integers(0, len(unbounded) - 1), label="take")][0]
+        ordinals = {(b"t", p): p for p in range(60)}
+        merge.take_upto(last, GroupRows(("offset", "key")), ordinals)
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     base=st.integers(0, 2**62),

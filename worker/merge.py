@@ -75,28 +75,30 @@ class SectionMerge:
         shared one already read (in a block at an input's head), in order, each as (key,
         topic, partition, its sections' logical bytes together): up to the first framed
         section and to where an input's block ends, beyond which a partition may have
-        sections not yet seen. Each input is looked at only until its own sections weigh
-        its share of ``budget``: a walk that needs ``budget`` bytes more may have to ask
-        again, but never reads far past them."""
-        horizon: Key | None = None
-        sizes: dict[Key, int] = {}
-        share = max(1, budget // max(1, sum(run is not None for run in self._runs)))
+        sections not yet seen; and no further than the first partition at which those
+        before it and itself weigh ``budget`` together (``_reaching``), so a walk asks
+        again only where a block ends, and looks at no section past the budget."""
+        cap: Key | None = None
+        heads: list[tuple[_Table, int]] = []
         for i, key in enumerate(self._keys):
             if key is None:
                 continue
-            run = self._runs[i]
-            if run is None:  # a framed head: its partition and those after it wait
-                horizon = _before(key) if horizon is None else min(horizon, _before(key))
+            if self._runs[i] is None:  # a framed head: its partition and those after it wait
+                cap = _before(key) if cap is None else min(cap, _before(key))
                 continue
-            at, table = self._at[i], self._tables[i]
-            before = table.before
-            end = min(bisect.bisect_left(before, before[at] + share, at + 1), len(before) - 1)
-            horizon = table.keys[end - 1] if horizon is None else min(horizon, table.keys[end - 1])
+            table = self._tables[i]
+            cap = table.keys[-1] if cap is None else min(cap, table.keys[-1])
+            heads.append((table, self._at[i]))
+        if cap is None:
+            return []
+        spans = [(t, at, bisect.bisect_right(t.keys, cap, at)) for t, at in heads]
+        horizon = _reaching([s for s in spans if s[2] > s[1]], budget, cap)
+        sizes: dict[Key, int] = {}
+        for table, at, end in spans:
+            end = bisect.bisect_right(table.keys, horizon, at, end)
             for k, size in zip(table.keys[at:end], table.sizes[at:end], strict=True):
                 sizes[k] = sizes.get(k, 0) + size
-        if horizon is None:
-            return []
-        return [(k, _topic(k[0]), k[1], sizes[k]) for k in sorted(sizes) if k <= horizon]
+        return [(k, _topic(k[0]), k[1], sizes[k]) for k in sorted(sizes)]
 
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
         """The inputs' sections of this partition, oldest input first; each is consumed
@@ -177,6 +179,37 @@ def _before(key: Key) -> Key:
     partition - 1), or, at partition 0, one below every key of the topic."""
     topic, partition = key
     return (topic, partition - 1) if partition else (topic, -1)
+
+
+Span = tuple[_Table, int, int]
+"""An input's pending sections of its block at the head: its table and their range."""
+
+
+def _reaching(spans: Sequence[Span], budget: int, cap: Key) -> Key:
+    """The least key whose partition and those before it, over all ``spans``, weigh at
+    least ``budget`` together; ``cap`` if those up to it weigh less. Found by bisects on
+    the tables' running sizes: first over the keys of the span with the most (a few
+    bisects per key tried, none per section), then among every span's keys between the
+    two of its keys that bracket the answer."""
+
+    def reaches(key: Key) -> bool:
+        total = 0
+        for t, at, end in spans:
+            total += t.before[bisect.bisect_right(t.keys, key, at, end)] - t.before[at]
+        return total >= budget
+
+    if not spans or not reaches(cap):
+        return cap
+    t, at, end = max(spans, key=lambda s: s[2] - s[1])
+    j = bisect.bisect_left(t.keys, True, at, end, key=reaches)
+    low = t.keys[j - 1] if j > at else None
+    high = t.keys[j] if j < end else cap
+    between: set[Key] = set()
+    for t, at, end in spans:
+        start = at if low is None else bisect.bisect_right(t.keys, low, at, end)
+        between.update(t.keys[start : bisect.bisect_right(t.keys, high, at, end)])
+    keys = sorted(between)
+    return keys[bisect.bisect_left(keys, True, key=reaches)]
 
 
 def _ordinals(ordinals: Mapping[Key, int], keys: Sequence[Key]) -> list[int]:

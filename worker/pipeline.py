@@ -187,6 +187,10 @@ class Phase1Walk:
         self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
         self._now_ms = now_ms
         self._input_ids = {i.id for i in job.inputs}
+        self._policies: dict[tuple[str, bool, bool], PartitionPolicy] = {}
+        """A topic's policy by whether the inputs hold the partition's oldest and newest
+        data: one object for all partitions alike, so a group's message to phase 2
+        pickles it once."""
 
     def _walk(self) -> Generator[_Item, None, None]:
         part = self._next()
@@ -275,13 +279,19 @@ class Phase1Walk:
                 job_id=job.id,
             )
         ends = snap.oldest_and_newest_holder(*tp)
-        policy = PartitionPolicy.for_partition(
-            topic.config,
-            deduplicate=job.deduplicate,
-            now_ms=self._now_ms,
-            includes_oldest=ends is not None and ends[0].id in self._input_ids,
-            includes_newest=ends is not None and ends[1].id in self._input_ids,
+        includes = (
+            ends is not None and ends[0].id in self._input_ids,
+            ends is not None and ends[1].id in self._input_ids,
         )
+        policy = self._policies.get((tp[0], *includes))
+        if policy is None:
+            policy = self._policies[(tp[0], *includes)] = PartitionPolicy.for_partition(
+                topic.config,
+                deduplicate=job.deduplicate,
+                now_ms=self._now_ms,
+                includes_oldest=includes[0],
+                includes_newest=includes[1],
+            )
         group = "compacted" if topic.config.compacted else "plain"
         return Partition(tp[0], tp[1], policy, group)
 
