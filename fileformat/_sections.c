@@ -94,6 +94,30 @@ static int read_span(PyObject *item, Py_ssize_t start_at, Py_ssize_t count_at,
     return 0;
 }
 
+/* The first of the `n` section tuples of `seq` whose first `width` fields are not the
+ * figures `out` computed for it, or -1; -2 with an error set. */
+static Py_ssize_t first_disagreeing(PyObject *seq, const int64_t *out, Py_ssize_t n,
+                                   Py_ssize_t width) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i); /* a tuple: read_span checked */
+        const int64_t *f = out + FIGURES * i;
+        if (PyTuple_GET_SIZE(item) < width) return i;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            PyObject *v = PyTuple_GET_ITEM(item, k);
+            if (k == 7 && f[7] == NO_HORIZON) {
+                if (v != Py_None) return i;
+                continue;
+            }
+            if (!PyLong_CheckExact(v)) return i;
+            int overflow;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (x == -1 && PyErr_Occurred()) return -2;
+            if (overflow || x != f[k]) return i;
+        }
+    }
+    return -1;
+}
+
 PyDoc_STRVAR(figures_doc,
 "figures(sections, start_at, count_at, offsets, timestamps=None, sizes=None,\n"
 "        values_validity=None, values_bit=0, horizons=None, horizons_validity=None,\n"
@@ -106,20 +130,26 @@ PyDoc_STRVAR(figures_doc,
 "`descent` is the first row, inside a section, whose offset does not exceed the one\n"
 "before it, or -1. Without `timestamps` a figure is (first offset, last\n"
 "offset); with it, the eight fields of BatchStats, the horizon None when no tombstone\n"
-"has one before NO_HORIZON.");
+"has one before NO_HORIZON.\n\n"
+"With `compare` true, `figures` is instead the first section whose tuple does not begin\n"
+"with its figures (exact ints, the horizon None where it is NO_HORIZON), or -1: a block's\n"
+"check then makes no object per section.");
 
 static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"sections",        "start_at",   "count_at",          "offsets",
                              "timestamps",      "sizes",      "values_validity",   "values_bit",
-                             "horizons",        "horizons_validity", "horizons_bit", NULL};
+                             "horizons",        "horizons_validity", "horizons_bit",
+                             "compare",         NULL};
     PyObject *sections, *offsets_obj;
     PyObject *ts_obj = Py_None, *sizes_obj = Py_None, *vv_obj = Py_None;
     PyObject *hz_obj = Py_None, *hv_obj = Py_None;
     Py_ssize_t start_at, count_at, values_bit = 0, horizons_bit = 0;
+    int compare = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnnO|OOOnOOn", kwlist, &sections, &start_at,
-                                     &count_at, &offsets_obj, &ts_obj, &sizes_obj, &vv_obj,
-                                     &values_bit, &hz_obj, &hv_obj, &horizons_bit))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnnO|OOOnOOnp", kwlist, &sections,
+                                     &start_at, &count_at, &offsets_obj, &ts_obj, &sizes_obj,
+                                     &vv_obj, &values_bit, &hz_obj, &hv_obj, &horizons_bit,
+                                     &compare))
         return NULL;
     if (start_at < 0 || count_at < 0 || values_bit < 0 || horizons_bit < 0 ||
         values_bit > PY_SSIZE_T_MAX / 2 || horizons_bit > PY_SSIZE_T_MAX / 2) {
@@ -193,6 +223,12 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Py_END_ALLOW_THREADS
 
+    if (compare) {
+        Py_ssize_t bad = first_disagreeing(seq, out, n, whole ? FIGURES : 2);
+        if (bad == -2) goto done;
+        result = Py_BuildValue("nn", descent, bad);
+        goto done;
+    }
     list = PyList_New(n);
     if (list == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {

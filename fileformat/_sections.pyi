@@ -1,4 +1,4 @@
-from typing import Any
+from typing import Any, Literal, overload
 
 FIGURES: int
 USUAL_TRAILER: int
@@ -10,6 +10,7 @@ RECORD_OVERHEAD: int
 NO_HORIZON: int
 FOOTER_ENTRY_HEAD: int
 
+@overload
 def figures(
     sections: Any,
     start_at: int,
@@ -22,7 +23,24 @@ def figures(
     horizons: Any = None,
     horizons_validity: Any = None,
     horizons_bit: int = 0,
+    compare: Literal[False] = False,
 ) -> tuple[int, list[tuple[Any, ...]]]: ...
+@overload
+def figures(
+    sections: Any,
+    start_at: int,
+    count_at: int,
+    offsets: Any,
+    timestamps: Any = None,
+    sizes: Any = None,
+    values_validity: Any = None,
+    values_bit: int = 0,
+    horizons: Any = None,
+    horizons_validity: Any = None,
+    horizons_bit: int = 0,
+    *,
+    compare: Literal[True],
+) -> tuple[int, int]: ...
 def usual_entries(
     payload: bytes,
     offset: int,

@@ -419,15 +419,14 @@ def check_block_batch(
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
     columns = stat_columns(batch) if whole else (int64_view(batch.column(0)),)
     try:
-        descent, figures = _sections.figures(entries, _START, _COUNT, *columns)
+        descent, bad = _sections.figures(entries, _START, _COUNT, *columns, compare=True)
     except ValueError as err:  # a column shorter than its rows: Arrow's checks pass none
         raise FormatError(object_name, at, f"shared batch: {err}") from None
     if descent >= 0:
         raise FormatError(object_name, at, "offsets do not strictly increase in a section")
-    width = len(figures[0])
-    for e, seen in zip(entries, figures, strict=True):
-        if seen != e[:width]:
-            raise FormatError(object_name, at, _disagreement(e, seen))
+    if bad >= 0:
+        _, (seen,) = _sections.figures(entries[bad : bad + 1], _START, _COUNT, *columns)
+        raise FormatError(object_name, at, _disagreement(entries[bad], seen))
 
 
 _START, _COUNT = TableEntry._fields.index("start"), TableEntry._fields.index("record_count")

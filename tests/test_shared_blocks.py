@@ -45,6 +45,7 @@ from compactor.fileformat.batches import (
     batch_stats,
     batching_weight,
     section_figures,
+    stat_columns,
 )
 from compactor.fileformat.bitmap import (
     KIND_ROARING32,
@@ -1330,6 +1331,23 @@ def test_block_figures_are_each_sections_batch_stats() -> None:
         seen_descent, figures = section_figures(batch, spans)
         assert seen_descent == descent
         assert [BatchStats(*f) for f in figures] == expected
+        # compare=True: the first section whose tuple does not begin with its figures
+        entries = [(*f, a, n) for f, (a, n) in zip(figures, spans, strict=True)]
+        columns = stat_columns(batch)
+        assert _sections.figures(entries, 8, 9, *columns, compare=True) == (descent, -1)
+        bad = rng.randrange(len(entries))
+        field = rng.randrange(8)
+        wrong = list(entries[bad])
+        was = wrong[field]
+        wrong[field] = rng.choice(
+            [
+                5 if was is None else None,
+                1.0 * (was or 0),
+                (was or 0) + rng.choice([-1, 1, 1 << 64]),
+            ]
+        )
+        entries[bad] = tuple(wrong)
+        assert _sections.figures(entries, 8, 9, *columns, compare=True) == (descent, bad)
 
 
 def test_a_bitmap_that_disagrees_with_its_trailer_is_rejected_by_a_whole_read() -> None:
