@@ -26,7 +26,7 @@ STEPS = (
     ("a batch's stats (reader, block check, writer)", "batch_stats"),
     ("survivor masks and filter", "_survivors"),
     ("writing framed sections", "FileWriter.write_batch"),
-    ("writing shared sections", "FileWriter.write_sections"),
+    ("writing shared sections", "FileWriter.write_rows"),
     ("a group's window (small partitions)", "group_window"),
     ("reading the files", "LocalObjectStream.read"),
     ("a section table's parse", "_parse_section_table"),

@@ -393,50 +393,44 @@ class FileWriter:
         self._block_weight += weight
         self._last_key = section_key(topic, partition)
 
-    def write_sections(self, sections: Sequence[tuple[str, int, pa.RecordBatch]]) -> None:
-        """``write_section`` of each (topic, partition, one batch), in order; a section
-        without records is skipped. The file's bytes are the same as those calls would
-        make, but a run of small sections is checked and measured at once: one
-        concatenation of their records and one compiled pass (``section_figures``) for
-        their order and stats, rather than a few Arrow calls per section. Sections that
-        are not small, and any run that fails a check (then each section's own check
-        raises, as ``write_section`` would), take ``write_section``."""
+    def write_rows(
+        self, records: pa.RecordBatch, sections: Sequence[tuple[str, int, int, int]]
+    ) -> None:
+        """``write_section`` of each (topic, partition, first row, rows) of ``records``, in
+        order (rows between or after them are not written); a section without rows is
+        skipped. The file's bytes are the same as those calls would make, but a run of
+        small sections is checked and measured at once: one compiled pass
+        (``section_figures``) over ``records`` for their order and stats, rather than a
+        few Arrow calls per section. Sections that are not small, and any run that fails
+        a check (then each section's own check raises, as ``write_section`` would), take
+        ``write_section``."""
         self._state(want_open=False)
-        items = [item for item in sections if item[2].num_rows]
-        measured = self._measured(items) if self._share_below and len(items) > 1 else None
-        if measured is None:
-            for topic, partition, batch in items:
+        items = [item for item in sections if item[3]]
+        measured = self._measured(records, items) if self._share_below and len(items) > 1 else None
+        for i, (topic, partition, start, rows) in enumerate(items):
+            batch = records.slice(start, rows)
+            if measured is None or measured[i][1] >= self._share_below:
                 self.write_section(topic, partition, (batch,))
-            return
-        for (topic, partition, batch), (stats, weight) in zip(items, measured, strict=True):
-            if weight < self._share_below:
-                self._add_shared(topic, partition, [batch], stats, stats.uncompressed_bytes, weight)
             else:
-                self.write_section(topic, partition, (batch,))
+                stats, weight = measured[i]
+                self._add_shared(topic, partition, [batch], stats, stats.uncompressed_bytes, weight)
 
     def _measured(
-        self, items: Sequence[tuple[str, int, pa.RecordBatch]]
+        self, records: pa.RecordBatch, items: Sequence[tuple[str, int, int, int]]
     ) -> list[tuple[BatchStats, int]] | None:
         """Each section's stats and batching weight, if every section passes the checks
         of ``begin_section`` and ``write_batch``; else None."""
         last = self._last_key
-        for topic, partition, _ in items:
-            if not _valid_key(topic, partition):
+        for topic, partition, start, rows in items:
+            if not _valid_key(topic, partition) or start < 0 or start + rows > records.num_rows:
                 return None
             key = section_key(topic, partition)
             if last is not None and key <= last:
                 return None
             last = key
-        try:
-            records = pa.concat_batches([batch for _, _, batch in items])
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            return None
         if batch_problem(records, ordered=False) is not None:
             return None
-        spans, at = [], 0
-        for _, _, batch in items:
-            spans.append((at, batch.num_rows))
-            at += batch.num_rows
+        spans = [(start, rows) for _, _, start, rows in items]
         descent, figures = section_figures(records, spans)
         if descent >= 0:
             return None

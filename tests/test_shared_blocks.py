@@ -1772,12 +1772,30 @@ def test_the_compiled_table_parse_knows_the_layout_the_format_defines() -> None:
 
 
 def _write_both(
-    sections: list[tuple[str, int, pa.RecordBatch]], cuts: list[int], share_below: int
+    sections: list[tuple[str, int, pa.RecordBatch]],
+    cuts: list[int],
+    share_below: int,
+    gap: pa.RecordBatch | None = None,
 ) -> tuple[object, object]:
-    """A file written section by section and one written by ``write_sections`` in runs
-    cut at ``cuts``: each as (bytes, meta, offset index), or the ValueError's message."""
+    """The sections, cut into runs at ``cuts``, each run's as rows of one batch (with
+    ``gap``'s rows, which are not written, before each section if given): a file written
+    by ``write_section`` of each section's rows, and one by ``write_rows`` of each run;
+    each as (bytes, meta, offset index), or the ValueError's message."""
+    bounds = [0, *sorted(c % (len(sections) + 1) for c in cuts), len(sections)]
+    runs = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        pieces, spans, at = [], [], 0
+        for topic, partition, batch in sections[a:b]:
+            if gap is not None:
+                pieces.append(gap)
+                at += gap.num_rows
+            pieces.append(batch)
+            spans.append((topic, partition, at, batch.num_rows))
+            at += batch.num_rows
+        if pieces:
+            runs.append((pa.concat_batches(pieces), spans))
 
-    def one(runs: bool) -> object:
+    def one(by_rows: bool) -> object:
         sink, index = io.BytesIO(), IndexBuilder()
         writer = FileWriter(
             sink,
@@ -1788,14 +1806,13 @@ def _write_both(
             index=index,
         )
         try:
-            if runs:
-                bounds = [0, *sorted(c % (len(sections) + 1) for c in cuts), len(sections)]
-                for a, b in zip(bounds, bounds[1:], strict=False):
-                    writer.write_sections(sections[a:b])
-            else:
-                for topic, partition, batch in sections:
-                    if batch.num_rows:
-                        writer.write_section(topic, partition, [batch])
+            for records, spans in runs:
+                if by_rows:
+                    writer.write_rows(records, spans)
+                    continue
+                for topic, partition, at, rows in spans:
+                    if rows:
+                        writer.write_section(topic, partition, [records.slice(at, rows)])
             meta = writer.finish()
         except ValueError as e:
             return str(e)
@@ -1812,15 +1829,21 @@ def _write_both(
     cuts=st.lists(st.integers(0, 100), max_size=3),
     share_below=st.sampled_from([200, 2000, 20_000]),
     flaw=st.sampled_from([None, None, "order", "key"]),
+    gaps=st.integers(0, 3),
 )
-def test_write_sections_writes_what_write_section_does(
-    sizes: list[int], seed: int, cuts: list[int], share_below: int, flaw: str | None
+def test_write_rows_writes_what_write_section_does(
+    sizes: list[int],
+    seed: int,
+    cuts: list[int],
+    share_below: int,
+    flaw: str | None,
+    gaps: int,
 ) -> None:
-    """``FileWriter.write_sections`` (a group's survivors: many sections of one batch each)
-    writes the same bytes, footer and offset index as ``write_section`` per section, with
-    small and framed sections, empty ones, every kind of record, in runs of any length;
-    and a section out of order, or with offsets that do not increase, fails with the same
-    error."""
+    """``FileWriter.write_rows`` (a group's survivors: many sections, each some rows of
+    one batch) writes the same bytes, footer and offset index as ``write_section`` per
+    section, with small and framed sections, empty ones, every kind of record, rows
+    between sections that are not written, in runs of any length; and a section out of
+    order, or with offsets that do not increase, fails with the same error."""
     rnd = random.Random(seed)
     sections = []
     for p, n in enumerate(sizes):
@@ -1833,13 +1856,14 @@ def test_write_sections_writes_what_write_section_does(
         sections[i] = (t, p, pa.concat_batches([b.slice(1), b.slice(0, 1)]))
     if flaw == "key" and len(sections) > 1:
         sections[-1], sections[0] = sections[0], sections[-1]
-    alone, runs = _write_both(sections, cuts, share_below)
+    gap = records_to_batch(gen_records(rnd, gaps, keys=5)) if gaps else None
+    alone, runs = _write_both(sections, cuts, share_below, gap)
     assert runs == alone
     if flaw is None:
         assert isinstance(alone, tuple)
 
 
-def test_write_sections_frames_a_section_that_weighs_exactly_share_below() -> None:
+def test_write_rows_frames_a_section_that_weighs_exactly_share_below() -> None:
     heavy = records_to_batch([Record(i, 0, b"k", b"v" * 50, (("h", b"x"),)) for i in range(9)])
     light = records_to_batch([Record(0, 0, b"k", b"v", ())])
     weight = batching_weight(heavy)[1]

@@ -137,10 +137,11 @@ def group_window(
 
 def group_survivors(
     batch: pa.RecordBatch, group: Group, stats: CompactionStats
-) -> list[pa.RecordBatch]:
-    """Phase 2 of a group whose records are ``batch``: each partition's survivors, in the
-    group's order. The rules are ``partition.decide``'s, as for a partition's only window
-    (no young keys), with the per-partition rules as row masks."""
+) -> tuple[pa.RecordBatch, list[int]]:
+    """Phase 2 of a group whose records are ``batch``: the survivors, partition after
+    partition in the group's order, and how many each partition has. The rules are
+    ``partition.decide``'s, as for a partition's only window (no young keys), with the
+    per-partition rules as row masks."""
     n = batch.num_rows
     stats.records_in += n
     stats.windows += 1
@@ -156,7 +157,7 @@ def group_survivors(
     now_ms = group.parts[0].policy.now_ms
     kept, keep = decide(batch, verdict, lambda: _horizons(group), now_ms, stats)
     survivors = kept if keep == (1 << n) - 1 else filter_batch(kept, bool_array(keep, n))
-    return _split(survivors, keep, group)
+    return survivors, _kept_counts(keep, group)
 
 
 def _rows(group: Group, rule: Callable[[PartitionPolicy], bool]) -> int:
@@ -181,14 +182,12 @@ def _horizons(group: Group) -> pa.Scalar | pa.Array:
     return pa.Array.from_buffers(pa.int64(), sum(group.counts), [None, pa.py_buffer(raw)])
 
 
-def _split(survivors: pa.RecordBatch, keep: int, group: Group) -> list[pa.RecordBatch]:
-    """``survivors`` cut back into the group's partitions (``keep``: which rows of the
-    group's batch they are)."""
+def _kept_counts(keep: int, group: Group) -> list[int]:
+    """How many of each partition's rows ``keep`` (which rows of the group's batch
+    survive) holds."""
     out = []
-    start = kept = 0
+    start = 0
     for count in group.counts:
-        k = ((keep >> start) & ((1 << count) - 1)).bit_count()
-        out.append(survivors.slice(kept, k))
+        out.append(((keep >> start) & ((1 << count) - 1)).bit_count())
         start += count
-        kept += k
     return out

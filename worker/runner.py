@@ -100,11 +100,14 @@ class _GroupOutput:
         if writer is not None:
             writer.end_section()
 
-    def write_partitions(self, sections: Sequence[tuple[str, int, pa.RecordBatch]]) -> None:
-        """Many partitions of one batch each, in order (a group's survivors): their
-        small sections checked and measured at once (``FileWriter.write_sections``)."""
-        if any(batch.num_rows for _, _, batch in sections):
-            self._writer().write_sections(sections)
+    def write_rows(
+        self, records: pa.RecordBatch, sections: Sequence[tuple[str, int, int, int]]
+    ) -> None:
+        """Many partitions, each (topic, partition, first row, rows) of ``records``, in
+        order (a group's survivors): their small sections checked and measured at once
+        (``FileWriter.write_rows``)."""
+        if any(rows for *_, rows in sections):
+            self._writer().write_rows(records, sections)
 
     def _writer(self) -> FileWriter:
         """The file's writer, its upload opened at the first record."""
@@ -518,14 +521,32 @@ def _run_group(
                 topic=part.topic,
                 partition=part.partition,
             )
-    kept = group_survivors(records, group, stats)
-    written: dict[str, list[tuple[str, int, pa.RecordBatch]]] = {}
-    for part, survivors in zip(group.parts, kept, strict=True):
-        for batch in _reaching_output(part, iter((survivors,)), stats):
-            written.setdefault(part.group, []).append((part.topic, part.partition, batch))
+    survivors, kept = group_survivors(records, group, stats)
+    written: dict[str, list[tuple[str, int, int, int]]] = {}
+    start = 0
+    for part, count in zip(group.parts, kept, strict=True):
+        at, reaching = _reaching_rows(part, survivors, start, count, stats)
+        written.setdefault(part.group, []).append((part.topic, part.partition, at, reaching))
+        start += count
     for name, sections in written.items():
-        outputs[name].write_partitions(sections)
+        outputs[name].write_rows(survivors, sections)
     progress.poll()
+
+
+def _reaching_rows(
+    part: Partition, survivors: pa.RecordBatch, start: int, count: int, stats: CompactionStats
+) -> tuple[int, int]:
+    """``_reaching_output`` for a partition whose survivors are ``count`` rows of
+    ``survivors`` from ``start``: the rows that reach the output, as (first row, rows)."""
+    if part.policy.retention_cutoff_ms is None:  # every row: counted without a slice
+        stats.partitions += 1
+        stats.records_out += count
+        if count and survivors.column("value").null_count:
+            stats.tombstones_kept += survivors.column("value").slice(start, count).null_count
+        return start, count
+    batch = survivors.slice(start, count)
+    rows = sum(b.num_rows for b in _reaching_output(part, iter((batch,)), stats))
+    return start + count - rows, rows
 
 
 def _write_survivors(
