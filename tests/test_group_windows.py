@@ -135,6 +135,10 @@ def test_small_partitions_share_windows_and_match_the_model(sc: GroupScenario) -
             assert report.stats.windows < len(compacted), "no window spans partitions"
         if sc.group_bytes == 1:  # every group closes after its first partition
             assert report.stats.windows >= len(compacted)
+        assert report.stats.records_out == sum(len(v) for v in out.values())
+        tombstones = sum(r.value is None for v in out.values() for r in v)
+        assert report.stats.tombstones_kept == tombstones
+        assert report.stats.partitions == len(compacted)
         for tp, chunks in sc.partitions.items():
             rules = sc.rules_of(tp[0])
             holding = [i for i, c in enumerate(chunks) if c]

@@ -247,6 +247,8 @@ def test_worker_matches_kafka_model(sc: Scenario) -> None:
                 assert view(after.get(tp, []), rules) == view(before.get(tp, []), rules)
         records_out = sum(len(v) for v in out.values())
         assert report.stats.records_out == records_out
+        tombstones = sum(r.value is None for v in out.values() for r in v)
+        assert report.stats.tombstones_kept == tombstones
         assert report.stats.records_in == sum(
             len(c) for chunks in chunked.values() for c in chunks[sc.first : sc.last]
         )

@@ -523,30 +523,40 @@ def _run_group(
             )
     survivors, kept = group_survivors(records, group, stats)
     written: dict[str, list[tuple[str, int, int, int]]] = {}
-    start = 0
-    for part, count in zip(group.parts, kept, strict=True):
-        at, reaching = _reaching_rows(part, survivors, start, count, stats)
+    for part, at, reaching in _reaching_rows(group.parts, kept, survivors, stats):
         written.setdefault(part.group, []).append((part.topic, part.partition, at, reaching))
-        start += count
     for name, sections in written.items():
         outputs[name].write_rows(survivors, sections)
     progress.poll()
 
 
 def _reaching_rows(
-    part: Partition, survivors: pa.RecordBatch, start: int, count: int, stats: CompactionStats
-) -> tuple[int, int]:
-    """``_reaching_output`` for a partition whose survivors are ``count`` rows of
-    ``survivors`` from ``start``: the rows that reach the output, as (first row, rows)."""
-    if part.policy.retention_cutoff_ms is None:  # every row: counted without a slice
-        stats.partitions += 1
-        stats.records_out += count
-        if count and survivors.column("value").null_count:
-            stats.tombstones_kept += survivors.column("value").slice(start, count).null_count
-        return start, count
-    batch = survivors.slice(start, count)
-    rows = sum(b.num_rows for b in _reaching_output(part, iter((batch,)), stats))
-    return start + count - rows, rows
+    parts: Sequence[Partition],
+    kept: Sequence[int],
+    survivors: pa.RecordBatch,
+    stats: CompactionStats,
+) -> list[tuple[Partition, int, int]]:
+    """``_reaching_output`` for partitions whose survivors are ``survivors``, ``kept[i]``
+    rows of ``parts[i]`` after another: each partition's rows that reach the output, as
+    (partition, first row, rows). Counted for all rows at once, then, for a partition
+    that retention.ms trims, its rows' count taken back and its trimmed rows counted."""
+    values = survivors.column("value")
+    stats.records_out += survivors.num_rows
+    stats.tombstones_kept += values.null_count
+    out, start = [], 0
+    for part, count in zip(parts, kept, strict=True):
+        at, rows = start, count
+        if part.policy.retention_cutoff_ms is None:
+            stats.partitions += 1
+        else:
+            stats.records_out -= count
+            stats.tombstones_kept -= values.slice(start, count).null_count
+            batch = survivors.slice(start, count)
+            rows = sum(b.num_rows for b in _reaching_output(part, iter((batch,)), stats))
+            at = start + count - rows
+        out.append((part, at, rows))
+        start += count
+    return out
 
 
 def _write_survivors(
