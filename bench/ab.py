@@ -6,8 +6,9 @@ the same workload, in turn.
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
 a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
 compactor compact --full`` (the entry point users run, ``cli.launch``) one after the
-other, ``--pairs`` times, each on a fresh hard-linked clone of the workload's store with
-its files in the page cache, and prints every wall and CPU time and the medians. The other
+other, each first in every other pair, ``--pairs`` times, each on a fresh hard-linked
+clone of the workload's store with its files in the page cache, and prints every wall
+and CPU time and the medians. The other
 checkout is imported through ``PYTHONPATH`` (its ``compactor`` package, and its compiled
 key buffer: copy ``worker/kernel/_keybuffer*.so`` into it, or build it there). Not a
 test: the timings depend on the machine.
@@ -67,11 +68,14 @@ def alternate(
     runs: dict[str, tuple[Path, Path, list[str]]], now_ms: int, pairs: int
 ) -> dict[str, list[Timed]]:
     """``compact <args>`` of each of ``runs`` (a checkout, a store, the arguments) in turn,
-    ``pairs`` times, each on a fresh clone; prints every run, then each one's medians."""
+    ``pairs`` times, each on a fresh clone, the order reversed every other pair (the run
+    that comes first in a pair was measured up to 15% slower, whichever it was); prints
+    every run, then each one's medians."""
     width = max(len(name) for name in runs)
     seen: dict[str, list[Timed]] = {name: [] for name in runs}
     for pair in range(1, pairs + 1):
-        for name, (checkout, store, args) in runs.items():
+        order = list(runs.items())
+        for name, (checkout, store, args) in order if pair % 2 else reversed(order):
             t = compact_clone(checkout, store, now_ms, args)
             seen[name].append(t)
             jobs = t.output["jobs"]
