@@ -160,27 +160,30 @@ def test_small_partitions_share_windows_and_match_the_model(sc: GroupScenario) -
 def test_equal_keys_of_different_partitions_never_meet() -> None:
     """Salting is injective: a key of one partition never equals another partition's key,
     even where its bytes end as another key's salt would."""
-    keys = [b"k", b"k", b"k\x00\x00\x00\x01", b"k", None, b""]
-    counts = [1, 1, 1, 2, 1]
-    salted = salted_keys(pa.array(keys, pa.binary()), counts).to_pylist()
+    keys = [b"k", b"k", b"k\x01\x00\x00\x00", b"k", None, b"", b"k"]
+    labels = pa.array([0, 1, 2, 3, 3, 4, 0], pa.int32())  # rows of partition 0 apart
+    salted = salted_keys(pa.array(keys, pa.binary()), labels).to_pylist()
     assert salted == [
         b"k\x00\x00\x00\x00",
-        b"k\x00\x00\x00\x01",
-        b"k\x00\x00\x00\x01\x00\x00\x00\x02",
-        b"k\x00\x00\x00\x03",
+        b"k\x01\x00\x00\x00",
+        b"k\x01\x00\x00\x00\x02\x00\x00\x00",
+        b"k\x03\x00\x00\x00",
         None,
-        b"\x00\x00\x00\x04",
+        b"\x04\x00\x00\x00",
+        b"k\x00\x00\x00\x00",
     ]
+    assert salted_keys(pa.array(keys[1:], pa.binary()), labels.slice(1)).to_pylist() == (salted[1:])
     batch = records_to_batch(
         [Record(offset=i + 10, timestamp=0, key=k, value=b"v") for i, k in enumerate(keys)]
     )
     policy = PartitionPolicy(True, "offset", None, NOW, None, None, NOW, False)
-    window = group_window(batch, counts, policy, KeyBuffer(1 << 20))
+    window = group_window(batch, labels, policy, KeyBuffer(1 << 20))
     assert window is not None
     keep, _ = window
-    # Every key is its partition's only one but in partition 3 (rows 3 and 4: the null
-    # key takes no part), so rows 0, 1, 2, 3 and 5 win, as sequence numbers.
-    assert keep.winners.to_pylist() == [0, 1, 2, 3, 5]
+    # Every key is its partition's only one but in partitions 0 (rows 0 and 6: the later
+    # wins) and 3 (rows 3 and 4: the null key takes no part), so rows 1, 2, 3, 5 and 6
+    # win, as sequence numbers.
+    assert keep.winners.to_pylist() == [1, 2, 3, 5, 6]
 
 
 def test_a_group_too_big_for_the_buffer_is_refused() -> None:
@@ -188,7 +191,8 @@ def test_a_group_too_big_for_the_buffer_is_refused() -> None:
         [Record(offset=i, timestamp=0, key=b"k%d" % i, value=b"v") for i in range(3)]
     )
     policy = PartitionPolicy(True, "offset", None, NOW, None, None, NOW, False)
-    assert group_window(batch, [3], policy, KeyBuffer(2 * ENTRY_BYTES)) is None
+    labels = pa.array([0, 0, 0], pa.int32())
+    assert group_window(batch, labels, policy, KeyBuffer(2 * ENTRY_BYTES)) is None
 
 
 def test_sequence_numbers_past_the_cached_ones_from_two_threads() -> None:

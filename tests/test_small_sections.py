@@ -40,6 +40,7 @@ from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
 from compactor.worker.gather import GroupRows, gathered, weighed, weight
+from compactor.worker.group import by_partition
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.merge import SectionMerge
 from compactor.worker.runner import run_job
@@ -421,13 +422,15 @@ def test_a_slice_of_a_shared_block_weighs_its_own_rows() -> None:
 @pytest.mark.parametrize("way", ["by partition", "by input", "merge", "verifying merge"])
 @pytest.mark.parametrize("inputs", [1, 3])
 @pytest.mark.parametrize("share_below", [0, 600, 1 << 20])
-def test_group_rows_are_each_partitions_rows_input_after_input(
+def test_group_rows_are_each_inputs_rows_input_after_input(
     inputs: int, share_below: int, way: str
 ) -> None:
-    """``GroupRows`` (a group's partitions, each from every input) gives each partition's
-    rows, partitions in group order, and within one its inputs' rows oldest input first,
-    whatever order they were taken in: section by section partition after partition, or
-    input after input (which the merge's runs are), or by ``SectionMerge.take_upto``
+    """``GroupRows`` (a group's partitions, each from every input) gives the rows input
+    after input, oldest first, each input's in partition order, each row labelled with
+    its partition's ordinal; ``by_partition`` then gives each partition's rows, partitions
+    in group order, and within one its inputs' rows oldest input first; whatever order
+    they were taken in: section by section partition after partition, or input after
+    input (which the merge's runs are), or by ``SectionMerge.take_upto``
     (shared sections as runs of their blocks, framed ones and a verifying stream's through
     their readers); whether shared sections of one or many blocks, framed ones, or both;
     with a few columns or all. ``pending_shared`` lists, from the pointer's head, the
@@ -473,9 +476,13 @@ def test_group_rows_are_each_partitions_rows_input_after_input(
         for group in range(0, 40, 7):  # groups of 7 partitions: runs start mid-block
             members = range(group, min(group + 7, 40))
             ordinals = {(b"t", p): p - group for p in members}
-            rows, expected = GroupRows(fields), []
+            rows, expected, grouped, labels = GroupRows(fields), [], [], []
             for p in members:
                 expected += [b for i in range(inputs) for b in alone[i][p]]
+            for i in range(inputs):
+                for p in members:
+                    grouped += alone[i][p]
+                    labels += [p - group] * sum(b.num_rows for b in alone[i][p])
             if way.startswith("by"):
                 taken = [(i, p) for p in members for i in range(inputs)]
                 if way == "by input":
@@ -483,7 +490,7 @@ def test_group_rows_are_each_partitions_rows_input_after_input(
                 for i, p in taken:
                     section = next(pointers[i])
                     assert section.partition == p
-                    assert rows.add(section, p - group) == sum(b.num_rows for b in alone[i][p])
+                    assert rows.add(i, section, p - group) == sum(b.num_rows for b in alone[i][p])
             else:
                 assert merge.next_partition() == ("t", group)
                 pending = merge.pending_shared(1 << 30)
@@ -499,8 +506,10 @@ def test_group_rows_are_each_partitions_rows_input_after_input(
                 if share_below > 1000:  # every section shared: the group's first is pending
                     assert pending[0][2] == group
                 merge.take_upto((b"t", members[-1]), rows, ordinals)
-            got, counts = rows.batch(len(members))
-            assert got.equals(pa.concat_batches(expected))
+            got, got_labels, counts = rows.batch(len(members))
+            assert got.equals(pa.concat_batches(grouped))
+            assert got_labels.to_pylist() == labels
+            assert by_partition(got, got_labels).equals(pa.concat_batches(expected))
             assert counts == [
                 sum(b.num_rows for i in range(inputs) for b in alone[i][p]) for p in members
             ]

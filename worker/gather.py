@@ -14,7 +14,6 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat, run_labels
@@ -101,57 +100,64 @@ def gathered(
 
 class GroupRows:
     """The rows of a group's partitions (``worker.group``), taken from a pointer's inputs
-    and assembled partition after partition.
+    and assembled in the group's order: input after input, oldest first, and within an
+    input in its order, which is partition order and, within a partition, offset order.
+    So a partition's rows come in offset order, though not next to each other: each row
+    is labelled with its partition's ordinal in the group.
 
     The merge hands over whole runs: an input's consecutive sections of one block are
     consecutive rows of its batch, so a run is one slice, whatever the number of sections
     in it (``add_run``), with each section's partition ordinal in the group and row count.
-    ``batch`` concatenates the runs and, unless the sections already came partition after
-    partition, reorders the rows by ordinal with one stable sort: a partition's rows then
-    come input after input, oldest first, and within an input in its order, which is
-    offset order. No Python runs per row, and per section only a list entry."""
+    Runs may come in any order of inputs (a group's walk takes several rounds of them);
+    ``batch`` puts whole runs in the group's order and concatenates them. No Python runs
+    per row, and per section only a list entry."""
 
     def __init__(self, fields: Sequence[str] | None = None) -> None:
         self.fields = fields
-        self._pieces: list[pa.RecordBatch] = []
-        self._ordinals: list[int] = []  # each section's partition ordinal, in taken order
-        self._counts: list[int] = []  # each section's rows
+        self._pieces: list[tuple[int, list[pa.RecordBatch], Sequence[int], Sequence[int]]] = []
+        """Each run or section taken: its input, its batches, and its sections'
+        partition ordinals and row counts."""
         self._rows = 0
 
     def add_run(
-        self, block: Block, start: int, ordinals: Sequence[int], counts: Sequence[int]
+        self, input: int, block: Block, start: int, ordinals: Sequence[int], counts: Sequence[int]
     ) -> None:
-        """Takes the rows from ``start`` of a shared block's batch: sections of the
-        partitions ``ordinals``, ``counts`` rows each, one after another."""
+        """Takes the rows from ``start`` of a shared block's batch of input ``input``:
+        sections of the partitions ``ordinals``, ``counts`` rows each, one after another."""
         rows = sum(counts)
-        self._pieces.append(block.rows(start, rows, self.fields))
-        self._ordinals += ordinals
-        self._counts += counts
+        self._pieces.append((input, [block.rows(start, rows, self.fields)], ordinals, counts))
         self._rows += rows
 
-    def add(self, section: SectionReader, ordinal: int) -> int:
-        """Takes a section through its reader (a framed one, or one of a verifying
-        stream); returns how many rows it has."""
-        rows = 0
-        for batch in section.batches(self.fields):
-            self._pieces.append(batch)
-            rows += batch.num_rows
-        self._ordinals.append(ordinal)
-        self._counts.append(rows)
+    def add(self, input: int, section: SectionReader, ordinal: int) -> int:
+        """Takes a section of input ``input`` through its reader (a framed one, or one of
+        a verifying stream); returns how many rows it has."""
+        batches = list(section.batches(self.fields))
+        rows: int = sum(b.num_rows for b in batches)
+        self._pieces.append((input, batches, (ordinal,), (rows,)))
         self._rows += rows
         return rows
 
-    def batch(self, partitions: int) -> tuple[pa.RecordBatch, list[int]]:
-        """All the rows taken, partition after partition, and how many each of the
-        ``partitions`` ordinals has (ValueError if no rows were taken)."""
+    def batch(self, partitions: int) -> tuple[pa.RecordBatch, pa.Array, list[int]]:
+        """All the rows taken, in the group's order; each row's partition ordinal (int32);
+        and how many rows each of the ``partitions`` ordinals has. ValueError if no rows
+        were taken."""
         if not self._rows:
             raise ValueError("no rows were taken")
+        pieces = self._pieces
+        if any(a[0] > b[0] for a, b in itertools.pairwise(pieces)):
+            pieces = sorted(pieces, key=operator.itemgetter(0))  # stable: runs keep order
+        batches: list[pa.RecordBatch] = []
+        ordinals: list[int] = []
+        counts: list[int] = []
+        for _, taken, of_sections, rows in pieces:
+            batches += taken
+            ordinals += of_sections
+            counts += rows
         per_partition = [0] * partitions
-        for ordinal, count in zip(self._ordinals, self._counts, strict=True):
+        for ordinal, count in zip(ordinals, counts, strict=True):
             per_partition[ordinal] += count
-        rows = concat(self._pieces)
-        ordinals = self._ordinals
-        if all(map(operator.le, ordinals, itertools.islice(ordinals, 1, None))):
-            return rows, per_partition
-        of_row = run_labels(list(itertools.accumulate(self._counts)), ordinals)
-        return rows.take(pc.sort_indices(of_row)), per_partition
+        if 0 in counts:  # a run's ends must increase
+            ordinals = [o for o, c in zip(ordinals, counts, strict=True) if c]
+            counts = [c for c in counts if c]
+        labels = run_labels(list(itertools.accumulate(counts)), ordinals)
+        return concat(batches), labels, per_partition

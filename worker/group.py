@@ -5,16 +5,20 @@ path (``worker.partition``): a reset, an insert, a keep-set, survivor masks and 
 about as much as its records' hashing. So consecutive small partitions are compacted as
 one *group*, in one window:
 
-- Phase 1 takes the group's records (each partition's, in the pointer's order) as one
-  batch. Each key is salted with its partition's ordinal in the group, a 4-byte
-  big-endian suffix, so equal keys of different partitions never meet (``key || salt``
-  is injective for a fixed-width salt). Each record's *sequence number*, its row in the
+- Phase 1 takes the group's records as one batch in the group's order
+  (``gather.GroupRows``): input after input, oldest first, each input's rows in its
+  order, so each partition's rows in offset order, each row labelled with its
+  partition's ordinal in the group. Each key is salted with that ordinal, a 4-byte
+  suffix, so equal keys of different partitions never meet (``key || salt`` is
+  injective for a fixed-width salt). Each record's *sequence number*, its row in the
   group's batch, stands in for its offset: within a partition rows follow offsets, so
   the offset, timestamp and header strategies rank exactly as they would by offset. The
   window's keep-set holds winning sequence numbers.
-- Phase 2 takes the same partitions' records from its own pointer as one batch (the same
-  rows in the same order: PhaseMismatch otherwise), keeps a record iff it has no key or
-  its sequence number won, and filters once; each partition's survivors are then a slice.
+- Phase 2 takes the same partitions' records from its own pointer as one batch in the
+  same order (the group's order does not depend on how the rows were taken: the same
+  rows in the same order, or PhaseMismatch), keeps a record iff it has no key or its
+  sequence number won, and filters once; the survivors are then put partition after
+  partition (one stable sort of their labels), so each partition's are a slice.
 
 Invariants, enforced where a group is built (``pipeline``): every partition of a group is
 deduplicated under the same strategy (and header), with no record too young to compact
@@ -28,15 +32,14 @@ tombstones are droppable (``worker.partition``, module doc).
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.fileformat.batches import filter_batch, validity_bits
-from compactor.worker.masks import bool_array
+from compactor.worker.masks import bool_array, bool_bits
 from compactor.worker.merge import Key
 from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
 from compactor.worker.policy import Partition, PartitionPolicy
@@ -52,8 +55,6 @@ are held by both pointers until it is written. 2 MiB rather than 1: fewer, longe
 per input and group (bench/README.md, "Phase 1 in a process of its own"), for about 4 MiB
 more at the peak."""
 
-_U32 = struct.Struct(">I")
-_I64 = struct.Struct("<q")
 _EMPTY_SALT = pa.scalar(b"", pa.binary())
 
 
@@ -104,29 +105,28 @@ def sequence(n: int) -> pa.Array:
 _SEQUENCE = pa.array(range(1 << 16), pa.int64())
 
 
-def salted_keys(keys: pa.Array, counts: Sequence[int]) -> pa.Array:
-    """``keys`` (a group's, partition after partition, ``counts[i]`` records of partition
-    i) each followed by its partition's ordinal as 4 big-endian bytes; null keys stay
-    null."""
-    salts = b"".join(_U32.pack(i) * c for i, c in enumerate(counts))
-    fixed = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(4), len(keys), [None, pa.py_buffer(salts)]
+def salted_keys(keys: pa.Array, labels: pa.Array) -> pa.Array:
+    """``keys`` each followed by its row's label (an int32: the partition's ordinal in
+    the group) as 4 little-endian bytes; null keys stay null."""
+    salts = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4), len(labels), [None, labels.buffers()[1]], offset=labels.offset
     )
-    return pc.binary_join_element_wise(keys, fixed.cast(pa.binary()), _EMPTY_SALT)
+    return pc.binary_join_element_wise(keys, salts.cast(pa.binary()), _EMPTY_SALT)
 
 
 def group_window(
     batch: pa.RecordBatch,
-    counts: Sequence[int],
+    labels: pa.Array,
     policy: PartitionPolicy,
     buffer: KeyIndex,
     before_close: Callable[[], None] = lambda: None,
 ) -> tuple[KeepSet, float] | None:
-    """Phase 1 of a group whose records (phase 1's columns) are ``batch``: its keep-set and
-    the buffer's utilization, or None if one window cannot hold it (the buffer is left to
-    be reset). ``before_close`` runs before the keep-set is taken out."""
+    """Phase 1 of a group whose records (phase 1's columns) are ``batch``, in the group's
+    order, labelled with their partitions' ordinals: its keep-set and the buffer's
+    utilization, or None if one window cannot hold it (the buffer is left to be reset).
+    ``before_close`` runs before the keep-set is taken out."""
     n = batch.num_rows
-    keys = salted_keys(batch.column("key"), counts)
+    keys = salted_keys(batch.column("key"), labels)
     values, has_value = strategy_values(batch, policy)
     buffer.reset(policy.strategy, 0)
     if buffer.insert(keys, sequence(n), values, has_value, None, 0, n) < n:
@@ -135,19 +135,30 @@ def group_window(
     return KeepSet(buffer.winners()), buffer.utilization
 
 
+def by_partition(batch: pa.RecordBatch, labels: pa.Array) -> pa.RecordBatch:
+    """The rows of ``batch`` partition after partition (by ``labels``, their partitions'
+    ordinals), each partition's in their order: one stable sort, none if they already
+    are."""
+    n = len(labels)
+    if n < 2 or pc.all(pc.less_equal(labels.slice(0, n - 1), labels.slice(1))).as_py():
+        return batch
+    return batch.take(pc.sort_indices(labels))
+
+
 def group_survivors(
-    batch: pa.RecordBatch, group: Group, stats: CompactionStats
+    batch: pa.RecordBatch, labels: pa.Array, group: Group, stats: CompactionStats
 ) -> tuple[pa.RecordBatch, list[int]]:
-    """Phase 2 of a group whose records are ``batch``: the survivors, partition after
-    partition in the group's order, and how many each partition has. The rules are
-    ``partition.decide``'s, as for a partition's only window (no young keys), with the
-    per-partition rules as row masks."""
+    """Phase 2 of a group whose records are ``batch``, in the group's order, labelled
+    with their partitions' ordinals: the survivors, partition after partition in the
+    group's order, and how many each partition has. The rules are ``partition.decide``'s,
+    as for a partition's only window (no young keys), with the per-partition rules as
+    row masks."""
     n = batch.num_rows
     stats.records_in += n
     stats.windows += 1
     stats.max_buffer_utilization = max(stats.max_buffer_utilization, group.utilization)
     eligible = validity_bits(batch.column("key"))
-    droppable = _rows(group, lambda p: p.tombstones_droppable)
+    droppable = _rows(group, labels, lambda p: p.tombstones_droppable)
     verdict = Verdict(
         eligible=eligible,
         won=eligible & group.keep.bits(sequence(n)),
@@ -155,39 +166,38 @@ def group_survivors(
         may_drop=droppable,  # each partition's only window
     )
     now_ms = group.parts[0].policy.now_ms
-    kept, keep = decide(batch, verdict, lambda: _horizons(group), now_ms, stats)
-    survivors = kept if keep == (1 << n) - 1 else filter_batch(kept, bool_array(keep, n))
-    return survivors, _kept_counts(keep, group)
+    kept, keep = decide(batch, verdict, lambda: _horizons(group, labels), now_ms, stats)
+    if keep != (1 << n) - 1:
+        mask = bool_array(keep, n)
+        kept, labels = filter_batch(kept, mask), labels.filter(mask)
+    return by_partition(kept, labels), _counts(labels, len(group.parts))
 
 
-def _rows(group: Group, rule: Callable[[PartitionPolicy], bool]) -> int:
+def _rows(group: Group, labels: pa.Array, rule: Callable[[PartitionPolicy], bool]) -> int:
     """The rows of the partitions whose policy passes ``rule``, as a mask."""
-    bits, start = 0, 0
-    for p, count in zip(group.parts, group.counts, strict=True):
-        if rule(p.policy):
-            bits |= ((1 << count) - 1) << start
-        start += count
-    return bits
+    passing = [i for i, p in enumerate(group.parts) if rule(p.policy)]
+    if len(passing) == len(group.parts):
+        return (1 << len(labels)) - 1
+    if not passing:
+        return 0
+    return bool_bits(pc.is_in(labels, value_set=pa.array(passing, pa.int32())))
 
 
-def _horizons(group: Group) -> pa.Scalar | pa.Array:
+def _horizons(group: Group, labels: pa.Array) -> pa.Scalar | pa.Array:
     """Each row's partition's delete horizon to stamp."""
     first = group.parts[0].policy.horizon_ms
     if all(p.policy.horizon_ms == first for p in group.parts):
         return pa.scalar(first, pa.int64())
-    raw = b"".join(
-        _I64.pack(p.policy.horizon_ms) * count
-        for p, count in zip(group.parts, group.counts, strict=True)
-    )
-    return pa.Array.from_buffers(pa.int64(), sum(group.counts), [None, pa.py_buffer(raw)])
+    horizons = pa.array([p.policy.horizon_ms for p in group.parts], pa.int64())
+    return horizons.take(labels)
 
 
-def _kept_counts(keep: int, group: Group) -> list[int]:
-    """How many of each partition's rows ``keep`` (which rows of the group's batch
-    survive) holds."""
-    out = []
-    start = 0
-    for count in group.counts:
-        out.append(((keep >> start) & ((1 << count) - 1)).bit_count())
-        start += count
-    return out
+def _counts(labels: pa.Array, partitions: int) -> list[int]:
+    """How many rows each of the ``partitions`` ordinals labels."""
+    counts = [0] * partitions
+    tally = pc.value_counts(labels)
+    for ordinal, count in zip(
+        tally.field("values").to_pylist(), tally.field("counts").to_pylist(), strict=True
+    ):
+        counts[ordinal] = count
+    return counts

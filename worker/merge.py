@@ -120,13 +120,14 @@ class SectionMerge:
             while (key := self._keys[i]) is not None and key <= last:
                 run = self._runs[i]
                 if run is None or not run.placeable:
-                    rows.add(self._reader(i), _ordinal(ordinals, key))
+                    rows.add(i, self._reader(i), _ordinal(ordinals, key))
                     self._advance(i)
                     continue
                 at, table = self._at[i], self._tables[i]
                 end = bisect.bisect_right(table.keys, last, at)
                 sections = run.block.sections.entries
                 rows.add_run(
+                    i,
                     run.block,
                     sections[at].start,
                     _ordinals(ordinals, table.keys[at:end]),

@@ -42,6 +42,7 @@ from compactor.worker.gather import GroupRows, Weighed, gathered, section_batche
 from compactor.worker.group import (
     GROUP_BYTES,
     Group,
+    by_partition,
     group_weight,
     group_window,
     may_group,
@@ -252,13 +253,14 @@ class Phase1Walk:
                 break
             self._check()
             small = self._pointer.pending_shared(GROUP_BYTES - weight)
-        records, counts = rows.batch(len(parts))
+        records, labels, counts = rows.batch(len(parts))
         del rows
-        window = group_window(records, counts, first.policy, self._buffer, self._acquire)
+        window = group_window(records, labels, first.policy, self._buffer, self._acquire)
         if window is not None:
             del records  # not held while phase 2 works on the group
             yield Group(tuple(parts), tuple(counts), ordinals, *window)
         else:
+            records = by_partition(records, labels)
             at = 0
             for one, count in zip(parts, counts, strict=True):
                 yield one

@@ -512,7 +512,7 @@ def _run_group(
     except PhaseMismatch as mismatch:
         mismatch.locate(job.id, first.topic, first.partition)
         raise
-    records, counts = rows.batch(len(group.parts))
+    records, labels, counts = rows.batch(len(group.parts))
     for part, seen, count in zip(group.parts, counts, group.counts, strict=True):
         if seen != count:
             raise PhaseMismatch(
@@ -521,7 +521,7 @@ def _run_group(
                 topic=part.topic,
                 partition=part.partition,
             )
-    survivors, kept = group_survivors(records, group, stats)
+    survivors, kept = group_survivors(records, labels, group, stats)
     written: dict[str, list[tuple[str, int, int, int]]] = {}
     for part, at, reaching in _reaching_rows(group.parts, kept, survivors, stats):
         written.setdefault(part.group, []).append((part.topic, part.partition, at, reaching))
