@@ -471,10 +471,37 @@ static int field64(PyObject *e, Py_ssize_t k, int is_signed, uint64_t *out) {
 #define FOOTER_ENTRY_HEAD 84 /* "<iQQqqQQQqqq" (footer.py's FOOTER_ENTRY_HEAD) */
 
 PyDoc_STRVAR(footer_entries_doc,
-"footer_entries(entries, position, length) -> list[bytes]\n\n"
-"The version-2 footer entry (footer.footer_entry) of each TableEntry of a block at\n"
-"`position`, `length` bytes long: topic length, raw topic, FOOTER_ENTRY_HEAD.\n"
-"OverflowError for a value out of its field's range (struct.error in footer_entry).");
+"footer_entries(entries, position, length) -> bytes\n\n"
+"The version-2 footer entries (footer.footer_entry) of the TableEntries of a block at\n"
+"`position`, `length` bytes long, one after another: each its topic length, raw topic,\n"
+"FOOTER_ENTRY_HEAD. OverflowError for a value out of its field's range (struct.error in\n"
+"footer_entry).");
+
+/* Entry `i` of a block's table as a footer entry needs: its raw topic, its length and
+ * the partition; -1 with an error set if `e` is not a TableEntry or they are out of
+ * range. */
+static int entry_head(PyObject *e, Py_ssize_t i, PyObject **raw, long *partition) {
+    static const int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, -1};
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS || !int_fields(e, ints, 7) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(e, 10)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(e, 10)) != 2 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0))) {
+        PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
+        return -1;
+    }
+    *raw = PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0);
+    if (PyBytes_GET_SIZE(*raw) > 0xFFFF) {
+        PyErr_Format(PyExc_OverflowError, "entry %zd: a %zd-byte topic", i,
+                     PyBytes_GET_SIZE(*raw));
+        return -1;
+    }
+    *partition = PyLong_AsLong(PyTuple_GET_ITEM(e, 9));
+    if (*partition == -1 && PyErr_Occurred()) return -1;
+    if (*partition < INT32_MIN || *partition > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "entry %zd: partition %ld", i, *partition);
+        return -1;
+    }
+    return 0;
+}
 
 static PyObject *footer_entries(PyObject *self, PyObject *args) {
     PyObject *entries, *position_obj, *length_obj;
@@ -486,38 +513,23 @@ static PyObject *footer_entries(PyObject *self, PyObject *args) {
     if (position == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     unsigned long long length = PyLong_AsUnsignedLongLong(length_obj);
     if (length == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries);
-    PyObject *list = PyList_New(n);
-    if (list == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(entries), total = 0;
+    PyObject *raw;
+    long partition;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (entry_head(PyList_GET_ITEM(entries, i), i, &raw, &partition) < 0) return NULL;
+        total += 2 + PyBytes_GET_SIZE(raw) + FOOTER_ENTRY_HEAD;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
     /* entry fields 0-7 are the stats (first, last, count, tombstones, bytes, min_ts,
      * max_ts, horizon), in the footer's order; 9 is the partition, 10 the key */
     static const int is_signed[8] = {1, 1, 0, 0, 0, 1, 1, 1};
-    static const int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS || !int_fields(e, ints, 7) ||
-            !PyTuple_Check(PyTuple_GET_ITEM(e, 10)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(e, 10)) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0))) {
-            PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
-            goto fail;
-        }
-        PyObject *raw = PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0);
+        PyObject *e = PyList_GET_ITEM(entries, i); /* no Python code ran since the check */
+        if (entry_head(e, i, &raw, &partition) < 0) goto fail;
         Py_ssize_t topic_len = PyBytes_GET_SIZE(raw);
-        if (topic_len > 0xFFFF) {
-            PyErr_Format(PyExc_OverflowError, "entry %zd: a %zd-byte topic", i, topic_len);
-            goto fail;
-        }
-        long partition = PyLong_AsLong(PyTuple_GET_ITEM(e, 9));
-        if (partition == -1 && PyErr_Occurred()) goto fail;
-        if (partition < INT32_MIN || partition > INT32_MAX) {
-            PyErr_Format(PyExc_OverflowError, "entry %zd: partition %ld", i, partition);
-            goto fail;
-        }
-        PyObject *out = PyBytes_FromStringAndSize(NULL, 2 + topic_len + FOOTER_ENTRY_HEAD);
-        if (out == NULL) goto fail;
-        PyList_SET_ITEM(list, i, out);
-        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
         p[0] = (uint8_t)topic_len;
         p[1] = (uint8_t)(topic_len >> 8);
         memcpy(p + 2, PyBytes_AS_STRING(raw), topic_len);
@@ -535,11 +547,12 @@ static PyObject *footer_entries(PyObject *self, PyObject *args) {
             }
             put64(p + 20 + 8 * k, v);
         }
+        p += FOOTER_ENTRY_HEAD;
     }
-    return list;
+    return out;
 
 fail:
-    Py_DECREF(list);
+    Py_DECREF(out);
     return NULL;
 }
 

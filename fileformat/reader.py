@@ -11,7 +11,6 @@ The ranged (random access) readers live in ``fileformat.ranged`` and are re-expo
 from __future__ import annotations
 
 import array
-import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol, cast
 
@@ -239,16 +238,7 @@ class StreamReader:
         self.format_version = check_file_header(
             Cursor(inp.read(FILE_HEADER.size, "file header"), 0, name)
         )
-        # Each streamed section's footer entry, as the hash of its encoding: what the
-        # footer's entry is checked against, in 8 bytes rather than a whole SectionMeta
-        # kept per section (a job streams every input twice, and an input may hold 10,000
-        # sections). Unequal entries collide with odds of about 2^-64, on top of the CRCs
-        # both sides passed.
-        streamed = array.array("q")
-        # What the footer of a version-2 file must be, byte for byte, as a hash of the
-        # entries of the sections streamed (encode_footer's): a footer that matches needs
-        # no parse when it is not kept.
-        expected = None if self._keep_footer else hashlib.blake2b(digest_size=16)
+        streamed = Streamed()
         previous: tuple[bytes, int] | None = None
         while True:
             tag, length, crc, at = inp.frame_header("section or footer")
@@ -263,10 +253,7 @@ class StreamReader:
                 yield section
                 section.skip()
                 assert section.meta is not None
-                entry = encode_footer_entry(section.meta, key[0])
-                streamed.append(hash(entry))
-                if expected is not None:
-                    expected.update(entry)
+                streamed.add(encode_footer_entry(section.meta, key[0]), 1)
             elif (
                 tag == TAG_SHARED_BATCH
                 and payload is not None
@@ -281,13 +268,11 @@ class StreamReader:
                         name, at, f"section {first.topic}/{first.partition} is out of order"
                     )
                 previous = shared[-1].key
-                streamed.extend(map(hash, entries))
-                if expected is not None:
-                    expected.update(b"".join(entries))
+                streamed.add(entries, len(shared))
                 yield SharedRun(self, block, at, length)
                 del block, shared  # one block held at a time, not this one into the next
             elif tag == TAG_FOOTER and payload is not None:
-                footer = self._finish(payload, length, crc, at, streamed, expected)
+                footer = self._finish(payload, length, crc, at, streamed)
                 self.footer = footer if self._keep_footer else None
                 self.footer_crc = crc
                 return
@@ -296,7 +281,7 @@ class StreamReader:
                     name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
                 )
 
-    def _block(self, payload: bytes, at: int) -> tuple[Block, list[bytes]]:
+    def _block(self, payload: bytes, at: int) -> tuple[Block, bytes]:
         """The rest of the shared block whose ``SBLK`` frame (at ``at``) was just read:
         its section table and its end, checked; the batch is decoded when asked for. With
         it, the footer's entries of its sections, all at once: they are the table's,
@@ -323,7 +308,7 @@ class StreamReader:
         if memo and role == "second":
             hit = MEMO.take(key)
             if hit is not None:
-                return block, cast(list[bytes], hit)
+                return block, cast(bytes, hit)
         entries = _sections.footer_entries(sections.entries, at, size)
         if memo and role == "first":
             MEMO.put(key, entries, 2 * len(table))
@@ -335,22 +320,22 @@ class StreamReader:
         length: int,
         crc: int,
         at: int,
-        streamed: array.array[int],
-        expected: hashlib.blake2b | None,
+        streamed: Streamed,
     ) -> FileMeta | None:
         """Checks the footer and the tail; the footer's sections, or None when they are
-        not kept and the footer is exactly the encoding of the sections streamed."""
+        not kept and the footer is exactly the encoding of the sections streamed (a
+        version-2 or later footer, as ``encode_footer`` writes it)."""
         inp = self._input
         name = self.object_name
         assert self.format_version is not None
-        head = U32.pack(len(streamed))
+        head = U32.pack(streamed.sections)
         if self.format_version >= SHARED_VERSION:
             head = U32.pack(self.format_version) + head
         canonical = (
-            expected is not None
+            not self._keep_footer
             and self.format_version >= FORMAT_VERSION
             and payload[: len(head)] == head
-            and hashlib.blake2b(payload[len(head) :], digest_size=16).digest() == expected.digest()
+            and streamed.encoded_in(payload, len(head))
         )
         if canonical:
             sections: tuple[SectionMeta, ...] = ()
@@ -373,16 +358,72 @@ class StreamReader:
             raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
         if canonical:
             return None
-        if len(sections) != len(streamed):
+        if len(sections) != streamed.sections:
             raise FormatError(
-                name, at, f"footer lists {len(sections)} sections, the file has {len(streamed)}"
+                name,
+                at,
+                f"footer lists {len(sections)} sections, the file has {streamed.sections}",
             )
-        for i, (listed, seen) in enumerate(zip(sections, streamed, strict=True)):
-            if hash(encode_footer_entry(listed, encode_topic(listed.topic))) != seen:
-                raise FormatError(
-                    name, at, f"footer entry {i} {listed} disagrees with the section streamed"
-                )
+        if (unit := streamed.first_disagreeing(sections)) is not None:
+            i, count = unit
+            raise FormatError(
+                name,
+                at,
+                f"footer entry {i} {sections[i]} disagrees with the section streamed"
+                if count == 1
+                else f"footer entries {i}..{i + count - 1} disagree with the shared block's "
+                "sections streamed",
+            )
         return FileMeta(sections, inp.position, version)
+
+
+class Streamed:
+    """The footer entries of the units a stream has read (a framed section, or a shared
+    block's sections), for its footer's check: each unit's encoded entries as one hash,
+    their length and how many sections it has. 24 bytes a unit, rather than a SectionMeta
+    kept per section: a job streams every input twice, and an input may hold 10,000
+    sections. Unequal entries collide with odds of about 2^-64, on top of the CRCs both
+    sides passed."""
+
+    __slots__ = ("_hashes", "_lengths", "_counts", "sections")
+
+    def __init__(self) -> None:
+        self._hashes = array.array("q")
+        self._lengths = array.array("q")
+        self._counts = array.array("q")
+        self.sections = 0
+
+    def add(self, entries: bytes, count: int) -> None:
+        """A unit of ``count`` sections whose footer entries encode as ``entries``."""
+        self._hashes.append(hash(entries))
+        self._lengths.append(len(entries))
+        self._counts.append(count)
+        self.sections += count
+
+    def encoded_in(self, footer: bytes, start: int) -> bool:
+        """Whether ``footer`` from ``start`` to its end is exactly the entries streamed,
+        unit after unit (a hash of each unit's bytes, no parse)."""
+        if len(footer) - start != sum(self._lengths):
+            return False
+        view = memoryview(bytes(footer))  # read-only, so hashable (bytes: not copied)
+        for seen, length in zip(self._hashes, self._lengths, strict=True):
+            if hash(view[start : start + length]) != seen:
+                return False
+            start += length
+        return True
+
+    def first_disagreeing(self, listed: Sequence[SectionMeta]) -> tuple[int, int] | None:
+        """The first unit whose entries in ``listed`` (a footer's sections, as many as
+        were streamed) do not encode as streamed, as (its first, its sections); None if
+        every unit's do."""
+        at = 0
+        for seen, count in zip(self._hashes, self._counts, strict=True):
+            unit = listed[at : at + count]
+            entries = [encode_footer_entry(s, encode_topic(s.topic)) for s in unit]
+            if hash(b"".join(entries)) != seen:
+                return at, count
+            at += count
+        return None
 
 
 _TOP_TAGS = (TAG_SECTION_HEADER, TAG_SHARED_BATCH, TAG_FOOTER)

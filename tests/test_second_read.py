@@ -9,6 +9,8 @@ import struct
 import pytest
 
 from compactor.fileformat import FileWriter, FormatError, Record, StreamReader, records_to_batch
+from compactor.fileformat.footer import parse_tail
+from compactor.fileformat.framing import FILE_TAIL
 from compactor.fileformat.ipc import decode_batch, inspect_message
 from compactor.fileformat.reader import SharedRun
 from compactor.fileformat.second_read import MEMO, SecondReadMemo
@@ -131,6 +133,34 @@ def test_pointers_keep_no_footer_but_still_check_it() -> None:
             section.skip()
 
     assert "footer entry 2" in format_error(stream, len(bad)).reason
+
+
+def test_a_footer_entry_of_a_shared_section_that_disagrees_names_its_blocks_entries() -> None:
+    """A shared block's sections are checked against the footer as one unit: an entry
+    that disagrees (a max timestamp changed under a valid CRC) fails the stream, naming
+    the range of its block's entries, whether the reader keeps the footer or not."""
+    sink = io.BytesIO()
+    writer = FileWriter(sink, object_name=NAME, share_below=4000, block_bytes=4000)
+    for p in range(40):
+        recs = [Record(p * 10 + i, 1_700_000_000_000, b"k%d" % i, b"v" * 50, ()) for i in range(5)]
+        writer.write_section("t", p, [records_to_batch(recs)])
+    meta = writer.finish()
+    data = sink.getvalue()
+    positions = [s.position for s in meta.sections]
+    k = 17  # inside the second block or later
+    block = [i for i, at in enumerate(positions) if at == positions[k]]
+    assert len(block) > 1 and block[0] < k
+    tail_length, _, _ = parse_tail(data[-FILE_TAIL.size :], len(data) - FILE_TAIL.size, NAME)
+    frame_at = len(data) - FILE_TAIL.size - tail_length  # the footer frame
+    payload = bytearray(payload_of(data, frame_at))
+    entry = 2 + len(b"t") + 84  # topic length, topic, the fixed fields
+    struct.pack_into("<q", payload, 8 + k * entry + 3 + 20 + 8 * 6, 1_700_000_000_999)
+    bad = with_payload(data, frame_at, bytes(payload))
+    for keep in (False, True):
+        r = StreamReader(io.BytesIO(bad), object_name=NAME, size=len(bad), keep_footer=keep)
+        with pytest.raises(FormatError, match=rf"footer entries {block[0]}\.\.{block[-1]} "):
+            for section in r.sections():
+                section.skip()
 
 
 def test_a_footer_equal_to_the_sections_streamed_is_not_parsed_again(

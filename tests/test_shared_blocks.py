@@ -1665,9 +1665,9 @@ def test_compiled_footer_entries_and_dense_bitmaps_are_the_python_ones(
     ``section.is_dense_bitmap`` refuses and the full check would refuse too, for any
     values an entry may hold (a payload that holds one dense bitmap among noise)."""
     payload = (noise[:at] + dense_bitmap(dense_count) + noise)[:64]
-    assert _sections.footer_entries(entries, position, length) == [
+    assert _sections.footer_entries(entries, position, length) == b"".join(
         footer_entry(e.key[0], e.partition, position, length, e) for e in entries
-    ]
+    )
     unsettled = _sections.unsettled(entries, payload, dense_bitmap)
     for i, e in enumerate(entries):
         dense = e.bitmap_from >= 0 and is_dense_bitmap(
