@@ -212,7 +212,9 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
     entries: list[TableEntry] = []
     made: dict[int, SharedSection] = {}
     start = 0
-    topics: dict[bytes, str] = {}  # a block's sections mostly share a topic: decode it once
+    topics = _TOPICS  # blocks' sections mostly share a few topics: decode each once
+    if len(topics) > _MAX_TOPICS:
+        topics.clear()
     while True:
         previous = entries[-1].key if entries else None
         cur.offset, start = _usual_entries(
@@ -239,6 +241,10 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
     cur.expect_end("the section table")
     return SectionTable(entries, payload, base, object_name, made)
 
+
+_TOPICS: dict[bytes, str] = {}
+"""Topics as raw bytes, decoded (and checked) once for every table of this process."""
+_MAX_TOPICS = 4096
 
 _usual_entries = _sections.usual_entries
 """Appends the entries that are as this system writes them (a topic already seen in the
