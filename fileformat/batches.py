@@ -348,6 +348,14 @@ def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
+def copied(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``batches``' records, in order, always in buffers of its own, laid
+    out as a concatenation of many lays them out: a batch's encoding depends on whether
+    its arrays are slices, so this one is the same however its records were sliced (one
+    slice of many rows, or a slice a row)."""
+    return pa.concat_batches([*batches, batches[0].slice(0, 0)])
+
+
 def batching_weight(batch: pa.RecordBatch) -> tuple[int, int]:
     """(logical size, batching weight) of a batch's records (``plan_slices``)."""
     items = _header_items(batch.column(_HEADERS))

@@ -14,7 +14,7 @@ from compactor.fileformat.batches import (
     batch_problem,
     batch_stats,
     batching_weight,
-    concat,
+    copied,
     header_offsets,
     int64_view,
     plan_slices,
@@ -103,7 +103,7 @@ class _OpenSection:
 class _SharedSection:
     """A small section waiting in the open shared block."""
 
-    __slots__ = ("topic", "partition", "batches", "stats", "offsets")
+    __slots__ = ("topic", "partition", "batches", "stats", "offsets", "rows")
 
     def __init__(
         self,
@@ -112,12 +112,38 @@ class _SharedSection:
         batches: list[pa.RecordBatch],
         stats: BatchStats,
         offsets: OffsetSet,
+        rows: tuple[pa.RecordBatch, int] | None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.batches = batches
         self.stats = stats
         self.offsets = offsets
+        self.rows = rows
+        """Where its one batch lies in a bigger one (that batch, its first row), if it
+        does: a block's consecutive sections of one batch are then copied as one run."""
+
+
+def _runs(block: list[_SharedSection]) -> list[pa.RecordBatch]:
+    """A block's records as few slices as they allow: consecutive sections that are
+    consecutive rows of one batch as one slice."""
+    pieces: list[pa.RecordBatch] = []
+    parent: pa.RecordBatch | None = None
+    start = count = 0
+    for s in block:
+        if s.rows is not None and s.rows[0] is parent and s.rows[1] == start + count:
+            count += s.batches[0].num_rows
+            continue
+        if parent is not None:
+            pieces.append(parent.slice(start, count))
+        if s.rows is None:
+            pieces += s.batches
+            parent = None
+        else:
+            (parent, start), count = s.rows, s.batches[0].num_rows
+    if parent is not None:
+        pieces.append(parent.slice(start, count))
+    return pieces
 
 
 class FileWriter:
@@ -381,14 +407,15 @@ class FileWriter:
         stats: BatchStats,
         logical: int,
         weight: int,
+        rows: tuple[pa.RecordBatch, int] | None = None,
     ) -> None:
-        """Adds a small section of ``batches`` to the open block, writing the block first
-        if the section would make it heavier than ``block_bytes``."""
+        """Adds a small section of ``batches`` (``rows``: see ``_SharedSection``) to the
+        open block, writing the block first if the section would make it heavier than
+        ``block_bytes``."""
         if self._block_weight + weight > self._block_limit:
             self._write_block()
-        self._block.append(
-            _SharedSection(topic, partition, batches, stats, _offsets(batches, stats))
-        )
+        offsets = _offsets(batches, stats)
+        self._block.append(_SharedSection(topic, partition, batches, stats, offsets, rows))
         self._block_bytes += logical
         self._block_weight += weight
         self._last_key = section_key(topic, partition)
@@ -413,7 +440,15 @@ class FileWriter:
                 self.write_section(topic, partition, (batch,))
             else:
                 stats, weight = measured[i]
-                self._add_shared(topic, partition, [batch], stats, stats.uncompressed_bytes, weight)
+                self._add_shared(
+                    topic,
+                    partition,
+                    [batch],
+                    stats,
+                    stats.uncompressed_bytes,
+                    weight,
+                    (records, start),
+                )
 
     def _measured(
         self, records: pa.RecordBatch, items: Sequence[tuple[str, int, int, int]]
@@ -447,7 +482,7 @@ class FileWriter:
         block = self._block
         if not block:
             return
-        records = concat([b for shared in block for b in shared.batches])
+        records = copied(_runs(block))
         payload = self._encoder.encode(records, self._block_bytes)
         table = encode_frame(
             TAG_SECTION_TABLE,
