@@ -15,7 +15,7 @@ from typing import Any, Final, NamedTuple, cast
 import pyarrow as pa
 import pyarrow.ipc
 
-from compactor.fileformat.batches import batch_problem
+from compactor.fileformat.batches import decoded_problem
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import FORMAT_VERSION, MAX_DECODED_BATCH, MAX_EXPANSION
 from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
@@ -373,10 +373,11 @@ def decode_batch(
     ordered: bool = True,
 ) -> pa.RecordBatch:
     """Decodes a batch frame's payload whose CRC the caller has verified; ``version`` is
-    the file's format version; ``ordered``: see ``batch_problem``.
+    the file's format version; ``ordered``: see ``batches.batch_problem``.
 
     Returns a non-empty batch of RECORD_SCHEMA that passed Arrow's full validation and
-    ``batch_problem``; anything else is a FormatError at ``position`` (the payload's start).
+    ``batches.decoded_problem``; anything else is a FormatError at ``position`` (the
+    payload's start).
     A version-1 batch without delete_horizon gets a null one. ``role``: the reader's part
     in a pair reading the same bytes (``fileformat.second_read``); a second reader takes
     what the first accepted for an equal payload.
@@ -395,9 +396,9 @@ def decode_batch(
         batch.validate(full=True)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
-    batch = with_horizons(batch)
+    batch = with_horizons(batch)  # of RECORD_SCHEMA: m.schema decoded it
     problem = (
-        batch_problem(batch, ordered)
+        decoded_problem(batch, ordered)
         if batch.num_rows == m.rows
         else f"{batch.num_rows} rows decoded"
     )
