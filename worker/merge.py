@@ -182,11 +182,11 @@ def _before(key: Key) -> Key:
     return (topic, partition - 1) if partition else (topic, -1)
 
 
-Span = tuple[_Table, int, int]
+_Span = tuple[_Table, int, int]
 """An input's pending sections of its block at the head: its table and their range."""
 
 
-def _reaching(spans: Sequence[Span], budget: int, cap: Key) -> Key:
+def _reaching(spans: Sequence[_Span], budget: int, cap: Key) -> Key:
     """The least key whose partition and those before it, over all ``spans``, weigh at
     least ``budget`` together; ``cap`` if those up to it weigh less. Found by bisects on
     the tables' running sizes: first over the keys of the span with the most (a few
