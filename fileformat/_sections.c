@@ -932,6 +932,187 @@ static PyObject *valid_bytes(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong((int64_t)total);
 }
 
+
+/* --- an Arrow RecordBatch message's encapsulation and metadata (ipc._check_message) ---
+   A flatbuffer read from untrusted bytes: every read is bounds-checked against the
+   metadata's `len` bytes; any read out of bounds, or any check failing, makes the whole
+   answer "not usual" (the caller then runs the Python check, which names the problem). */
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t len;
+} Fb;
+
+static int fb_read(const Fb *fb, int64_t pos, int size, uint64_t *out) {
+    if (pos < 0 || pos > fb->len - size) return -1;
+    uint64_t v = 0;
+    for (int i = size - 1; i >= 0; i--) v = (v << 8) | fb->p[pos + i];
+    *out = v;
+    return 0;
+}
+
+static int64_t sext(uint64_t v, int size) { /* a little-endian signed value of `size` bytes */
+    int shift = 64 - 8 * size;
+    return shift ? (int64_t)(v << shift) >> shift : (int64_t)v;
+}
+
+typedef struct {
+    int64_t pos;
+    int64_t vt;
+    int64_t slots; /* field count */
+} FbTable;
+
+static int fb_table(const Fb *fb, int64_t pos, FbTable *t) {
+    uint64_t off, size;
+    if (fb_read(fb, pos, 4, &off) < 0) return -1;
+    int64_t vt = pos - sext(off, 4);
+    if (fb_read(fb, vt, 2, &size) < 0) return -1;
+    if (size < 4 || size % 2 || vt > fb->len - (int64_t)size) return -1;
+    t->pos = pos;
+    t->vt = vt;
+    t->slots = ((int64_t)size - 4) / 2;
+    return 0;
+}
+
+/* The position of field `index` of table `t`, 0 when absent. */
+static int64_t fb_field(const Fb *fb, const FbTable *t, int index) {
+    if (index >= t->slots) return 0;
+    int64_t at = t->vt + 4 + 2 * (int64_t)index;
+    unsigned s = (unsigned)fb->p[at] | ((unsigned)fb->p[at + 1] << 8);
+    return s ? t->pos + s : 0;
+}
+
+static int fb_scalar(const Fb *fb, const FbTable *t, int index, int size, int is_signed,
+                     int64_t dflt, int64_t *out) {
+    int64_t pos = fb_field(fb, t, index);
+    if (!pos) {
+        *out = dflt;
+        return 0;
+    }
+    uint64_t v;
+    if (fb_read(fb, pos, size, &v) < 0) return -1;
+    *out = is_signed ? sext(v, size) : (int64_t)v;
+    return 0;
+}
+
+static int fb_ref(const Fb *fb, const FbTable *t, int index, int64_t *out) {
+    int64_t pos = fb_field(fb, t, index);
+    uint64_t v;
+    if (!pos) {
+        *out = 0;
+        return 0;
+    }
+    if (fb_read(fb, pos, 4, &v) < 0) return -1;
+    *out = pos + (int64_t)v;
+    return 0;
+}
+
+static int fb_vector(const Fb *fb, const FbTable *t, int index, int elem, int64_t *at,
+                     int64_t *count) {
+    int64_t pos;
+    uint64_t n;
+    if (fb_ref(fb, t, index, &pos) < 0) return -1;
+    if (!pos) {
+        *at = *count = 0;
+        return 0;
+    }
+    if (fb_read(fb, pos, 4, &n) < 0) return -1;
+    if ((int64_t)n > (fb->len - pos - 4) / elem || pos + 4 + (int64_t)n * elem > fb->len)
+        return -1;
+    *at = pos + 4;
+    *count = (int64_t)n;
+    return 0;
+}
+
+#define NOT_USUAL -1
+
+/* The checks of ipc._check_message on `payload` (n bytes); 0 with the row count, decoded
+ * body bytes, whether it is compressed and its field nodes when all pass, NOT_USUAL when
+ * any fails. */
+static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansion,
+                         int64_t max_decoded, int64_t max_expansion, int64_t *rows_out,
+                         int64_t *decoded_out, int *compressed_out, int64_t *nodes_out) {
+    if (n < 8) return NOT_USUAL;
+    uint32_t marker = (uint32_t)le64(payload) & 0xFFFFFFFFu; /* le64 reads 8 bytes */
+    int64_t meta_len = sext((le64(payload) >> 32) & 0xFFFFFFFFu, 4);
+    if (marker != 0xFFFFFFFFu || meta_len <= 0 || meta_len > n - 8) return NOT_USUAL;
+    int64_t body_start = 8 + meta_len;
+    Fb fb = {payload + 8, meta_len};
+    uint64_t root;
+    FbTable message, batch;
+    int64_t version, header_type, body_len, batch_at, rows, nodes, nodes_at, buffers_at,
+        buffers, variadic_at, variadic, compression_at;
+    if (fb_read(&fb, 0, 4, &root) < 0 || fb_table(&fb, (int64_t)root, &message) < 0 ||
+        fb_scalar(&fb, &message, 0, 2, 1, 0, &version) < 0 || version != 4 ||
+        fb_scalar(&fb, &message, 1, 1, 0, 0, &header_type) < 0 || header_type != 3 ||
+        fb_scalar(&fb, &message, 3, 8, 1, 0, &body_len) < 0 || body_len != n - body_start ||
+        fb_ref(&fb, &message, 2, &batch_at) < 0 || !batch_at ||
+        fb_table(&fb, batch_at, &batch) < 0 || fb_scalar(&fb, &batch, 0, 8, 1, 0, &rows) < 0 ||
+        rows < 1 || rows > max_decoded / 16 ||
+        fb_vector(&fb, &batch, 1, 16, &nodes_at, &nodes) < 0 ||
+        fb_vector(&fb, &batch, 2, 16, &buffers_at, &buffers) < 0 ||
+        !((nodes == 9 && buffers == 21) || (nodes == 8 && buffers == 19)) ||
+        fb_vector(&fb, &batch, 4, 8, &variadic_at, &variadic) < 0 || variadic ||
+        fb_ref(&fb, &batch, 3, &compression_at) < 0)
+        return NOT_USUAL;
+    if (compression_at) {
+        FbTable compression;
+        int64_t codec, method;
+        if (fb_table(&fb, compression_at, &compression) < 0 ||
+            fb_scalar(&fb, &compression, 0, 1, 1, 0, &codec) < 0 ||
+            fb_scalar(&fb, &compression, 1, 1, 1, 0, &method) < 0 || (codec != 0 && codec != 1) ||
+            method != 0)
+            return NOT_USUAL;
+    }
+    int64_t decoded = 0;
+    for (int64_t i = 0; i < buffers; i++) {
+        int64_t off = (int64_t)le64(fb.p + buffers_at + 16 * i);
+        int64_t length = (int64_t)le64(fb.p + buffers_at + 16 * i + 8);
+        if (off < 0 || length < 0 || off > body_len || length > body_len - off) return NOT_USUAL;
+        if (!compression_at || length == 0) {
+            decoded += length;
+        } else {
+            if (length < 8) return NOT_USUAL;
+            int64_t declared = (int64_t)le64(payload + body_start + off);
+            if (declared < -1) return NOT_USUAL;
+            decoded += declared == -1 ? length - 8 : declared;
+        }
+        if (decoded > max_decoded) return NOT_USUAL; /* only grows: the Python fails too */
+    }
+    if (check_expansion && decoded > max_expansion * (int64_t)n) return NOT_USUAL;
+    *rows_out = rows;
+    *decoded_out = decoded;
+    *compressed_out = compression_at != 0;
+    *nodes_out = nodes;
+    return 0;
+}
+
+PyDoc_STRVAR(usual_message_doc,
+"usual_message(payload, check_expansion, max_decoded, max_expansion)\n"
+"    -> (rows, decoded, compressed, field_nodes) | None\n\n"
+"What ipc._check_message finds of an Arrow RecordBatch message it accepts, found in one\n"
+"compiled pass; None where any of its checks fails (the caller then runs it, and its\n"
+"error names what is wrong).");
+
+static PyObject *usual_message(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int check_expansion;
+    long long max_decoded, max_expansion;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*pLL", &view, &check_expansion, &max_decoded, &max_expansion))
+        return NULL;
+    int64_t rows, decoded, nodes;
+    int compressed;
+    int found = max_decoded > 0 && max_expansion > 0 && max_expansion < INT64_MAX / (view.len + 1)
+                    ? check_message(view.buf, view.len, check_expansion, max_decoded,
+                                    max_expansion, &rows, &decoded, &compressed, &nodes)
+                    : NOT_USUAL;
+    PyBuffer_Release(&view);
+    if (found == NOT_USUAL) Py_RETURN_NONE;
+    return Py_BuildValue("LLOL", (long long)rows, (long long)decoded,
+                         compressed ? Py_True : Py_False, (long long)nodes);
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
@@ -941,6 +1122,7 @@ static PyMethodDef methods[] = {
     {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
     {"small_bitmap", small_bitmap, METH_VARARGS, small_bitmap_doc},
     {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},
+    {"usual_message", usual_message, METH_VARARGS, usual_message_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@ from typing import Any, Final, NamedTuple, cast
 import pyarrow as pa
 import pyarrow.ipc
 
+from compactor.fileformat import _sections
 from compactor.fileformat.batches import decoded_problem
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import FORMAT_VERSION, MAX_DECODED_BATCH, MAX_EXPANSION
@@ -264,6 +265,22 @@ def _memo_check(payload: bytes, position: int, object_name: str, check_expansion
 def _check_message(
     payload: bytes, position: int, object_name: str, check_expansion: bool
 ) -> Message:
+    usual = _sections.usual_message(payload, check_expansion, MAX_DECODED_BATCH, MAX_EXPANSION)
+    if usual is None:
+        return _check_message_fields(payload, position, object_name, check_expansion)
+    rows, decoded, compressed, nodes = usual
+    return Message(rows, decoded, compressed, _SCHEMAS[(nodes, _BUFFERS_OF[nodes])])
+
+
+_BUFFERS_OF: Final = {nodes: buffers for nodes, buffers in _SCHEMAS}
+
+
+def _check_message_fields(
+    payload: bytes, position: int, object_name: str, check_expansion: bool
+) -> Message:
+    """``_check_message`` field by field, where the compiled pass
+    (``_sections.usual_message``, which makes the same checks) finds a problem: the
+    FormatError names it."""
 
     def fail(reason: str, at: int = 0) -> FormatError:
         return FormatError(object_name, position + at, f"Arrow message: {reason}")

@@ -30,13 +30,14 @@ from compactor.fileformat import (
     Record,
     SectionReader,
     StreamReader,
+    _sections,
     batch_to_records,
     records_to_batch,
 )
 from compactor.fileformat.batches import RECORD_OVERHEAD, filter_batch
 from compactor.fileformat.bitmap import OffsetSetBuilder
-from compactor.fileformat.framing import FRAME_HEADER
-from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.framing import FRAME_HEADER, MAX_DECODED_BATCH, MAX_EXPANSION
+from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
 from compactor.worker.gather import GroupRows, gathered, weighed, weight
@@ -258,6 +259,97 @@ def test_message_check_memo_never_accepts_what_a_fresh_check_rejects() -> None:
             rejected += 1
     assert rejected > 0
     assert ipc.check_message(payload, 0, "f")[0] == batch.num_rows
+
+
+def _message(batch: pa.RecordBatch, codec: str | None) -> bytes:
+    """``batch``'s encapsulated IPC message, compressed with ``codec``."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    messages = pa.ipc.MessageReader.open_stream(sink.getvalue())
+    messages.read_next_message()  # the schema's
+    return bytes(messages.read_next_message().serialize().to_pybytes())
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    codec=st.sampled_from([None, "lz4", "zstd"]),
+    v1=st.booleans(),
+    flips=st.lists(
+        st.tuples(
+            st.integers(0, 1 << 20), st.sampled_from(["xor", 0, 1, 0xFF]), st.integers(1, 255)
+        ),
+        max_size=3,
+    ),
+    in_metadata=st.booleans(),
+    cut=st.integers(-12, 12),
+    expansion=st.booleans(),
+)
+def test_the_compiled_message_check_accepts_exactly_what_the_field_by_field_one_does(
+    seed: int,
+    codec: str | None,
+    v1: bool,
+    flips: list[tuple[int, str | int, int]],
+    in_metadata: bool,
+    cut: int,
+    expansion: bool,
+) -> None:
+    """``_sections.usual_message`` accepts an Arrow message exactly when
+    ``ipc._check_message_fields`` does, with the same rows, decoded bytes, compression
+    and schema: on valid messages of both schemas and every codec, with bytes changed
+    (mostly in the metadata, where the checks look), cut or padded."""
+    rnd = random.Random(seed)
+    batch = records_to_batch(_records(rnd, rnd.choice([1, 7, 300]), rnd.random() < 0.5))
+    if v1:
+        batch = pa.RecordBatch.from_arrays(batch.columns[:5], schema=RECORD_SCHEMA_V1)
+    payload = bytearray(_message(batch, codec))
+    meta_end = 8 + struct.unpack_from("<i", payload, 4)[0]
+    for at, how, xor in flips:  # a bit pattern changed, or a byte set to 0, 1 or 0xFF
+        at %= meta_end if in_metadata else len(payload)
+        payload[at] = payload[at] ^ xor if how == "xor" else int(how)
+    data = bytes(payload[: len(payload) + cut] if cut < 0 else payload + bytes(cut))
+    _both_checks(data, expansion)
+    if not flips and not cut:
+        usual = _sections.usual_message(data, expansion, MAX_DECODED_BATCH, MAX_EXPANSION)
+        assert usual is not None and usual[0] == batch.num_rows
+
+
+def _both_checks(data: bytes, expansion: bool) -> None:
+    """The compiled message check and the field-by-field one agree on ``data``."""
+    usual = _sections.usual_message(data, expansion, MAX_DECODED_BATCH, MAX_EXPANSION)
+    try:
+        m = ipc._check_message_fields(data, 0, "f", expansion)
+    except FormatError:
+        assert usual is None
+        return
+    nodes = ipc.FIELD_NODES_V1 if m.schema is RECORD_SCHEMA_V1 else ipc.FIELD_NODES
+    assert usual == (m.rows, m.decoded, m.compressed, nodes)
+
+
+@pytest.mark.parametrize("codec", [None, "lz4", "zstd"])
+@pytest.mark.parametrize("v1", [False, True])
+def test_the_compiled_message_check_agrees_on_every_byte_of_the_metadata_changed(
+    codec: str | None, v1: bool
+) -> None:
+    """Every byte of a message's prefix, metadata and first body bytes, set in turn to 0,
+    1, 0xFF or with its lowest or highest bit flipped, and the first buffers' length
+    prefixes set to -2, -1, 0 or 2^62: the compiled check and the field-by-field one accept
+    the same messages, with the same findings."""
+    batch = records_to_batch(_records(random.Random(7), 3, True))
+    if v1:
+        batch = pa.RecordBatch.from_arrays(batch.columns[:5], schema=RECORD_SCHEMA_V1)
+    payload = _message(batch, codec)
+    meta_end = 8 + struct.unpack_from("<i", payload, 4)[0]
+    for at in range(min(len(payload), meta_end + 64)):
+        for value in {0, 1, 0xFF, payload[at] ^ 1, payload[at] ^ 0x80}:
+            changed = payload[:at] + bytes([value]) + payload[at + 1 :]
+            _both_checks(changed, expansion=True)
+    for at in range(meta_end, min(len(payload) - 8, meta_end + 64), 8):  # buffers' prefixes
+        for declared in (-2, -1, 0, 1 << 62):
+            _both_checks(payload[:at] + struct.pack("<q", declared) + payload[at + 8 :], True)
+    _both_checks(payload, expansion=False)
 
 
 def test_partial_decode_of_a_plain_batch_is_the_whole_one_selected() -> None:
