@@ -15,8 +15,9 @@ as it was) in this process under cProfile, then prints:
 cProfile inflates Python calls against compiled ones, so compare profiles with each other,
 never with wall times from ``bench.run``. It also sees only the job's own thread (not
 phase 1's, when it has one, nor the encoder's). ``--plain`` runs the same job without it
-and prints only wall and CPU time, for a sampling profiler that sees every thread and
-compiled code too:
+and prints only wall and CPU time and the time the job's thread waited on phase 1 (which
+process bounds the job), ``--repeat`` times, for a sampling profiler that sees every
+thread and compiled code too:
 
     py-spy record --native --threads -r 200 -f raw -o /tmp/job.txt -- \
         .venv/bin/python -m bench.profile_job --store ... --plain
@@ -34,7 +35,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _READER = ("reader.py", "framing.py", "section.py", "footer.py", "second_read.py")
 LAYERS = (
@@ -64,7 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--save", type=Path, default=None, help="also write the raw profile here")
     ap.add_argument("--plain", action="store_true", help="no cProfile: wall and CPU time only")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="with --plain: jobs in turn, each on a fresh clone (phase 1's helper is "
+        "started by the first, then kept, as a queue worker keeps it)",
+    )
     args = ap.parse_args(argv)
+    if args.plain:
+        for _ in range(args.repeat):
+            _plain(args.store, args.now_ms)
+        return 0
 
     from compactor.catalog import Catalog
     from compactor.objectstore import LocalStore
@@ -80,13 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         if now_ms is None:
             now_ms = max(f.created_ms for f in snap.files) + 3_600_000
         compactor = Compactor(store)
-        if args.plain:
-            wall, cpu = time.perf_counter(), time.process_time()
-            compactor.run_planned(now_ms, full=True)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            print(f"{len(snap.files)} input files, {sections:,} input sections: "
-                  f"{wall:.2f} s wall, {cpu:.2f} s CPU")  # fmt: skip
-            return 0
         profile = cProfile.Profile()
         reports = profile.runcall(compactor.run_planned, now_ms, full=True)
     if args.save is not None:
@@ -113,6 +120,51 @@ def main(argv: list[str] | None = None) -> int:
     stats.sort_stats("tottime").print_stats(args.top)
     print(json.dumps({"sections": sections, "profiled_s": round(total, 2)}))
     return 0
+
+
+def _plain(source: Path, now_ms: int | None) -> None:
+    """One job on a fresh clone of ``source``, no profiler: its wall and CPU time (this
+    process's, its threads' too) and how long the job's thread waited on phase 1's feed
+    (where phase 1 runs on the job's thread, the time phase 1 itself took)."""
+    from compactor.catalog import Catalog
+    from compactor.objectstore import LocalStore
+    from compactor.worker import phase1_process, pipeline
+    from compactor.worker.compactor import Compactor
+
+    waited = [0.0]
+
+    def timed(get: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def wrapper(self: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return get(self)
+            finally:
+                waited[0] += time.perf_counter() - start
+
+        return wrapper
+
+    feeds = (pipeline.Phase1Inline, pipeline.Phase1Thread, phase1_process.Phase1Process)
+    originals = [feed._get for feed in feeds]
+    with tempfile.TemporaryDirectory(prefix="profile-job-") as tmp:
+        clone = Path(tmp) / "store"
+        shutil.copytree(source, clone, copy_function=os.link)
+        store = LocalStore(str(clone))
+        snap = Catalog(store).snapshot()
+        sections = sum(f.section_count for f in snap.files)
+        if now_ms is None:
+            now_ms = max(f.created_ms for f in snap.files) + 3_600_000
+        try:
+            for feed, get in zip(feeds, originals, strict=True):
+                feed._get = timed(get)  # type: ignore[method-assign]
+            wall, cpu = time.perf_counter(), time.process_time()
+            Compactor(store).run_planned(now_ms, full=True)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            for feed, get in zip(feeds, originals, strict=True):
+                feed._get = get  # type: ignore[method-assign]
+    print(f"{len(snap.files)} input files, {sections:,} input sections: "
+          f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waited[0]:.2f} s waiting on phase 1's feed",
+          flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
