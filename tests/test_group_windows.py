@@ -6,6 +6,7 @@ few entries, the fallback when one window cannot hold a group."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, replace
@@ -160,17 +161,21 @@ def test_small_partitions_share_windows_and_match_the_model(sc: GroupScenario) -
 def test_equal_keys_of_different_partitions_never_meet() -> None:
     """Salting is injective: a key of one partition never equals another partition's key,
     even where its bytes end as another key's salt would."""
-    keys = [b"k", b"k", b"k\x01\x00\x00\x00", b"k", None, b"", b"k"]
+
+    def salt(ordinal: int) -> bytes:  # an int32's bytes, in the machine's order
+        return ordinal.to_bytes(4, sys.byteorder)
+
+    keys = [b"k", b"k", b"k" + salt(1), b"k", None, b"", b"k"]
     labels = pa.array([0, 1, 2, 3, 3, 4, 0], pa.int32())  # rows of partition 0 apart
     salted = salted_keys(pa.array(keys, pa.binary()), labels).to_pylist()
     assert salted == [
-        b"k\x00\x00\x00\x00",
-        b"k\x01\x00\x00\x00",
-        b"k\x01\x00\x00\x00\x02\x00\x00\x00",
-        b"k\x03\x00\x00\x00",
+        b"k" + salt(0),
+        b"k" + salt(1),
+        b"k" + salt(1) + salt(2),
+        b"k" + salt(3),
         None,
-        b"\x04\x00\x00\x00",
-        b"k\x00\x00\x00\x00",
+        salt(4),
+        b"k" + salt(0),
     ]
     assert salted_keys(pa.array(keys[1:], pa.binary()), labels.slice(1)).to_pylist() == (salted[1:])
     batch = records_to_batch(

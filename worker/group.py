@@ -107,7 +107,7 @@ _SEQUENCE = pa.array(range(1 << 16), pa.int64())
 
 def salted_keys(keys: pa.Array, labels: pa.Array) -> pa.Array:
     """``keys`` each followed by its row's label (an int32: the partition's ordinal in
-    the group) as 4 little-endian bytes; null keys stay null."""
+    the group) as its 4 bytes, in the machine's order; null keys stay null."""
     salts = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(4), len(labels), [None, labels.buffers()[1]], offset=labels.offset
     )
