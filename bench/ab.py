@@ -8,10 +8,9 @@ a quarter of an hour apart do not compare. This runs the two checkouts' ``python
 compactor compact --full`` (the entry point users run, ``cli.launch``) one after the
 other, each first in every other pair, ``--pairs`` times, each on a fresh hard-linked
 clone of the workload's store with its files in the page cache, and prints every wall
-and CPU time and the medians. The other
-checkout is imported through ``PYTHONPATH`` (its ``compactor`` package, and its compiled
-key buffer: copy ``worker/kernel/_keybuffer*.so`` into it, or build it there). Not a
-test: the timings depend on the machine.
+and CPU time and the medians. The other checkout is imported through ``PYTHONPATH`` (its
+``compactor`` package, and its compiled key buffer: copy ``worker/kernel/_keybuffer*.so``
+into it, or build it there). Not a test: the timings depend on the machine.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,20 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             _plain(args.store, args.now_ms)
         return 0
 
-    from compactor.catalog import Catalog
-    from compactor.objectstore import LocalStore
-    from compactor.worker.compactor import Compactor
-
-    with tempfile.TemporaryDirectory(prefix="profile-job-") as tmp:
-        clone = Path(tmp) / "store"
-        shutil.copytree(args.store, clone, copy_function=os.link)
-        store = LocalStore(str(clone))
-        snap = Catalog(store).snapshot()
-        sections = sum(f.section_count for f in snap.files)
-        now_ms = args.now_ms
-        if now_ms is None:
-            now_ms = max(f.created_ms for f in snap.files) + 3_600_000
-        compactor = Compactor(store)
+    with _cloned(args.store, args.now_ms) as (compactor, files, sections, now_ms):
         profile = cProfile.Profile()
         reports = profile.runcall(compactor.run_planned, now_ms, full=True)
     if args.save is not None:
@@ -106,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         by_layer[layer_of(filename, funcname)] += tottime
     job = reports[0]
     print(
-        f"{len(snap.files)} input files, {sections:,} input sections, "
+        f"{files} input files, {sections:,} input sections, "
         f"{job.stats.records_in:,} records in, {job.stats.records_out:,} out, "
         f"{total:.1f} s profiled ({total / max(1, sections) * 1e6:,.0f} µs per input section)"
     )
@@ -122,14 +110,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@contextmanager
+def _cloned(source: Path, now_ms: int | None) -> Iterator[tuple[Any, int, int, int]]:
+    """A compactor on a hard-linked clone of the store ``source`` (removed on leaving),
+    with the store's input files and sections and the clock to compact at (``now_ms``,
+    or the store's newest file's creation + 1 h)."""
+    from compactor.catalog import Catalog
+    from compactor.objectstore import LocalStore
+    from compactor.worker.compactor import Compactor
+
+    with tempfile.TemporaryDirectory(prefix="profile-job-") as tmp:
+        clone = Path(tmp) / "store"
+        shutil.copytree(source, clone, copy_function=os.link)
+        store = LocalStore(str(clone))
+        snap = Catalog(store).snapshot()
+        sections = sum(f.section_count for f in snap.files)
+        if now_ms is None:
+            now_ms = max(f.created_ms for f in snap.files) + 3_600_000
+        yield Compactor(store), len(snap.files), sections, now_ms
+
+
 def _plain(source: Path, now_ms: int | None) -> None:
     """One job on a fresh clone of ``source``, no profiler: its wall and CPU time (this
     process's, its threads' too) and how long the job's thread waited on phase 1's feed
     (where phase 1 runs on the job's thread, the time phase 1 itself took)."""
-    from compactor.catalog import Catalog
-    from compactor.objectstore import LocalStore
     from compactor.worker import phase1_process, pipeline
-    from compactor.worker.compactor import Compactor
 
     waited = [0.0]
 
@@ -145,24 +150,17 @@ def _plain(source: Path, now_ms: int | None) -> None:
 
     feeds = (pipeline.Phase1Inline, pipeline.Phase1Thread, phase1_process.Phase1Process)
     originals = [feed._get for feed in feeds]
-    with tempfile.TemporaryDirectory(prefix="profile-job-") as tmp:
-        clone = Path(tmp) / "store"
-        shutil.copytree(source, clone, copy_function=os.link)
-        store = LocalStore(str(clone))
-        snap = Catalog(store).snapshot()
-        sections = sum(f.section_count for f in snap.files)
-        if now_ms is None:
-            now_ms = max(f.created_ms for f in snap.files) + 3_600_000
+    with _cloned(source, now_ms) as (compactor, files, sections, at_ms):
         try:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = timed(get)  # type: ignore[method-assign]
             wall, cpu = time.perf_counter(), time.process_time()
-            Compactor(store).run_planned(now_ms, full=True)
+            compactor.run_planned(at_ms, full=True)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         finally:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = get  # type: ignore[method-assign]
-    print(f"{len(snap.files)} input files, {sections:,} input sections: "
+    print(f"{files} input files, {sections:,} input sections: "
           f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waited[0]:.2f} s waiting on phase 1's feed",
           flush=True)  # fmt: skip
 

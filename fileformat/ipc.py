@@ -42,6 +42,7 @@ _SCHEMAS: Final = {
     (FIELD_NODES, BUFFERS): RECORD_SCHEMA,
     (FIELD_NODES_V1, BUFFERS_V1): RECORD_SCHEMA_V1,
 }
+_SCHEMA_OF_NODES: Final = {nodes: schema for (nodes, _), schema in _SCHEMAS.items()}
 
 _PREFIX = struct.Struct("<Ii")
 _U8 = struct.Struct("<B")
@@ -269,10 +270,7 @@ def _check_message(
     if usual is None:
         return _check_message_fields(payload, position, object_name, check_expansion)
     rows, decoded, compressed, nodes = usual
-    return Message(rows, decoded, compressed, _SCHEMAS[(nodes, _BUFFERS_OF[nodes])])
-
-
-_BUFFERS_OF: Final = {nodes: buffers for nodes, buffers in _SCHEMAS}
+    return Message(rows, decoded, compressed, _SCHEMA_OF_NODES[nodes])
 
 
 def _check_message_fields(

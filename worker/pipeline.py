@@ -281,18 +281,16 @@ class Phase1Walk:
                 job_id=job.id,
             )
         ends = snap.oldest_and_newest_holder(*tp)
-        includes = (
-            ends is not None and ends[0].id in self._input_ids,
-            ends is not None and ends[1].id in self._input_ids,
-        )
-        policy = self._policies.get((tp[0], *includes))
+        oldest = ends is not None and ends[0].id in self._input_ids
+        newest = ends is not None and ends[1].id in self._input_ids
+        policy = self._policies.get((tp[0], oldest, newest))
         if policy is None:
-            policy = self._policies[(tp[0], *includes)] = PartitionPolicy.for_partition(
+            policy = self._policies[(tp[0], oldest, newest)] = PartitionPolicy.for_partition(
                 topic.config,
                 deduplicate=job.deduplicate,
                 now_ms=self._now_ms,
-                includes_oldest=includes[0],
-                includes_newest=includes[1],
+                includes_oldest=oldest,
+                includes_newest=newest,
             )
         group = "compacted" if topic.config.compacted else "plain"
         return Partition(tp[0], tp[1], policy, group)
