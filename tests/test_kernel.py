@@ -8,6 +8,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +22,7 @@ from compactor.worker.kernel import (
     HASH_IMPLS,
     HAVE_AVX512,
     HAVE_OPENSSL,
+    START_SLOTS,
     KeyBuffer,
     hash_keys,
     member_bits,
@@ -214,12 +216,15 @@ def run_windows(
     pad: int,
     explicit_base: bool,
     threads: int = 2,
+    start_slots: int = START_SLOTS,
 ) -> int:
     """Feeds the records through a KeyBuffer of ``entries`` slots in batches, closing a
     window wherever insert stops, and checks every window against the model. Returns the
     number of windows."""
     arr = arrays(recs, pad)
-    kb = KeyBuffer(entries * ENTRY_BYTES + pad % ENTRY_BYTES, threads=threads)
+    kb = KeyBuffer(
+        entries * ENTRY_BYTES + pad % ENTRY_BYTES, threads=threads, start_slots=start_slots
+    )
     assert kb.slots == entries
     capacity = kb.capacity
     assert capacity == max(1, entries - entries // 20)
@@ -249,6 +254,9 @@ def run_windows(
             assert got == expect
             if was_empty:
                 assert got > pos  # progress: an empty window always takes a record
+            assert kb.active_slots <= entries
+            if kb.active_slots < entries:  # grown only as far as the keys held needed
+                assert kb.size <= kb.active_slots - kb.active_slots // 20
             if got == hi:
                 pos = hi
                 continue
@@ -272,6 +280,8 @@ def run_windows(
     for kind in ("keepset_bitmaps", "keepset_sorted"):
         if stats[kind]:
             event(f"keep-set built as {kind}")
+    if stats["grows"]:
+        event("a window's table grew")
     return windows + 1
 
 
@@ -307,23 +317,34 @@ def workloads(draw: st.DrawFn) -> tuple[list[Rec], str]:
     st.lists(st.integers(0, 200), max_size=6),
     st.integers(0, 50),
     st.booleans(),
+    st.sampled_from([1, 2, 3, 5, START_SLOTS]),
 )
 def test_model(
-    workload: tuple[list[Rec], str], entries: int, splits: list[int], pad: int, explicit: bool
+    workload: tuple[list[Rec], str],
+    entries: int,
+    splits: list[int],
+    pad: int,
+    explicit: bool,
+    start_slots: int,
 ) -> None:
+    """Small ``start_slots`` make windows grow their table in place, many times over."""
     recs, strategy = workload
-    run_windows(recs, strategy, entries, splits, pad, explicit)
+    run_windows(recs, strategy, entries, splits, pad, explicit, start_slots=start_slots)
 
 
 def trace_windows(
-    recs: list[Rec], strategy: str, entries: int, threads: int | list[int]
+    recs: list[Rec],
+    strategy: str,
+    entries: int,
+    threads: int | list[int],
+    start_slots: int = START_SLOTS,
 ) -> list[tuple[int, bytes]]:
     """(closing index, raw winners) of every window, with no model: to compare builds of
     the same run with different thread counts (a list: the buffer's ``threads`` set to
-    each in turn, window by window)."""
+    each in turn, window by window) or tables that start at other sizes."""
     arr = arrays(recs, 0)
     cycle = threads if isinstance(threads, list) else [threads]
-    kb = KeyBuffer(entries * ENTRY_BYTES, threads=cycle[0])
+    kb = KeyBuffer(entries * ENTRY_BYTES, threads=cycle[0], start_slots=start_slots)
     values = None if strategy == "offset" else arr["values"]
     out = []
     pos, n = 0, len(recs)
@@ -354,11 +375,13 @@ def test_model_many_records_many_threads(seed: int, strategy: str) -> None:
         for i in range(n)
     ]
     entries = rng.choice([300, 5000] if n > 5000 else [1, 7, 300, 5000])
-    run_windows(recs, strategy, entries, [], 3, bool(seed % 2), threads=2)
+    start = rng.choice([1, 16, 100])
+    run_windows(recs, strategy, entries, [], 3, bool(seed % 2), threads=2, start_slots=start)
     trace = trace_windows(recs, strategy, entries, threads=2)
     assert trace_windows(recs, strategy, entries, threads=1) == trace
     assert trace_windows(recs, strategy, entries, threads=3) == trace
     assert trace_windows(recs, strategy, entries, threads=[1, 3, 2]) == trace
+    assert trace_windows(recs, strategy, entries, threads=2, start_slots=start) == trace
 
 
 def test_strategies_by_hand() -> None:
@@ -477,6 +500,55 @@ def test_128_mib_takes_over_3_1_million_distinct_keys() -> None:
     kb.reset("offset", 0)
     assert kb.size == 0 and kb.lookup(b"0" * 15 + b"7") is None
     assert kb.full_clears == 1  # a full window: one memset of the flag array (3.2 MB)
+
+
+def rss_anon_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's RSS")
+def test_a_window_of_few_keys_touches_little_of_a_128_mib_table() -> None:
+    """A window grows its table as it fills: 100,000 keys in a 128 MiB buffer use
+    3,273,603 >> 4 slots (8 MiB), so the process's anonymous RSS grows by about that,
+    not by the table; the keys are those of a full-size table all the same."""
+    keys = distinct_keys(0, 100_000, 12)
+    offsets = pa.array(range(100_000), pa.int64())
+    before = rss_anon_kib()
+    kb = KeyBuffer(128 << 20)
+    assert kb.active_slots == 3_273_603 >> 7 <= START_SLOTS
+    kb.reset("offset", 0)
+    assert kb.insert(keys, offsets) == 100_000
+    assert kb.active_slots == 3_273_603 >> 4
+    assert kb.stats()["grows"] == 3
+    grown = rss_anon_kib() - before
+    assert grown < 16 << 10, f"RSS grew by {grown} KiB"
+    assert kb.lookup(b"000000012345") == 12345
+    assert kb.winners() == offsets
+    kb.reset("offset", 0)  # the next window starts small again
+    assert kb.active_slots == 3_273_603 >> 7 and kb.lookup(b"000000012345") is None
+
+
+@pytest.mark.parametrize("start_slots", [1, 3, 1000])
+def test_growing_in_place_loses_no_key(start_slots: int) -> None:
+    """Windows of 40,000 random keys in 50,000 slots, grown from ``start_slots`` (many
+    keys set aside at the table's start and end on the way): every key is found with
+    its winner, and the window is full exactly where the full-size table is."""
+    rng = random.Random(start_slots)
+    kb = KeyBuffer(50_000 * ENTRY_BYTES, start_slots=start_slots)
+    for _window in range(3):
+        pool = [rng.randbytes(rng.randrange(1, 30)) for _ in range(60_000)]
+        kb.reset("offset", 0)
+        got = kb.insert(pa.array(pool, pa.binary()), pa.array(range(60_000), pa.int64()))
+        last: dict[bytes, int] = {}
+        for i, k in enumerate(pool[:got]):
+            last[k] = i
+        assert len(last) == kb.size == kb.capacity == 47_500
+        assert kb.active_slots == 50_000
+        assert all(kb.lookup(k) == i for k, i in last.items())
+        assert kb.winners().to_pylist() == sorted(last.values())
 
 
 def test_many_small_clears_never_sweep_the_table() -> None:

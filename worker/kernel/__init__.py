@@ -21,6 +21,13 @@ The flag bytes live in their own array (then the 40-byte rest of each entry), so
 linear-probe run reads 64 flags per cache line and compares a stored hash only when its
 tag matches; same 41 bytes a slot, about half the probing cost at 95% load.
 
+Growing: a window starts on a small part of the table, ``slots >> k`` slots for the
+smallest k that makes that at most ``start_slots`` (default 32,768, about 1.3 MiB), and
+doubles it in place each time it holds 95% of them, the last step reaching ``slots``. The
+table is mapped lazily, so a job of few distinct keys touches (and holds in RSS) only
+what its largest window needed, and a small window probes a table that fits the caches.
+Which records a window takes, and so its keep-set, are exactly those of the full table.
+
 Capacity: a window takes ``capacity = slots - slots // 20`` keys (95% load; 3,109,923
 for the default 128 MiB, 3,273,603 slots) under every strategy: all entries are the same
 41 bytes. A window also closes *early* when a record cannot be stored as deltas: its
@@ -66,6 +73,8 @@ Strategy = Literal["offset", "timestamp", "header"]
 
 ENTRY_BYTES: int = _keybuffer.ENTRY_BYTES
 DEFAULT_CAPACITY_BYTES: int = 128 << 20
+#: The most slots a window starts on (``KeyBuffer(start_slots=)``).
+START_SLOTS: int = _keybuffer.START_SLOTS
 #: SHA-512/256 implementation used by default: "avx512" (eight keys of up to 111 bytes at
 #: once, on CPUs with AVX-512F; a longer key as "openssl" does), else "openssl", else
 #: "portable". All give the same hashes.
@@ -112,7 +121,9 @@ class KeyBuffer:
 
     ``KeyBuffer(capacity_bytes)`` raises ValueError below one 41-byte entry; a one-entry
     buffer holds exactly one key. ``threads`` hash a batch in parallel (default 2, the
-    machine's cores); ``hash_impl`` picks one of ``HASH_IMPLS``.
+    machine's cores); ``hash_impl`` picks one of ``HASH_IMPLS``; ``start_slots`` bounds
+    the slots a window starts on (see the module's doc: it changes memory and speed, never
+    a window's outcome).
     """
 
     def __init__(
@@ -121,14 +132,23 @@ class KeyBuffer:
         *,
         threads: int = 2,
         hash_impl: str | None = None,
+        start_slots: int = START_SLOTS,
     ) -> None:
-        self._kb = _keybuffer.KeyBuffer(capacity_bytes, threads=threads, hash_impl=hash_impl)
+        self._kb = _keybuffer.KeyBuffer(
+            capacity_bytes, threads=threads, hash_impl=hash_impl, start_slots=start_slots
+        )
         self.capacity_bytes = capacity_bytes
 
     @property
     def slots(self) -> int:
         """41-byte entries in the table (``capacity_bytes // 41``)."""
         return self._kb.slots
+
+    @property
+    def active_slots(self) -> int:
+        """Slots the current window uses: it starts at most ``start_slots`` and doubles
+        as it fills, up to ``slots``."""
+        return self._kb.active_slots
 
     @property
     def capacity(self) -> int:
@@ -243,6 +263,7 @@ class KeyBuffer:
     def stats(self) -> dict[str, int]:
         """Counters: resets, full_clears, slot_clears, records (consumed records that
         took part), new_keys, replaced (winner changes), probes (slots inspected),
-        keepset_bitmaps and keepset_sorted (keep-sets built of each kind),
-        memory_bytes, and the configuration (slots, capacity, size, threads)."""
+        grows (windows' tables doubled), keepset_bitmaps and keepset_sorted (keep-sets
+        built of each kind), memory_bytes, and the configuration (slots, active_slots,
+        capacity, size, threads)."""
         return self._kb.stats()

@@ -29,6 +29,15 @@
  * bytes, 1/41 of the table) when that writes less. The 40-byte entries are never
  * cleared: an entry only counts when its flag says so.
  *
+ * Growing: a window starts on the first `active` slots of the table only, slots >> k
+ * for the smallest k that makes that at most `start_slots` (ACTIVE_MIN), and doubles it (k - 1, so the
+ * last step reaches exactly `slots`) whenever it holds 95% of them and another record
+ * comes: the window's keys are moved in place (grow). So a window of few keys touches
+ * few pages (the table is mapped lazily: what is never touched is not in RSS) and probes
+ * a table that fits the caches, while the window-closing rule below, and so every
+ * window's records and keep-set, is exactly that of the full table. Reset starts the
+ * next window small again.
+ *
  * The window-closing rule: insert() consumes records in order and stops at the first
  * eligible record it cannot take: a new key when the table already holds `capacity`
  * keys ("full"), or a record whose offset delta is outside [0, 2^32) or whose value
@@ -72,6 +81,10 @@
 #define LOAD_NUM 19
 #define LOAD_DEN 20
 
+/* A window's first table: at most this many slots (1.3 MiB of entries, 32 KiB of flags),
+   unless the buffer is made with another `start_slots`. */
+#define ACTIVE_MIN 32768
+
 /* Hashing works in segments of SEGMENT records (the scratch holds their hashes), split
    into blocks that threads claim in order: n/32 records a block, clamped to
    [BLOCK_MIN, BLOCK_MAX], so a batch splits finely enough that a thread waiting for the
@@ -88,7 +101,7 @@
 
 enum { S_OFFSET = 0, S_TIMESTAMP = 1, S_HEADER = 2 };
 enum { IMPL_PORTABLE = 0, IMPL_OPENSSL = 1, IMPL_AVX512 = 2 };
-enum { PUT_OK = 0, PUT_FULL = 1, PUT_UNREPRESENTABLE = 2 };
+enum { PUT_OK = 0, PUT_FULL = 1, PUT_UNREPRESENTABLE = 2, PUT_NOMEM = 3 };
 enum { ERR_NONE = 0, ERR_NULL_TIMESTAMP = 1, ERR_NULL_OFFSET = 2 };
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -530,7 +543,11 @@ typedef struct {
     uint8_t *entries;   /* slots * 40 bytes */
     uint64_t slots;
     uint64_t capacity;  /* keys a window takes before it is full */
+    uint64_t active;    /* slots the window uses now: slots >> k (see grow) */
+    uint64_t active_capacity; /* keys the active slots take before the window grows */
+    uint64_t start_slots; /* the most slots a window starts on */
     uint64_t size;      /* keys held in the current window */
+    int lost;           /* a grow failed part-way: the used list misses keys (clear all) */
     uint32_t *used;     /* the slot of every key of the window, in insertion order */
     int strategy;
     int64_t base_offset;
@@ -555,9 +572,23 @@ typedef struct {
     uint64_t wsorted_cap;
     /* counters */
     uint64_t resets, full_clears, slot_clears;
-    uint64_t records, new_keys, replaced, probes;
+    uint64_t records, new_keys, replaced, probes, grows;
     uint64_t keepset_bitmaps, keepset_sorted;
 } KeyBuffer;
+
+/* Keys `slots` slots take at the 95% load. */
+static inline uint64_t load_capacity(uint64_t slots) {
+    return slots - slots * (LOAD_DEN - LOAD_NUM) / LOAD_DEN;
+}
+
+/* Starts a window on the largest step of the ladder slots >> k that is at most
+   `start_slots`. */
+static void start_small(KeyBuffer *kb) {
+    uint64_t active = kb->slots;
+    while (active > kb->start_slots) active >>= 1;
+    kb->active = active;
+    kb->active_capacity = load_capacity(active);
+}
 
 /* The home slot: Lemire's multiply-shift maps the hash's first 64 bits onto [0, slots)
    without a division. SHA-512/256 output is uniform, so no further mixing is needed. */
@@ -636,11 +667,15 @@ static inline int put_new(KeyBuffer *kb, uint64_t slot, const uint8_t *h, uint8_
    (those slots go one by one), so loads stay inside the flag array. The probe count is
    bounded by the table size: a buffer of fewer than 20 slots can be 100% full
    (capacity = slots), so a missing key may find no empty slot at all. */
+static int grow(KeyBuffer *kb);
+
 static inline int put(KeyBuffer *kb, const uint8_t *h, uint32_t d, int32_t dv, int has) {
+    if (kb->size >= kb->active_capacity && kb->active < kb->slots && grow(kb) < 0)
+        return PUT_NOMEM;
     uint64_t h0;
     memcpy(&h0, h, 8);
     const uint8_t tag = (uint8_t)(F_OCCUPIED | (h[8] & F_TAG));
-    const uint64_t slots = kb->slots;
+    const uint64_t slots = kb->active;
     uint64_t slot = home_slot(h0, slots);
     uint64_t left = slots; /* slots not inspected yet */
 #ifdef __SSE2__
@@ -690,12 +725,88 @@ static inline int put(KeyBuffer *kb, const uint8_t *h, uint32_t d, int32_t dv, i
     return PUT_FULL;
 }
 
+/* A key moved aside while its window grows: its flag byte and 40-byte entry. */
+typedef struct {
+    uint8_t flag;
+    uint8_t rest[REST_BYTES];
+} Moved;
+
+/* Takes the window from `active` slots to the next step of the ladder (twice as many, or
+   `slots`), moving its keys in place, without a second table:
+
+   One pass from the last old slot down to the first. Each key is lifted out of its slot
+   p and put at the first empty slot at or after its new home q, if q >= p and that slot
+   is found before the end; any other key is set aside and put back, wrapping as usual,
+   once the pass is done. Why this keeps every probe run whole: when slot p is reached,
+   every slot after p holds a moved key or nothing (the old keys there were lifted
+   already), so a key put at or after p never lands on a key yet to move, and every slot
+   between a moved key's home and its slot stays occupied (a slot is only emptied when
+   its old key is lifted, and the run of a key moved earlier starts after that slot). The
+   multiply-shift home of a key only moves right as the table grows, about twice as far
+   from the start, so the keys set aside are those of the first slots and of runs that
+   would cross the end: a few hundred. The used list is rebuilt with the new slots.
+   Returns -1 if the keys set aside cannot be held (the window then loses keys: `lost`). */
+static int grow(KeyBuffer *kb) {
+    const uint64_t old = kb->active;
+    uint64_t slots = kb->slots;
+    while ((slots >> 1) > old) slots >>= 1;
+    kb->active = slots;
+    kb->active_capacity = load_capacity(slots);
+    kb->grows++;
+    Moved *aside = NULL;
+    uint64_t n_aside = 0, aside_cap = 0, placed = 0;
+    for (uint64_t p = old; p-- > 0;) {
+        const uint8_t f = kb->ctrl[p];
+        if (f == 0) continue;
+        kb->ctrl[p] = 0;
+        const uint8_t *e = entry_at(kb, p);
+        uint64_t h0;
+        memcpy(&h0, e, 8);
+        uint64_t q = home_slot(h0, slots);
+        if (q >= p) {
+            while (q < slots && kb->ctrl[q]) q++;
+            if (q < slots) {
+                if (q != p) memcpy(entry_at(kb, q), e, REST_BYTES);
+                kb->ctrl[q] = f;
+                kb->used[placed++] = (uint32_t)q;
+                continue;
+            }
+        }
+        if (n_aside == aside_cap) {
+            aside_cap = aside_cap ? 2 * aside_cap : 256;
+            Moved *more = PyMem_RawRealloc(aside, aside_cap * sizeof(Moved));
+            if (more == NULL) {
+                PyMem_RawFree(aside);
+                kb->lost = 1;
+                kb->size = placed;
+                return -1;
+            }
+            aside = more;
+        }
+        aside[n_aside].flag = f;
+        memcpy(aside[n_aside].rest, e, REST_BYTES);
+        n_aside++;
+    }
+    for (uint64_t i = 0; i < n_aside; i++) {
+        uint64_t h0;
+        memcpy(&h0, aside[i].rest, 8);
+        uint64_t q = home_slot(h0, slots);
+        while (kb->ctrl[q])
+            if (++q == slots) q = 0;
+        memcpy(entry_at(kb, q), aside[i].rest, REST_BYTES);
+        kb->ctrl[q] = aside[i].flag;
+        kb->used[placed++] = (uint32_t)q;
+    }
+    PyMem_RawFree(aside);
+    return 0;
+}
+
 /* Fetch the home slot's flag and entry ahead of time: with a 128 MiB table nearly every
    key's first touch is a cache miss. */
 static inline void prefetch_home(const KeyBuffer *kb, const uint8_t *h) {
     uint64_t h0;
     memcpy(&h0, h, 8);
-    uint64_t slot = home_slot(h0, kb->slots);
+    uint64_t slot = home_slot(h0, kb->active);
     const uint8_t *e = entry_at(kb, slot);
     PREFETCH(kb->ctrl + slot);
     PREFETCH(e);
@@ -766,6 +877,7 @@ static int64_t insert_block(KeyBuffer *kb, const Cols *c, const HashJob *j, int6
         int has;
         int r = represent(kb, c, rec, &d, &dv, &has, err);
         if (r == PUT_OK) r = put(kb, j->out + (size_t)i * HASH_BYTES, d, dv, has);
+        if (r == PUT_NOMEM) *err = -1;
         if (r != PUT_OK) return rec;
         kb->records++;
     }
@@ -811,13 +923,18 @@ static int64_t run_insert(KeyBuffer *kb, const Cols *c, int64_t start, int64_t e
    happens when the window held more than slots/16 keys. The 40-byte entries are never
    touched. */
 static void clear_table(KeyBuffer *kb) {
-    if (kb->size * 16 <= kb->slots) {
+    if (kb->lost) {
+        memset(kb->ctrl, 0, kb->slots);
+        kb->lost = 0;
+        kb->full_clears++;
+    } else if (kb->size * 16 <= kb->active) {
         for (uint64_t i = 0; i < kb->size; i++) kb->ctrl[kb->used[i]] = 0;
         kb->slot_clears++;
     } else {
-        memset(kb->ctrl, 0, kb->slots);
+        memset(kb->ctrl, 0, kb->active);
         kb->full_clears++;
     }
+    start_small(kb);
     kb->size = 0;
     kb->base_set = 0;
     kb->value_base_set = 0;
@@ -884,11 +1001,11 @@ static int build_winners(KeyBuffer *kb) {
             kb->wbits_cap = words;
         }
         memset(kb->wbits, 0, words * 8);
-        if (k > kb->slots / 2) {
-            /* A window holding over half the slots: one sequential pass over the table
-               beats k random reads (15 vs 31 ms for 3 M keys in 128 MiB, measured), and
-               is still O(keys held) since slots < 2k. */
-            for (uint64_t s = 0; s < kb->slots; s++) {
+        if (k > kb->active / 2) {
+            /* A window holding over half its slots: one sequential pass over them beats
+               k random reads (15 vs 31 ms for 3 M keys in 128 MiB, measured), and is
+               still O(keys held) since active < 2k. */
+            for (uint64_t s = 0; s < kb->active; s++) {
                 if (!kb->ctrl[s]) continue;
                 uint32_t d;
                 memcpy(&d, entry_at(kb, s) + E_INT1, 4);
@@ -1013,13 +1130,18 @@ static void kb_dealloc(KeyBuffer *kb) {
 }
 
 static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
-    static char *names[] = {"capacity_bytes", "threads", "hash_impl", NULL};
+    static char *names[] = {"capacity_bytes", "threads", "hash_impl", "start_slots", NULL};
     long long capacity_bytes = 128LL << 20;
     int threads = 2;
     PyObject *impl_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|L$iO:KeyBuffer", names, &capacity_bytes,
-                                     &threads, &impl_obj))
+    long long start_slots = ACTIVE_MIN;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|L$iOL:KeyBuffer", names, &capacity_bytes,
+                                     &threads, &impl_obj, &start_slots))
         return -1;
+    if (start_slots < 1) {
+        PyErr_Format(PyExc_ValueError, "start_slots must be at least 1, got %lld", start_slots);
+        return -1;
+    }
     if (kb->busy) {
         PyErr_SetString(PyExc_RuntimeError, "KeyBuffer is in use by another thread");
         return -1;
@@ -1041,7 +1163,7 @@ static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     }
     int impl = parse_impl(impl_obj);
     if (impl < 0) return -1;
-    uint64_t capacity = slots - slots * (LOAD_DEN - LOAD_NUM) / LOAD_DEN;
+    uint64_t capacity = load_capacity(slots);
     kb_free_memory(kb);
     /* The flag array, padded to a cache line, then the entries. */
     uint64_t ctrl_bytes = (slots + 63) & ~(uint64_t)63;
@@ -1058,6 +1180,9 @@ static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     kb->entries = kb->mem + ctrl_bytes;
     kb->slots = slots;
     kb->capacity = capacity;
+    kb->lost = 0;
+    kb->start_slots = (uint64_t)start_slots;
+    start_small(kb);
     kb->size = 0;
     kb->strategy = S_OFFSET;
     kb->base_set = 0;
@@ -1070,7 +1195,7 @@ static int kb_init(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     kb->threads = threads;
     kb->impl = impl;
     kb->resets = kb->full_clears = kb->slot_clears = 0;
-    kb->records = kb->new_keys = kb->replaced = kb->probes = 0;
+    kb->records = kb->new_keys = kb->replaced = kb->probes = kb->grows = 0;
     kb->keepset_bitmaps = kb->keepset_sorted = 0;
     return 0;
 }
@@ -1267,13 +1392,13 @@ static int64_t find_slot(KeyBuffer *kb, const uint8_t *key, size_t len) {
     uint64_t h0;
     memcpy(&h0, h, 8);
     const uint8_t tag = (uint8_t)(F_OCCUPIED | (h[8] & F_TAG));
-    uint64_t slot = home_slot(h0, kb->slots);
-    for (uint64_t n = 0; n < kb->slots; n++) {
+    uint64_t slot = home_slot(h0, kb->active);
+    for (uint64_t n = 0; n < kb->active; n++) {
         uint8_t f = kb->ctrl[slot];
         if (f == 0) return -1;
         if ((f & (F_OCCUPIED | F_TAG)) == tag && memcmp(entry_at(kb, slot), h, HASH_BYTES) == 0)
             return (int64_t)slot;
-        if (++slot == kb->slots) slot = 0;
+        if (++slot == kb->active) slot = 0;
     }
     return -1;
 }
@@ -1315,7 +1440,8 @@ static PyObject *kb_lookup_entry(KeyBuffer *kb, PyObject *arg) {
 static PyObject *kb_stats(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
     uint64_t memory = kb->mem_bytes + kb->capacity * 4 + (uint64_t)SEGMENT * HASH_BYTES +
                       kb->wbits_cap * 8 + kb->wsorted_cap * 8;
-    return Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsi}", "slots", U64(slots), "capacity",
+    return Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsNsNsi}", "slots", U64(slots),
+                         "active_slots", U64(active), "grows", U64(grows), "capacity",
                          U64(capacity), "size", U64(size), "resets", U64(resets), "full_clears",
                          U64(full_clears), "slot_clears", U64(slot_clears), "records", U64(records),
                          "new_keys", U64(new_keys), "replaced", U64(replaced), "probes", U64(probes),
@@ -1326,6 +1452,7 @@ static PyObject *kb_stats(KeyBuffer *kb, PyObject *Py_UNUSED(ignored)) {
 
 static PyObject *get_size(KeyBuffer *kb, void *c) { (void)c; return U64(size); }
 static PyObject *get_slots(KeyBuffer *kb, void *c) { (void)c; return U64(slots); }
+static PyObject *get_active_slots(KeyBuffer *kb, void *c) { (void)c; return U64(active); }
 static PyObject *get_capacity(KeyBuffer *kb, void *c) { (void)c; return U64(capacity); }
 static PyObject *get_full_clears(KeyBuffer *kb, void *c) { (void)c; return U64(full_clears); }
 static PyObject *get_strategy(KeyBuffer *kb, void *c) { (void)c; return PyLong_FromLong(kb->strategy); }
@@ -1360,6 +1487,7 @@ static PyObject *get_base_offset(KeyBuffer *kb, void *c) {
 static PyGetSetDef kb_getset[] = {
     {"size", (getter)get_size, NULL, "keys held in the current window", NULL},
     {"slots", (getter)get_slots, NULL, "41-byte entries in the table", NULL},
+    {"active_slots", (getter)get_active_slots, NULL, "slots the current window uses", NULL},
     {"capacity", (getter)get_capacity, NULL, "keys a window takes before it is full", NULL},
     {"full_clears", (getter)get_full_clears, NULL, "resets that memset the flag array", NULL},
     {"strategy", (getter)get_strategy, NULL, "strategy code of the current window", NULL},
@@ -1565,6 +1693,7 @@ PyMODINIT_FUNC PyInit__keybuffer(void) {
         return NULL;
     }
     if (PyModule_AddIntConstant(m, "ENTRY_BYTES", ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "START_SLOTS", ACTIVE_MIN) < 0 ||
         PyModule_AddIntConstant(m, "STRATEGY_OFFSET", S_OFFSET) < 0 ||
         PyModule_AddIntConstant(m, "STRATEGY_TIMESTAMP", S_TIMESTAMP) < 0 ||
         PyModule_AddIntConstant(m, "STRATEGY_HEADER", S_HEADER) < 0 ||

@@ -1,6 +1,7 @@
 from typing import Any
 
 ENTRY_BYTES: int
+START_SLOTS: int
 STRATEGY_OFFSET: int
 STRATEGY_TIMESTAMP: int
 STRATEGY_HEADER: int
@@ -18,6 +19,8 @@ class KeyBuffer:
     @property
     def slots(self) -> int: ...
     @property
+    def active_slots(self) -> int: ...
+    @property
     def capacity(self) -> int: ...
     @property
     def full_clears(self) -> int: ...
@@ -32,7 +35,12 @@ class KeyBuffer:
     @property
     def hash_impl(self) -> str: ...
     def __init__(
-        self, capacity_bytes: int = ..., *, threads: int = 2, hash_impl: str | None = None
+        self,
+        capacity_bytes: int = ...,
+        *,
+        threads: int = 2,
+        hash_impl: str | None = None,
+        start_slots: int = ...,
     ) -> None: ...
     def reset(self, strategy: int = 0, base_offset: int | None = None) -> None: ...
     def insert(
