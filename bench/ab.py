@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .bytecode import compile_checkout
 from .run import clone_store
 from .workload import MANIFEST, Params
 
@@ -71,6 +72,8 @@ def alternate(
     that comes first in a pair was measured up to 15% slower, whichever it was); prints
     every run, then each one's medians."""
     width = max(len(name) for name in runs)
+    for checkout, _, _ in runs.values():
+        compile_checkout(checkout)
     seen: dict[str, list[Timed]] = {name: [] for name in runs}
     for pair in range(1, pairs + 1):
         order = list(runs.items())

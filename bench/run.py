@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload
+from bench.bytecode import compile_checkout
 from bench.contenders import digest_cf, digest_parquet, raw_sha_c
 from bench.kernel_table import kernel_rows
 from bench.workload import Workload
@@ -497,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{w.parquet_bytes / 1e6:,.0f} MB of Parquet, {w.distinct_keys:,} distinct keys",
         flush=True,
     )
+    compile_checkout(ROOT)
     results: list[Result] = []
     for name in [n for n in CONTENDERS if n in only]:
         print(f"running {name} ...", end=" ", flush=True)
