@@ -184,10 +184,11 @@ class OffsetSetBuilder:
         return OffsetSet(self.base, self._bitmap)
 
 
-def small_bitmap(offsets: pa.Array, base: int) -> bytes | None:
+def small_bitmap(offsets: pa.Array | memoryview, base: int) -> bytes | None:
     """What ``OffsetSetBuilder(base)`` serializes of one column of offsets (strictly
-    increasing, the first ``base``) when they are 1 to 4,096 within 2^16 of ``base``:
-    a kind-1 bitmap of one container, made in one compiled pass
-    (``_sections.small_bitmap``) instead of a pyroaring bitmap built, run-optimized and
-    serialized; None for any other offsets."""
-    return _sections.small_bitmap(int64_view(offsets), base)
+    increasing, the first ``base``; an int64 array, or its values as ``int64_view``
+    gives them) when they are 1 to 4,096 within 2^16 of ``base``: a kind-1 bitmap of one
+    container, made in one compiled pass (``_sections.small_bitmap``) instead of a
+    pyroaring bitmap built, run-optimized and serialized; None for any other offsets."""
+    view = offsets if isinstance(offsets, memoryview) else int64_view(offsets)
+    return _sections.small_bitmap(view, base)

@@ -101,7 +101,9 @@ class _OpenSection:
 
 
 class _SharedSection:
-    """A small section waiting in the open shared block."""
+    """A small section waiting in the open shared block: its records are ``batches``, or
+    (``rows``) the ``stats.record_count`` rows of a bigger batch from a first row, and a
+    block's consecutive sections of one batch are then copied as one run."""
 
     __slots__ = ("topic", "partition", "batches", "stats", "offsets", "rows")
 
@@ -109,19 +111,16 @@ class _SharedSection:
         self,
         topic: str,
         partition: int,
-        batches: list[pa.RecordBatch],
+        batches: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
         stats: BatchStats,
         offsets: OffsetSet,
-        rows: tuple[pa.RecordBatch, int] | None,
     ) -> None:
         self.topic = topic
         self.partition = partition
-        self.batches = batches
+        self.batches = batches if isinstance(batches, list) else None
+        self.rows = batches if isinstance(batches, tuple) else None
         self.stats = stats
         self.offsets = offsets
-        self.rows = rows
-        """Where its one batch lies in a bigger one (that batch, its first row), if it
-        does: a block's consecutive sections of one batch are then copied as one run."""
 
 
 def _runs(block: list[_SharedSection]) -> list[pa.RecordBatch]:
@@ -132,15 +131,16 @@ def _runs(block: list[_SharedSection]) -> list[pa.RecordBatch]:
     start = count = 0
     for s in block:
         if s.rows is not None and s.rows[0] is parent and s.rows[1] == start + count:
-            count += s.batches[0].num_rows
+            count += s.stats.record_count
             continue
         if parent is not None:
             pieces.append(parent.slice(start, count))
-        if s.rows is None:
+        if s.batches is not None:
             pieces += s.batches
             parent = None
         else:
-            (parent, start), count = s.rows, s.batches[0].num_rows
+            assert s.rows is not None
+            (parent, start), count = s.rows, s.stats.record_count
     if parent is not None:
         pieces.append(parent.slice(start, count))
     return pieces
@@ -397,25 +397,25 @@ class FileWriter:
             section.stats,
             section.held_bytes,
             section.held_weight,
+            _offsets(section.held, section.stats),
         )
 
     def _add_shared(
         self,
         topic: str,
         partition: int,
-        batches: list[pa.RecordBatch],
+        batches: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
         stats: BatchStats,
         logical: int,
         weight: int,
-        rows: tuple[pa.RecordBatch, int] | None = None,
+        offsets: OffsetSet,
     ) -> None:
-        """Adds a small section of ``batches`` (``rows``: see ``_SharedSection``) to the
-        open block, writing the block first if the section would make it heavier than
+        """Adds a small section (``batches``: see ``_SharedSection``) to the open block,
+        writing the block first if the section would make it heavier than
         ``block_bytes``."""
         if self._block_weight + weight > self._block_limit:
             self._write_block()
-        offsets = _offsets(batches, stats)
-        self._block.append(_SharedSection(topic, partition, batches, stats, offsets, rows))
+        self._block.append(_SharedSection(topic, partition, batches, stats, offsets))
         self._block_bytes += logical
         self._block_weight += weight
         self._last_key = section_key(topic, partition)
@@ -434,21 +434,25 @@ class FileWriter:
         self._state(want_open=False)
         items = [item for item in sections if item[3]]
         measured = self._measured(records, items) if self._share_below and len(items) > 1 else None
+        offsets = int64_view(records.column(0)) if measured is not None else None
         for i, (topic, partition, start, rows) in enumerate(items):
-            batch = records.slice(start, rows)
             if measured is None or measured[i][1] >= self._share_below:
-                self.write_section(topic, partition, (batch,))
-            else:
-                stats, weight = measured[i]
-                self._add_shared(
-                    topic,
-                    partition,
-                    [batch],
-                    stats,
-                    stats.uncompressed_bytes,
-                    weight,
-                    (records, start),
-                )
+                self.write_section(topic, partition, (records.slice(start, rows),))
+                continue
+            assert offsets is not None
+            stats, weight = measured[i]
+            section_offsets = _small_offsets(offsets[start : start + rows], stats)
+            self._add_shared(
+                topic,
+                partition,
+                (records, start),
+                stats,
+                stats.uncompressed_bytes,
+                weight,
+                _offsets([records.slice(start, rows)], stats)
+                if section_offsets is None
+                else section_offsets,
+            )
 
     def _measured(
         self, records: pa.RecordBatch, items: Sequence[tuple[str, int, int, int]]
@@ -534,16 +538,24 @@ class FileWriter:
 
 def _offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
     """A section's offsets: for one batch of a small section, its bitmap's bytes made
-    in one compiled pass (``small_bitmap``), else built with pyroaring."""
-    first = stats.first_offset
+    in one compiled pass (``_small_offsets``), else built with pyroaring."""
     if len(batches) == 1:
-        made = small_bitmap(batches[0].column(0), first)
+        made = _small_offsets(int64_view(batches[0].column(0)), stats)
         if made is not None:
-            return OffsetSet.made(KIND_ROARING32, made, first, stats.last_offset)
-    builder = OffsetSetBuilder(first)
+            return made
+    builder = OffsetSetBuilder(stats.first_offset)
     for batch in batches:
         builder.add_column(batch.column(0))
     return builder.build()
+
+
+def _small_offsets(offsets: memoryview, stats: BatchStats) -> OffsetSet | None:
+    """The offsets of a section whose offset column is ``offsets`` (``int64_view``), if
+    ``small_bitmap`` makes their bitmap."""
+    made = small_bitmap(offsets, stats.first_offset)
+    if made is None:
+        return None
+    return OffsetSet.made(KIND_ROARING32, made, stats.first_offset, stats.last_offset)
 
 
 def _valid_key(topic: str, partition: int) -> bool:
