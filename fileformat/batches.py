@@ -8,7 +8,7 @@ they save there.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -130,27 +130,16 @@ def _empty_headers(n: int) -> pa.Array:
 
 
 def filter_batch(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
-    """``batch.filter(mask)`` for a batch of RECORD_SCHEMA and a null-free boolean mask
-    (see ``_picked``)."""
-    return _picked(batch, lambda b: b.filter(mask))
+    """``batch.filter(mask)`` for a batch of RECORD_SCHEMA and a null-free boolean mask.
 
-
-def take_batch(batch: pa.RecordBatch, indices: pa.Array) -> pa.RecordBatch:
-    """``batch.take(indices)`` for a batch of RECORD_SCHEMA and null-free indices (see
-    ``_picked``)."""
-    return _picked(batch, lambda b: b.take(indices))
-
-
-def _picked(
-    batch: pa.RecordBatch, pick: Callable[[pa.RecordBatch], pa.RecordBatch]
-) -> pa.RecordBatch:
-    """``pick(batch)``, but when no record has headers, the headers column is not picked
-    from but replaced by as many empty lists: picking from a list of structs costs as
-    much as all the other columns together."""
+    When no record has headers, the headers column is not filtered but replaced by as many
+    empty lists: filtering a list of structs costs as much as all the other columns
+    together.
+    """
     headers = batch.column(_HEADERS)
     if headers.null_count or _header_items(headers) is not None:
-        return pick(batch)
-    out = pick(batch.select(_NOT_HEADERS))
+        return batch.filter(mask)
+    out = batch.select(_NOT_HEADERS).filter(mask)
     return out.add_column(_HEADERS, RECORD_SCHEMA.field(_HEADERS), _empty_headers(out.num_rows))
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compactor.fileformat.batches import filter_batch, take_batch, validity_bits
+from compactor.fileformat.batches import filter_batch, validity_bits
 from compactor.worker.masks import bool_array, bool_bits
 from compactor.worker.merge import Key
 from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
@@ -139,7 +139,8 @@ def by_partition(batch: pa.RecordBatch, labels: pa.Array) -> pa.RecordBatch:
     """The rows of ``batch`` partition after partition (by ``labels``, their partitions'
     ordinals), each partition's in their order: one stable sort, none if they already
     are."""
-    if _ascending(labels):
+    n = len(labels)
+    if n < 2 or pc.all(pc.less_equal(labels.slice(0, n - 1), labels.slice(1))).as_py():
         return batch
     return batch.take(pc.sort_indices(labels))
 
@@ -166,31 +167,10 @@ def group_survivors(
     )
     now_ms = group.parts[0].policy.now_ms
     kept, keep = decide(batch, verdict, lambda: _horizons(group, labels), now_ms, stats)
-    survivors, labels = _survivors_by_partition(kept, labels, keep)
-    return survivors, _counts(labels, len(group.parts))
-
-
-def _survivors_by_partition(
-    batch: pa.RecordBatch, labels: pa.Array, keep: int
-) -> tuple[pa.RecordBatch, pa.Array]:
-    """The rows of ``batch`` whose bit is set in ``keep``, partition after partition, each
-    partition's in their order, and their labels (in the rows' order before sorting):
-    copied once, by a filter where they are in partition order already, else by one take
-    of the survivors' indices sorted (stably) by partition."""
-    n = len(labels)
-    everything = keep == (1 << n) - 1
-    mask = None if everything else bool_array(keep, n)
-    kept_labels = labels if mask is None else labels.filter(mask)
-    if _ascending(kept_labels):
-        return (batch if mask is None else filter_batch(batch, mask)), kept_labels
-    order = pc.sort_indices(kept_labels)
-    indices = order if mask is None else pc.indices_nonzero(mask).take(order)
-    return take_batch(batch, indices), kept_labels
-
-
-def _ascending(labels: pa.Array) -> bool:
-    n = len(labels)
-    return n < 2 or pc.all(pc.less_equal(labels.slice(0, n - 1), labels.slice(1))).as_py()
+    if keep != (1 << n) - 1:
+        mask = bool_array(keep, n)
+        kept, labels = filter_batch(kept, mask), labels.filter(mask)
+    return by_partition(kept, labels), _counts(labels, len(group.parts))
 
 
 def _rows(group: Group, labels: pa.Array, rule: Callable[[PartitionPolicy], bool]) -> int:
