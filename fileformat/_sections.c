@@ -1026,6 +1026,21 @@ static int fb_vector(const Fb *fb, const FbTable *t, int index, int elem, int64_
 
 #define NOT_USUAL -1
 
+/* What an Arrow RecordBatch message of RECORD_SCHEMA (or its version 1) says of itself,
+   as ipc.py names them (METADATA_V5, HEADER_RECORD_BATCH, FIELD_NODES, BUFFERS,
+   FIELD_NODES_V1, BUFFERS_V1, CODEC_LZ4_FRAME, CODEC_ZSTD); the module exports them and
+   a test holds the two sides equal. A batch's rows are at most MAX_DECODED_BATCH /
+   MIN_ROW_BYTES (ipc.MIN_ROW_BYTES). */
+#define METADATA_V5 4
+#define HEADER_RECORD_BATCH 3
+#define FIELD_NODES 9
+#define BUFFERS 21
+#define FIELD_NODES_V1 8
+#define BUFFERS_V1 19
+#define CODEC_LZ4_FRAME 0
+#define CODEC_ZSTD 1
+#define MIN_ROW_BYTES 16
+
 /* The checks of ipc._check_message on `payload` (n bytes); 0 with the row count, decoded
  * body bytes, whether it is compressed and its field nodes when all pass, NOT_USUAL when
  * any fails. */
@@ -1043,15 +1058,17 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
     int64_t version, header_type, body_len, batch_at, rows, nodes, nodes_at, buffers_at,
         buffers, variadic_at, variadic, compression_at;
     if (fb_read(&fb, 0, 4, &root) < 0 || fb_table(&fb, (int64_t)root, &message) < 0 ||
-        fb_scalar(&fb, &message, 0, 2, 1, 0, &version) < 0 || version != 4 ||
-        fb_scalar(&fb, &message, 1, 1, 0, 0, &header_type) < 0 || header_type != 3 ||
+        fb_scalar(&fb, &message, 0, 2, 1, 0, &version) < 0 || version != METADATA_V5 ||
+        fb_scalar(&fb, &message, 1, 1, 0, 0, &header_type) < 0 ||
+        header_type != HEADER_RECORD_BATCH ||
         fb_scalar(&fb, &message, 3, 8, 1, 0, &body_len) < 0 || body_len != n - body_start ||
         fb_ref(&fb, &message, 2, &batch_at) < 0 || !batch_at ||
         fb_table(&fb, batch_at, &batch) < 0 || fb_scalar(&fb, &batch, 0, 8, 1, 0, &rows) < 0 ||
-        rows < 1 || rows > max_decoded / 16 ||
+        rows < 1 || rows > max_decoded / MIN_ROW_BYTES ||
         fb_vector(&fb, &batch, 1, 16, &nodes_at, &nodes) < 0 ||
         fb_vector(&fb, &batch, 2, 16, &buffers_at, &buffers) < 0 ||
-        !((nodes == 9 && buffers == 21) || (nodes == 8 && buffers == 19)) ||
+        !((nodes == FIELD_NODES && buffers == BUFFERS) ||
+          (nodes == FIELD_NODES_V1 && buffers == BUFFERS_V1)) ||
         fb_vector(&fb, &batch, 4, 8, &variadic_at, &variadic) < 0 || variadic ||
         fb_ref(&fb, &batch, 3, &compression_at) < 0)
         return NOT_USUAL;
@@ -1059,9 +1076,9 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
         FbTable compression;
         int64_t codec, method;
         if (fb_table(&fb, compression_at, &compression) < 0 ||
-            fb_scalar(&fb, &compression, 0, 1, 1, 0, &codec) < 0 ||
-            fb_scalar(&fb, &compression, 1, 1, 1, 0, &method) < 0 || (codec != 0 && codec != 1) ||
-            method != 0)
+            fb_scalar(&fb, &compression, 0, 1, 1, CODEC_LZ4_FRAME, &codec) < 0 ||
+            fb_scalar(&fb, &compression, 1, 1, 1, 0, &method) < 0 ||
+            (codec != CODEC_LZ4_FRAME && codec != CODEC_ZSTD) || method != 0)
             return NOT_USUAL;
     }
     int64_t decoded = 0;
@@ -1150,6 +1167,15 @@ PyMODINIT_FUNC PyInit__sections(void) {
         PyModule_AddIntConstant(m, "KIND_ROARING64", KIND_ROARING64) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_OVERHEAD", RECORD_OVERHEAD) < 0 ||
         PyModule_AddIntConstant(m, "FOOTER_ENTRY_HEAD", FOOTER_ENTRY_HEAD) < 0 ||
+        PyModule_AddIntConstant(m, "METADATA_V5", METADATA_V5) < 0 ||
+        PyModule_AddIntConstant(m, "HEADER_RECORD_BATCH", HEADER_RECORD_BATCH) < 0 ||
+        PyModule_AddIntConstant(m, "FIELD_NODES", FIELD_NODES) < 0 ||
+        PyModule_AddIntConstant(m, "BUFFERS", BUFFERS) < 0 ||
+        PyModule_AddIntConstant(m, "FIELD_NODES_V1", FIELD_NODES_V1) < 0 ||
+        PyModule_AddIntConstant(m, "BUFFERS_V1", BUFFERS_V1) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_LZ4_FRAME", CODEC_LZ4_FRAME) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_ZSTD", CODEC_ZSTD) < 0 ||
+        PyModule_AddIntConstant(m, "MIN_ROW_BYTES", MIN_ROW_BYTES) < 0 ||
         add_int64(m, "NO_HORIZON", NO_HORIZON) < 0) {
         Py_DECREF(m);
         return NULL;

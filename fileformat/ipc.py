@@ -43,6 +43,9 @@ _SCHEMAS: Final = {
     (FIELD_NODES_V1, BUFFERS_V1): RECORD_SCHEMA_V1,
 }
 _SCHEMA_OF_NODES: Final = {nodes: schema for (nodes, _), schema in _SCHEMAS.items()}
+MIN_ROW_BYTES: Final = 16
+"""The least a row of a batch decodes to (its offset and timestamp): a message claiming
+more rows than ``MAX_DECODED_BATCH // MIN_ROW_BYTES`` is rejected before decoding."""
 
 _PREFIX = struct.Struct("<Ii")
 _U8 = struct.Struct("<B")
@@ -307,7 +310,7 @@ def _check_message_fields(
         raise fb.error("no RecordBatch header")
     batch = fb.table(batch_at)
     rows = fb.scalar(batch, 0, _I64, 0)
-    if not 1 <= rows <= MAX_DECODED_BATCH // 16:
+    if not 1 <= rows <= MAX_DECODED_BATCH // MIN_ROW_BYTES:
         raise fb.error(f"impossible row count {rows}")
     _, nodes = fb.vector(batch, 1, 16)
     buffers_at, buffers = fb.vector(batch, 2, 16)

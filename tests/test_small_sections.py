@@ -316,6 +316,23 @@ def test_the_compiled_message_check_accepts_exactly_what_the_field_by_field_one_
         assert usual is not None and usual[0] == batch.num_rows
 
 
+def test_the_compiled_message_check_knows_the_messages_ipc_names() -> None:
+    """``_sections.c`` checks a message against constants of its own: they are
+    ``fileformat.ipc``'s (RECORD_SCHEMA's field nodes and buffers, the codecs)."""
+    for name in (
+        "METADATA_V5",
+        "HEADER_RECORD_BATCH",
+        "FIELD_NODES",
+        "BUFFERS",
+        "FIELD_NODES_V1",
+        "BUFFERS_V1",
+        "CODEC_LZ4_FRAME",
+        "CODEC_ZSTD",
+        "MIN_ROW_BYTES",
+    ):
+        assert getattr(_sections, name) == getattr(ipc, name), name
+
+
 def _both_checks(data: bytes, expansion: bool) -> None:
     """The compiled message check and the field-by-field one agree on ``data``."""
     usual = _sections.usual_message(data, expansion, MAX_DECODED_BATCH, MAX_EXPANSION)
