@@ -531,6 +531,27 @@ def test_a_window_of_few_keys_touches_little_of_a_128_mib_table() -> None:
     assert kb.active_slots == 3_273_603 >> 7 and kb.lookup(b"000000012345") is None
 
 
+def test_a_full_windows_successor_starts_on_the_whole_table() -> None:
+    """Windows of a partition too big for one: after a full window the next starts on
+    every slot (it is likely full too), after any other it starts small."""
+    kb = KeyBuffer(5000 * ENTRY_BYTES, start_slots=100)
+    small = 5000 >> 6
+    assert kb.active_slots == small
+    keys = distinct_keys(0, 12_000, 8)
+    offsets = pa.array(range(12_000), pa.int64())
+    kb.reset("offset", 0)
+    taken = kb.insert(keys, offsets)
+    assert taken == kb.capacity == 4750 and kb.active_slots == 5000
+    kb.reset("offset", taken)
+    assert kb.active_slots == 5000  # the full window's successor
+    grows = kb.stats()["grows"]
+    assert kb.insert(keys, offsets, start=taken, end=taken + 100) == taken + 100
+    assert kb.stats()["grows"] == grows
+    assert kb.lookup(keys[taken + 7].as_py().encode()) == taken + 7
+    kb.reset("offset", 0)
+    assert kb.active_slots == small  # after a window that was not full
+
+
 @pytest.mark.parametrize("start_slots", [1, 3, 1000])
 def test_growing_in_place_loses_no_key(start_slots: int) -> None:
     """Windows of 40,000 random keys in 50,000 slots, grown from ``start_slots`` (many

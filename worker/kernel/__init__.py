@@ -27,6 +27,8 @@ doubles it in place each time it holds 95% of them, the last step reaching ``slo
 table is mapped lazily, so a job of few distinct keys touches (and holds in RSS) only
 what its largest window needed, and a small window probes a table that fits the caches.
 Which records a window takes, and so its keep-set, are exactly those of the full table.
+A reset starts the next window small again, unless the window it ends was full (then the
+next one is likely full too: a partition too big for one window).
 
 Capacity: a window takes ``capacity = slots - slots // 20`` keys (95% load; 3,109,923
 for the default 128 MiB, 3,273,603 slots) under every strategy: all entries are the same

@@ -36,7 +36,8 @@
  * few pages (the table is mapped lazily: what is never touched is not in RSS) and probes
  * a table that fits the caches, while the window-closing rule below, and so every
  * window's records and keep-set, is exactly that of the full table. Reset starts the
- * next window small again.
+ * next window small again, unless the window it ends was full: a partition too big for
+ * one window fills one after another, and each would climb the whole ladder again.
  *
  * The window-closing rule: insert() consumes records in order and stops at the first
  * eligible record it cannot take: a new key when the table already holds `capacity`
@@ -934,7 +935,7 @@ static void clear_table(KeyBuffer *kb) {
         memset(kb->ctrl, 0, kb->active);
         kb->full_clears++;
     }
-    start_small(kb);
+    if (kb->size < kb->capacity) start_small(kb); /* a full window's successor starts full */
     kb->size = 0;
     kb->base_set = 0;
     kb->value_base_set = 0;
