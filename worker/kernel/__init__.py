@@ -40,9 +40,9 @@ buffer is full; the caller closes the window there and resets. Closing early onl
 more records (a key may survive once per window), never fewer, so it is always safe.
 
 Clearing (``reset``) costs O(keys held): a used-slot list (4 bytes per key of capacity)
-says which flag bytes to zero; a window holding more than 1/16 of the slots memsets the
-flag array instead (``full_clears``; slots bytes, 1/41 of the table). The keep-set is
-built from the same list, never by sweeping the table: a bitmap over the window's offset
+says which flag bytes to zero; a window holding more than 1/16 of its slots memsets
+their flags instead (``full_clears``; 1/41 of what it used). The keep-set is built from
+the same list, never by sweeping the table: a bitmap over the window's offset
 range when that is dense, else the winners radix-sorted. Besides the table a buffer holds
 that list, 2 MiB of hash scratch and the keep-set (at most max(1 MiB, 8 bytes per key)):
 about ``capacity_bytes * 1.1 + 3 MiB`` at most, mapped lazily (transparent huge pages
@@ -169,8 +169,9 @@ class KeyBuffer:
 
     @property
     def full_clears(self) -> int:
-        """Resets that memset the flag array (1/41 of the table): only after windows that
-        held more than 1/16 of the slots; smaller ones are cleared slot by slot."""
+        """Resets that memset the flags of the window's slots (1/41 of what it used): only
+        after windows that held more than 1/16 of them; smaller ones are cleared slot by
+        slot."""
         return self._kb.full_clears
 
     @property

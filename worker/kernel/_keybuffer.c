@@ -30,9 +30,9 @@
  * cleared: an entry only counts when its flag says so.
  *
  * Growing: a window starts on the first `active` slots of the table only, slots >> k
- * for the smallest k that makes that at most `start_slots` (ACTIVE_MIN), and doubles it (k - 1, so the
- * last step reaches exactly `slots`) whenever it holds 95% of them and another record
- * comes: the window's keys are moved in place (grow). So a window of few keys touches
+ * for the smallest k that makes that at most `start_slots` (ACTIVE_MIN), and doubles
+ * them (k - 1, so the last step reaches exactly `slots`) whenever it holds 95% of them
+ * and another record comes: the window's keys are moved in place (grow). So a window of few keys touches
  * few pages (the table is mapped lazily: what is never touched is not in RSS) and probes
  * a table that fits the caches, while the window-closing rule below, and so every
  * window's records and keep-set, is exactly that of the full table. Reset starts the
@@ -918,11 +918,11 @@ static int64_t run_insert(KeyBuffer *kb, const Cols *c, int64_t start, int64_t e
 }
 
 /* Empties the table: zero the flag byte of each slot the window used (`size` scattered
-   byte writes into the flag array), or, when that would write more, memset the whole
-   flag array (`slots` bytes = 1/41 of the table; `full_clears`). A scattered write is
-   counted as 16 bytes of memset. Either way the cost is O(keys held): the memset only
-   happens when the window held more than slots/16 keys. The 40-byte entries are never
-   touched. */
+   byte writes into the flag array), or, when that would write more, memset the flags of
+   the window's slots (`active` bytes, 1/41 of what it used; `full_clears`). A scattered
+   write is counted as 16 bytes of memset. Either way the cost is O(keys held): the
+   memset only happens when the window held more than active/16 keys. The 40-byte entries
+   are never touched. */
 static void clear_table(KeyBuffer *kb) {
     if (kb->lost) {
         memset(kb->ctrl, 0, kb->slots);
