@@ -442,6 +442,8 @@ class FileWriter:
             assert offsets is not None
             stats, weight = measured[i]
             section_offsets = _small_offsets(offsets[start : start + rows], stats)
+            if section_offsets is None:  # not one small container: built from a slice
+                section_offsets = _built_offsets([records.slice(start, rows)], stats)
             self._add_shared(
                 topic,
                 partition,
@@ -449,9 +451,7 @@ class FileWriter:
                 stats,
                 stats.uncompressed_bytes,
                 weight,
-                _offsets([records.slice(start, rows)], stats)
-                if section_offsets is None
-                else section_offsets,
+                section_offsets,
             )
 
     def _measured(
@@ -543,6 +543,11 @@ def _offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
         made = _small_offsets(int64_view(batches[0].column(0)), stats)
         if made is not None:
             return made
+    return _built_offsets(batches, stats)
+
+
+def _built_offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
+    """A section's offsets built with pyroaring, batch by batch."""
     builder = OffsetSetBuilder(stats.first_offset)
     for batch in batches:
         builder.add_column(batch.column(0))
