@@ -132,9 +132,11 @@ def _cloned(source: Path, now_ms: int | None) -> Iterator[tuple[Any, int, int, i
 
 def _plain(source: Path, now_ms: int | None) -> None:
     """One job on a fresh clone of ``source``, no profiler: its wall and CPU time (this
-    process's, its threads' too) and how long the job's thread waited on phase 1's feed
-    (where phase 1 runs on the job's thread, the time phase 1 itself took)."""
-    from compactor.worker import phase1_process, pipeline
+    process's, its threads' too), the CPU time of phase 1's helper process during the
+    job (one this run started counts its start-up too; ``--repeat`` reuses it), and how
+    long the job's thread waited on phase 1's feed (where phase 1 runs on the job's
+    thread, the time phase 1 itself took)."""
+    from compactor.worker import helper_pool, phase1_process, pipeline
 
     waited = [0.0]
 
@@ -154,15 +156,31 @@ def _plain(source: Path, now_ms: int | None) -> None:
         try:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = timed(get)  # type: ignore[method-assign]
+            helpers = _cpu_of(helper_pool.idle_pids())
             wall, cpu = time.perf_counter(), time.process_time()
             compactor.run_planned(at_ms, full=True)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            after = _cpu_of(helper_pool.idle_pids())
+            helper = sum(s - helpers.get(pid, 0.0) for pid, s in after.items())
         finally:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = get  # type: ignore[method-assign]
     print(f"{files} input files, {sections:,} input sections: "
-          f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waited[0]:.2f} s waiting on phase 1's feed",
-          flush=True)  # fmt: skip
+          f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waited[0]:.2f} s waiting on phase 1's feed, "
+          f"helper {helper:.2f} s CPU", flush=True)  # fmt: skip
+
+
+def _cpu_of(pids: list[int]) -> dict[int, float]:
+    """Each live process's CPU time so far (user + system, from ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seen = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seen[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return seen
 
 
 if __name__ == "__main__":
