@@ -12,7 +12,9 @@ sits next to it). The README's table is this output.
 On a shared machine one run of a contender can be 20-40% off the next. ``--repeat N``
 runs each shape's three contenders N times, one after the other in turn (so a slow spell
 falls on all of them), and each time cell is then the median of the N runs with their
-range; the ratio is of the medians, the peak RSS the largest seen.
+range; the ratio is of the medians, the peak RSS the largest seen. The CPU cells are the
+median CPU time (user + system) of each contender's process and its children: a
+compactor's phase-1 helper, DuckDB's two threads.
 
 The shapes:
 
@@ -119,6 +121,10 @@ def _row(shape: Shape, reports: list[dict[str, Any]]) -> str:
         spread = f" ({min(times):.2f}-{max(times):.2f})" if len(times) > 1 else ""
         return f"{middle:.2f} s{spread}"
 
+    def cpu(name: str) -> str:
+        used = [r["cpu_s"] for r in seen(name) if r["ok"] and r.get("cpu_s") is not None]
+        return f"{statistics.median(used):.2f}" if used else "n/a"
+
     comp_s, duck_s = median("compactor"), median("duckdb")
     ratio = f"{duck_s / comp_s:.2f}x" if comp_s and duck_s else "n/a"
     comps = seen("compactor")
@@ -132,22 +138,23 @@ def _row(shape: Shape, reports: list[dict[str, Any]]) -> str:
     rate = f"{records / comp_s:,.0f}" if comp_s else "n/a"
     return (
         f"| {shape.name} | {records:,} | {w['files']} | {per_section:,.0f} | "
-        f"{cell('compactor')} | {rate} | {cell('duckdb')} | {ratio} | {cell('copy')} | "
-        f"{rss} | {gets} |"
+        f"{cell('compactor')} | {rate} | {cell('duckdb')} | {ratio} | "
+        f"{cpu('compactor')} / {cpu('duckdb')} | {cell('copy')} | {rss} | {gets} |"
     )
 
 
 def table(rows: list[str], stamp: str, argv: list[str]) -> str:
     head = (
         "| shape | records | files | records/section | compactor | compactor rec/s | "
-        "DuckDB | vs DuckDB | copy floor | compactor peak RSS MiB | GETs per input |"
+        "DuckDB | vs DuckDB | CPU s, compactor / DuckDB | copy floor | "
+        "compactor peak RSS MiB | GETs per input |"
     )
     return "\n".join(
         [
             f"Commit {stamp}, `.venv/bin/python -m bench.shapes {' '.join(argv)}`".rstrip(),
             "",
             head,
-            "|" + "---|" * 11,
+            "|" + "---|" * 12,
             *rows,
         ]
     )
