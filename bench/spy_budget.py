@@ -34,7 +34,10 @@ WORKER_STEPS: Steps = (
     ("merge and gather (a group's runs)", ("SectionMerge.take_upto", "GroupRows.batch")),
     ("survivors (masks, filter, partition order)", ("group_survivors",)),
     ("output encode (zstd)", ("BatchEncoder.encode",)),
-    ("output sections (stats, bitmaps, tables)", ("FileWriter.write_rows", "_write_block")),
+    (
+        "output sections (stats, bitmaps, tables)",
+        ("FileWriter.write_rows", "FileWriter._write_block"),
+    ),
     ("output finish (footer, index, upload)", ("_finish_outputs",)),
     ("phase 1's messages (unpickle)", ("Phase1Process._get",)),
     (WAITING, ("Connection._recv", "Connection._send")),
