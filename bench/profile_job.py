@@ -15,9 +15,10 @@ as it was) in this process under cProfile, then prints:
 cProfile inflates Python calls against compiled ones, so compare profiles with each other,
 never with wall times from ``bench.run``. It also sees only the job's own thread (not
 phase 1's, when it has one, nor the encoder's). ``--plain`` runs the same job without it
-and prints only wall and CPU time and the time the job's thread waited on phase 1 (which
-process bounds the job), ``--repeat`` times, for a sampling profiler that sees every
-thread and compiled code too:
+and prints only wall and CPU time, the CPU time of phase 1's helper process and the time
+the job's thread waited on phase 1 (which process bounds the job), ``--repeat`` times,
+for a sampling profiler that sees every thread and compiled code too (``bench/spy_job.sh``
+samples both processes, ``bench.spy_budget`` sums them by step):
 
     py-spy record --native --threads -r 200 -f raw -o /tmp/job.txt -- \
         .venv/bin/python -m bench.profile_job --store ... --plain
