@@ -7,7 +7,8 @@
 Each sample of a process's main thread goes to one step: the innermost step on its stack
 (a step's own share leaves out the steps it calls), or "other". Samples that wait (on
 the other process's pipe, or for the worker's leave to go on) and samples that import
-modules (spy_job.sh starts both processes afresh) are left out. A step's CPU is its
+modules (spy_job.sh starts both processes afresh) or make and remove ``profile_job``'s
+clone of the store are left out. A step's CPU is its
 share of its process's other samples times that process's CPU time in a job run without
 the profiler (``--worker-cpu`` and ``--helper-cpu``: ``profile_job --plain``'s figures
 of a warm job), given per input record. py-spy samples wall time (a thread waiting for
@@ -25,7 +26,8 @@ from pathlib import Path
 Steps = tuple[tuple[str, tuple[str, ...]], ...]
 WAITING = "(waiting)"
 IMPORTS = "(imports)"
-LEFT_OUT = (WAITING, IMPORTS)
+CLONE = "(the benchmark's clone)"
+LEFT_OUT = (WAITING, IMPORTS, CLONE)
 
 WORKER_STEPS: Steps = (
     ("phase 2 decode (lz4, Arrow IPC)", ("read_compressed", "read_record_batch")),
@@ -42,6 +44,7 @@ WORKER_STEPS: Steps = (
     ("phase 1's messages (unpickle)", ("Phase1Process._get",)),
     (WAITING, ("Connection._recv", "Connection._send")),
     (IMPORTS, ("_find_and_load",)),
+    (CLONE, ("_cloned",)),
 )
 """The job's process: phase 2 and the writer."""
 
