@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from compactor.catalog import TopicConfig
 from compactor.catalog.changes import create_topic
 from compactor.catalog.verify import verify_store
+from compactor.cli.codec_options import add_codec_option, add_codec_options, level_codecs
 from compactor.cli.compact import progress_line
 from compactor.cli.context import Context, positive_int
 from compactor.cli.embedded_s3 import embedded_s3
@@ -26,6 +27,7 @@ from compactor.cli.progress import Progress
 from compactor.cli.stats import stats_json
 from compactor.ingest.agent import L0Ingest
 from compactor.ingest.workload import Workload
+from compactor.planner.codecs import DEFAULT_CODECS
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
 from compactor.worker.view import store_views
 
@@ -87,7 +89,11 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 versioned_topics=frozenset({"inventory"}),
             )
             ingest = L0Ingest(
-                demo.store, demo.catalog, now_ms=demo.now_ms, max_file_bytes=args.max_file_bytes
+                demo.store,
+                demo.catalog,
+                now_ms=demo.now_ms,
+                max_file_bytes=args.max_file_bytes,
+                compression=args.compression,
             )
             try:
                 for n, record in enumerate(workload.generate(), start=1):
@@ -104,7 +110,9 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         before_stats = stats_json(before_snap)
         progress.update("reading every partition's materialized view", force=True)
         views_before = store_views(demo.catalog, before_snap)
-        compactor = Compactor(demo.store, key_buffer_bytes=args.key_buffer_bytes)
+        compactor = Compactor(
+            demo.store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args)
+        )
         reports = []
         compact_started = time.monotonic()
         for full in (False, True):
@@ -174,4 +182,8 @@ def register(
     p.add_argument("--keys-per-partition", type=positive_int, default=2000)
     p.add_argument("--max-file-bytes", type=positive_int, default=256 << 10)
     p.add_argument("--key-buffer-bytes", type=positive_int, default=DEFAULT_KEY_BUFFER_BYTES)
+    add_codec_option(
+        p, "--compression", DEFAULT_CODECS.for_level(0), "the agents' L0 files (as ingest's)"
+    )
+    add_codec_options(p)
     p.set_defaults(run=run)

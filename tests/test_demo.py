@@ -4,10 +4,12 @@ then the views and ``verify`` checked; and the same against a store given with -
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
-from clirunner import run_cli
+from clirunner import assert_one_line_error, run_cli
+from test_level_codecs import _codecs_in
 
 SMALL = ["--records", "20000", "--max-file-bytes", "16384", "--key-buffer-bytes", "65536"]
 
@@ -40,3 +42,33 @@ def test_demo_on_a_given_store(tmp_path: Path) -> None:
     assert report["materialized views"].startswith("unchanged")
     assert "embedded" not in report["peak memory"]
     assert run_cli("--store", str(tmp_path / "store"), "verify").code == 0
+
+
+def test_demo_writes_each_level_in_the_codecs_it_is_given(tmp_path: Path) -> None:
+    """``--compression`` for the agents' L0 files and ``--compression-top`` /
+    ``--compression-below-top`` for the jobs' outputs, as on ``ingest`` and ``compact``,
+    each unlike its default: every compaction commit records its level's codec, and every
+    file the demo wrote (its inputs stay in the store past the commit) holds only the
+    frames of its level's codec."""
+    store = tmp_path / "store"
+    codecs = ["--compression", "zstd", "--compression-below-top", "none"]
+    r = run_cli("--store", str(store), "demo", *SMALL, *codecs, "--compression-top", "lz4")
+    assert r.code == 0, r.out + r.err
+    assert _report(r.out)["verify"] == "OK"
+    history = json.loads(run_cli("--store", str(store), "history", "--json").out)
+    recorded = {
+        (e["job"]["output_level"], e["run"]["compression"])
+        for e in history
+        if e["kind"] == "compaction"
+    }
+    assert recorded == {(1, None), (4, "lz4")}
+    expected = {"L0": {"zstd"}, "L1": set(), "L4": {"lz4"}}
+    written = {level.name: list(level.glob("*.cf")) for level in (store / "data").iterdir()}
+    assert set(written) == set(expected) and all(written.values())
+    for level, files in written.items():
+        assert all(_codecs_in(f.read_bytes()) == expected[level] for f in files), level
+
+
+def test_demo_rejects_an_unknown_codec_in_one_line() -> None:
+    r = run_cli("demo", *SMALL, "--compression-top", "gzip")
+    assert_one_line_error(r, "gzip")
