@@ -25,19 +25,20 @@
  * order (the table never leaves the process).
  *
  * Clearing costs O(keys held): a used-slot list records the slot of every key the
- * window inserted; reset zeroes those flag bytes, or memsets the flag array (slots
- * bytes, 1/41 of the table) when that writes less. The 40-byte entries are never
- * cleared: an entry only counts when its flag says so.
+ * window inserted; reset zeroes those flag bytes, or memsets the flags of the window's
+ * slots (`active` bytes, 1/41 of what it used) when that writes less. The 40-byte
+ * entries are never cleared: an entry only counts when its flag says so.
  *
  * Growing: a window starts on the first `active` slots of the table only, slots >> k
  * for the smallest k that makes that at most `start_slots` (ACTIVE_MIN), and doubles
  * them (k - 1, so the last step reaches exactly `slots`) whenever it holds 95% of them
- * and another record comes: the window's keys are moved in place (grow). So a window of few keys touches
- * few pages (the table is mapped lazily: what is never touched is not in RSS) and probes
- * a table that fits the caches, while the window-closing rule below, and so every
- * window's records and keep-set, is exactly that of the full table. Reset starts the
- * next window small again, unless the window it ends was full: a partition too big for
- * one window fills one after another, and each would climb the whole ladder again.
+ * and another record comes: the window's keys are moved in place (grow). So a window of
+ * few keys touches few pages (the table is mapped lazily: what is never touched is not in
+ * RSS) and probes a table that fits the caches, while the window-closing rule below, and
+ * so every window's records and keep-set, is exactly that of the full table. Reset
+ * starts the next window small again, unless the window it ends was full: a partition
+ * too big for one window fills one after another, and each would climb the whole ladder
+ * again.
  *
  * The window-closing rule: insert() consumes records in order and stops at the first
  * eligible record it cannot take: a new key when the table already holds `capacity`
