@@ -157,12 +157,12 @@ def _plain(source: Path, now_ms: int | None) -> None:
         try:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = timed(get)  # type: ignore[method-assign]
-            helpers = _cpu_of(helper_pool.idle_pids())
+            before = _cpu_of(helper_pool.idle_pids())
             wall, cpu = time.perf_counter(), time.process_time()
             compactor.run_planned(at_ms, full=True)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             after = _cpu_of(helper_pool.idle_pids())
-            helper = sum(s - helpers.get(pid, 0.0) for pid, s in after.items())
+            helper = sum(s - before.get(pid, 0.0) for pid, s in after.items())
         finally:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = get  # type: ignore[method-assign]

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from clirunner import assert_one_line_error, run_cli
-from test_level_codecs import _codecs_in
+from test_level_codecs import codecs_in
 
 SMALL = ["--records", "20000", "--max-file-bytes", "16384", "--key-buffer-bytes", "65536"]
 
@@ -66,7 +66,7 @@ def test_demo_writes_each_level_in_the_codecs_it_is_given(tmp_path: Path) -> Non
     written = {level.name: list(level.glob("*.cf")) for level in (store / "data").iterdir()}
     assert set(written) == set(expected) and all(written.values())
     for level, files in written.items():
-        assert all(_codecs_in(f.read_bytes()) == expected[level] for f in files), level
+        assert all(codecs_in(f.read_bytes()) == expected[level] for f in files), level
 
 
 def test_demo_rejects_an_unknown_codec_in_one_line() -> None:

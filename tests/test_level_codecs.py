@@ -40,7 +40,7 @@ def test_the_default_is_lz4_below_the_top_level_and_zstd_at_it() -> None:
     assert codec_named("none") is None
 
 
-def _codecs_in(data: bytes) -> set[str]:
+def codecs_in(data: bytes) -> set[str]:
     found = set()
     if LZ4_FRAME_MAGIC in data:
         found.add("lz4")
@@ -107,16 +107,16 @@ def test_each_level_is_written_in_its_codec_and_replay_verifies_it(ingested: str
     assert len(view) == 300 and len(set(view.values())) == 300
     l0 = _live_files(ingested)[0]
     assert len(l0) == 8
-    assert all(_codecs_in((store / key).read_bytes()) == {"lz4"} for key in l0)
+    assert all(codecs_in((store / key).read_bytes()) == {"lz4"} for key in l0)
 
     _cli(ingested, "compact", "--until-idle", *FOUR_FILE_TRIGGER)
     levels = _live_files(ingested)
     assert sorted(levels) == [1], levels
-    assert all(_codecs_in((store / key).read_bytes()) == {"lz4"} for key in levels[1])
+    assert all(codecs_in((store / key).read_bytes()) == {"lz4"} for key in levels[1])
 
     _cli(ingested, "compact", "--full")
     (top,) = _live_files(ingested)[MAX_LEVEL]
-    assert _codecs_in((store / top).read_bytes()) == {"zstd"}
+    assert codecs_in((store / top).read_bytes()) == {"zstd"}
     assert _compaction_codecs(ingested) == ["lz4", "lz4", "zstd"]
     assert _latest_values(ingested) == view
 
@@ -137,10 +137,10 @@ def test_the_codecs_are_the_operators_choice(ingested: str, tmp_path: Path) -> N
         "zstd",
         *FOUR_FILE_TRIGGER,
     )
-    assert all(_codecs_in((store / k).read_bytes()) == {"zstd"} for k in _live_files(ingested)[1])
+    assert all(codecs_in((store / k).read_bytes()) == {"zstd"} for k in _live_files(ingested)[1])
     _cli(ingested, "compact", "--full", "--compression-top", "none")
     (top,) = _live_files(ingested)[MAX_LEVEL]
-    assert _codecs_in((store / top).read_bytes()) == set()
+    assert codecs_in((store / top).read_bytes()) == set()
     assert _compaction_codecs(ingested) == ["zstd", "zstd", None]
 
     src = tmp_path / "more.jsonl"  # over the writer's 8 KiB below which nothing is compressed
@@ -148,7 +148,7 @@ def test_the_codecs_are_the_operators_choice(ingested: str, tmp_path: Path) -> N
     src.write_text("\n".join(json.dumps(r) for r in more))
     _cli(ingested, "ingest", str(src), "--compression", "zstd")
     (newest,) = _live_files(ingested)[0]
-    assert _codecs_in((store / newest).read_bytes()) == {"zstd"}
+    assert codecs_in((store / newest).read_bytes()) == {"zstd"}
 
 
 @pytest.mark.parametrize(
