@@ -8,7 +8,7 @@ they save there.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -98,14 +98,6 @@ def strictly_increasing(offsets: pa.Array) -> bool:
     return n < 2 or _sections.figures([(0, n)], 0, 1, int64_view(offsets))[0] < 0
 
 
-def run_labels(ends: Sequence[int], labels: Sequence[int]) -> pa.Array:
-    """Each row's label, as int32, for runs of rows that end (exclusive, ascending) at
-    ``ends`` and are labelled ``labels``: run i is rows ``ends[i - 1]..ends[i]``."""
-    return pc.run_end_decode(
-        pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(labels, pa.int32()))
-    )
-
-
 def header_offsets(batch: pa.RecordBatch) -> memoryview:
     """Where each record's headers start among the header items of a batch of
     RECORD_SCHEMA (one more than its rows): record i has ``h[i + 1] - h[i]`` headers."""
@@ -130,16 +122,27 @@ def _empty_headers(n: int) -> pa.Array:
 
 
 def filter_batch(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
-    """``batch.filter(mask)`` for a batch of RECORD_SCHEMA and a null-free boolean mask.
+    """``batch.filter(mask)`` for a batch of RECORD_SCHEMA and a null-free boolean mask
+    (``_picked``)."""
+    return _picked(batch, lambda b: b.filter(mask))
 
-    When no record has headers, the headers column is not filtered but replaced by as many
-    empty lists: filtering a list of structs costs as much as all the other columns
-    together.
-    """
+
+def take_batch(batch: pa.RecordBatch, indices: pa.Array) -> pa.RecordBatch:
+    """``batch.take(indices)`` for a batch of RECORD_SCHEMA and null-free indices
+    (``_picked``)."""
+    return _picked(batch, lambda b: b.take(indices))
+
+
+def _picked(
+    batch: pa.RecordBatch, pick: Callable[[pa.RecordBatch], pa.RecordBatch]
+) -> pa.RecordBatch:
+    """``pick(batch)``, some of a batch's rows. When no record has headers, the headers
+    column is not picked from but replaced by as many empty lists: picking from a list of
+    structs costs as much as all the other columns together."""
     headers = batch.column(_HEADERS)
     if headers.null_count or _header_items(headers) is not None:
-        return batch.filter(mask)
-    out = batch.select(_NOT_HEADERS).filter(mask)
+        return pick(batch)
+    out = pick(batch.select(_NOT_HEADERS))
     return out.add_column(_HEADERS, RECORD_SCHEMA.field(_HEADERS), _empty_headers(out.num_rows))
 
 

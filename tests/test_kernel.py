@@ -26,7 +26,9 @@ from compactor.worker.kernel import (
     KeyBuffer,
     hash_keys,
     member_bits,
+    run_labels,
     sha512_256,
+    survivor_order,
 )
 
 IMPLS = list(HASH_IMPLS)
@@ -676,3 +678,59 @@ def test_member_bits_rejects_what_it_cannot_read() -> None:
     with pytest.raises(ValueError):
         member_bits(pa.array([1, None], pa.int64()), pa.array([1], pa.int64()))
     assert member_bits(pa.array([], pa.int64()), pa.array([1, 2], pa.int64())) == 0
+
+
+# --- a group's labels and the order of its survivors ------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), max_size=40), st.integers(0, 3))
+def test_run_labels_repeats_each_runs_ordinal(runs: list[tuple[int, int]], spare: int) -> None:
+    partitions = max((o for o, _ in runs), default=-1) + 1 + spare
+    labels, totals = run_labels([o for o, _ in runs], [c for _, c in runs], partitions)
+    assert labels.type == pa.int32()
+    assert labels.to_pylist() == [o for o, c in runs for _ in range(c)]
+    assert totals == [sum(c for o, c in runs if o == p) for p in range(partitions)]
+
+
+def test_run_labels_rejects_what_it_cannot_label() -> None:
+    with pytest.raises(ValueError):
+        run_labels([0, 3], [1, 1], 3)  # an ordinal past the partitions
+    with pytest.raises(ValueError):
+        run_labels([0], [-1], 1)
+    with pytest.raises(ValueError):
+        run_labels([0, 1], [1], 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.booleans()), max_size=80),
+    st.integers(0, 3),
+    st.integers(0, 5),
+)
+def test_survivor_order_is_a_stable_sort_of_the_kept_rows(
+    rows: list[tuple[int, bool]], spare: int, cut: int
+) -> None:
+    partitions = max((label for label, _ in rows), default=-1) + 1 + spare
+    labels = pa.array([0] * cut + [label for label, _ in rows], pa.int32()).slice(cut)
+    keep = sum(1 << i for i, (_, kept) in enumerate(rows) if kept)
+    order, counts = survivor_order(keep, labels, partitions)
+    kept = [i for i, (_, k) in enumerate(rows) if k]
+    expected = sorted(kept, key=lambda i: rows[i][0])  # stable: row order within a label
+    if order is None:
+        assert expected == list(range(len(rows)))  # nothing to move
+    else:
+        assert order.type == pa.int32() and order.to_pylist() == expected
+    assert counts == [sum(1 for i in kept if rows[i][0] == p) for p in range(partitions)]
+
+
+def test_survivor_order_rejects_what_it_cannot_order() -> None:
+    labels = pa.array([0, 2, 1], pa.int32())
+    with pytest.raises(ValueError):
+        survivor_order(0b111, labels, 2)  # a label past the partitions
+    with pytest.raises(ValueError):
+        survivor_order(0b111, pa.array([0, None, 1], pa.int32()), 2)
+    with pytest.raises(TypeError):
+        survivor_order(0b111, pa.array([0, 1, 1], pa.int64()), 2)
+    with pytest.raises(OverflowError):
+        survivor_order(0b1111_1111_1, labels, 3)  # a kept row past the rows

@@ -618,7 +618,7 @@ def test_group_rows_are_each_inputs_rows_input_after_input(
             got, got_labels, counts = rows.batch(len(members))
             assert got.equals(pa.concat_batches(grouped))
             assert got_labels.to_pylist() == labels
-            assert by_partition(got, got_labels).equals(pa.concat_batches(expected))
+            assert by_partition(got, got_labels, len(members)).equals(pa.concat_batches(expected))
             assert counts == [
                 sum(b.num_rows for i in range(inputs) for b in alone[i][p]) for p in members
             ]

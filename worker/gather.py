@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from compactor.fileformat import SectionReader
-from compactor.fileformat.batches import RECORD_OVERHEAD, concat, run_labels
+from compactor.fileformat.batches import RECORD_OVERHEAD, concat
 from compactor.fileformat.block import Block
 from compactor.fileformat.writer import MAX_BATCH_BYTES
+from compactor.worker.kernel import run_labels
 
 GATHER_BYTES = MAX_BATCH_BYTES
 """Batches are gathered while together they weigh less than this (``weight``). Up to
@@ -153,11 +154,5 @@ class GroupRows:
             batches += taken
             ordinals += of_sections
             counts += rows
-        per_partition = [0] * partitions
-        for ordinal, count in zip(ordinals, counts, strict=True):
-            per_partition[ordinal] += count
-        if 0 in counts:  # a run's ends must increase
-            ordinals = [o for o, c in zip(ordinals, counts, strict=True) if c]
-            counts = [c for c in counts if c]
-        labels = run_labels(list(itertools.accumulate(counts)), ordinals)
+        labels, per_partition = run_labels(ordinals, counts, partitions)
         return concat(batches), labels, per_partition

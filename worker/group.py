@@ -38,8 +38,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compactor.fileformat.batches import filter_batch, validity_bits
-from compactor.worker.masks import bool_array, bool_bits
+from compactor.fileformat.batches import take_batch, validity_bits
+from compactor.worker.kernel import survivor_order
+from compactor.worker.masks import bool_bits
 from compactor.worker.merge import Key
 from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
 from compactor.worker.policy import Partition, PartitionPolicy
@@ -135,14 +136,12 @@ def group_window(
     return KeepSet(buffer.winners()), buffer.utilization
 
 
-def by_partition(batch: pa.RecordBatch, labels: pa.Array) -> pa.RecordBatch:
-    """The rows of ``batch`` partition after partition (by ``labels``, their partitions'
-    ordinals), each partition's in their order: one stable sort, none if they already
-    are."""
-    n = len(labels)
-    if n < 2 or pc.all(pc.less_equal(labels.slice(0, n - 1), labels.slice(1))).as_py():
-        return batch
-    return batch.take(pc.sort_indices(labels))
+def by_partition(batch: pa.RecordBatch, labels: pa.Array, partitions: int) -> pa.RecordBatch:
+    """The rows of ``batch`` (any of its columns) partition after partition (by
+    ``labels``, their partitions' ordinals, each below ``partitions``), each partition's
+    in their order: one take, none if they already are (``survivor_order``)."""
+    order, _ = survivor_order((1 << len(labels)) - 1, labels, partitions)
+    return batch if order is None else batch.take(order)
 
 
 def group_survivors(
@@ -167,10 +166,8 @@ def group_survivors(
     )
     now_ms = group.parts[0].policy.now_ms
     kept, keep = decide(batch, verdict, lambda: _horizons(group, labels), now_ms, stats)
-    if keep != (1 << n) - 1:
-        mask = bool_array(keep, n)
-        kept, labels = filter_batch(kept, mask), labels.filter(mask)
-    return by_partition(kept, labels), _counts(labels, len(group.parts))
+    order, counts = survivor_order(keep, labels, len(group.parts))
+    return (kept if order is None else take_batch(kept, order)), counts
 
 
 def _rows(group: Group, labels: pa.Array, rule: Callable[[PartitionPolicy], bool]) -> int:
@@ -190,14 +187,3 @@ def _horizons(group: Group, labels: pa.Array) -> pa.Scalar | pa.Array:
         return pa.scalar(first, pa.int64())
     horizons = pa.array([p.policy.horizon_ms for p in group.parts], pa.int64())
     return horizons.take(labels)
-
-
-def _counts(labels: pa.Array, partitions: int) -> list[int]:
-    """How many rows each of the ``partitions`` ordinals labels."""
-    counts = [0] * partitions
-    tally = pc.value_counts(labels)
-    for ordinal, count in zip(
-        tally.field("values").to_pylist(), tally.field("counts").to_pylist(), strict=True
-    ):
-        counts[ordinal] = count
-    return counts

@@ -260,7 +260,7 @@ class Phase1Walk:
             del records  # not held while phase 2 works on the group
             yield Group(tuple(parts), tuple(counts), ordinals, *window)
         else:
-            records = by_partition(records, labels)
+            records = by_partition(records, labels, len(parts))
             at = 0
             for one, count in zip(parts, counts, strict=True):
                 yield one

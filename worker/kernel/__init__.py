@@ -51,6 +51,7 @@ on Linux) so only what is touched counts in RSS.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import pyarrow as pa
@@ -111,6 +112,32 @@ def member_bits(members: pa.Array, offsets: pa.Array) -> int:
     nulls), as a Python int: bit i for offsets[i]. In C, without the GIL; O(n + log k)
     for ascending offsets."""
     return int.from_bytes(_keybuffer.member_mask(members, offsets), "little")
+
+
+def run_labels(
+    ordinals: Sequence[int], counts: Sequence[int], partitions: int
+) -> tuple[pa.Array, list[int]]:
+    """The labels of rows taken as runs, run i being ``counts[i]`` rows of the partition
+    whose ordinal is ``ordinals[i]`` (each in 0..partitions-1): each row's label (int32),
+    and how many rows each of the ``partitions`` ordinals has. In C."""
+    raw, totals = _keybuffer.run_labels(ordinals, counts, partitions)
+    return pa.Array.from_buffers(pa.int32(), len(raw) >> 2, [None, pa.py_buffer(raw)]), totals
+
+
+def survivor_order(
+    keep: int, labels: pa.Array, partitions: int
+) -> tuple[pa.Array | None, list[int]]:
+    """A group's kept rows (``keep``, a bit mask over the rows) put partition after
+    partition by their ``labels`` (int32, each in 0..partitions-1, no nulls), each
+    partition's in row order: their indices (int32; None when every row is kept and the
+    labels never descend, so the rows are that order already), and how many rows each
+    partition keeps. A counting sort in C, without the GIL: O(rows + partitions)."""
+    n = len(labels)
+    bits = keep.to_bytes((n + 7) >> 3, "little")
+    order, counts = _keybuffer.survivor_order(bits, labels, partitions)
+    if order is None:
+        return None, counts
+    return pa.Array.from_buffers(pa.int32(), len(order) >> 2, [None, pa.py_buffer(order)]), counts
 
 
 def _bitmap_array(bits: bytes, n: int) -> pa.Array:

@@ -197,8 +197,8 @@ struct ArrowArray {
 };
 #endif
 
-enum { COL_NONE = 0, COL_BIN32, COL_BIN64, COL_INT64, COL_BOOL };
-enum { WANT_BINARY, WANT_INT64, WANT_BOOL };
+enum { COL_NONE = 0, COL_BIN32, COL_BIN64, COL_INT64, COL_BOOL, COL_INT32 };
+enum { WANT_BINARY, WANT_INT64, WANT_BOOL, WANT_INT32 };
 
 /* A borrowed view of one Arrow array. `owner` (the (schema, array) capsule pair) keeps
    the buffers alive; the capsules release the exported structs when collected. */
@@ -247,8 +247,10 @@ static int col_import(PyObject *obj, int want, Col *c, const char *what) {
         c->kind = COL_INT64;
     } else if (want == WANT_BOOL && strcmp(f, "b") == 0) {
         c->kind = COL_BOOL;
+    } else if (want == WANT_INT32 && strcmp(f, "i") == 0) {
+        c->kind = COL_INT32;
     } else {
-        static const char *wanted[] = {"binary or string", "int64", "boolean"};
+        static const char *wanted[] = {"binary or string", "int64", "boolean", "int32"};
         PyErr_Format(PyExc_TypeError, "%s must be a %s array, got Arrow format '%s'", what,
                      wanted[want], f);
         return -1;
@@ -1640,6 +1642,161 @@ done:
     return out;
 }
 
+/* run_labels(ordinals, counts, partitions) -> (bytes, list[int]): the labels of a group's
+   rows, taken as runs: run i is counts[i] rows of the partition whose ordinal is
+   ordinals[i] (0..partitions-1; ValueError otherwise, or for a negative count). Returns
+   each row's label (native int32s, run after run) and how many rows each ordinal has. */
+static PyObject *mod_run_labels(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *ordinals_obj, *counts_obj;
+    Py_ssize_t parts;
+    if (!PyArg_ParseTuple(args, "OOn:run_labels", &ordinals_obj, &counts_obj, &parts)) return NULL;
+    PyObject *ords = NULL, *cnts = NULL, *labels = NULL, *totals_list = NULL, *out = NULL;
+    int64_t *totals = NULL;
+    ords = PySequence_Fast(ordinals_obj, "run_labels: ordinals must be a sequence");
+    cnts = PySequence_Fast(counts_obj, "run_labels: counts must be a sequence");
+    if (ords == NULL || cnts == NULL) goto done;
+    Py_ssize_t runs = PySequence_Fast_GET_SIZE(ords);
+    if (runs != PySequence_Fast_GET_SIZE(cnts) || parts < 0 || parts > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "run_labels: as many ordinals as counts, and 0 <= partitions < 2^31");
+        goto done;
+    }
+    totals = PyMem_Calloc((size_t)parts + 1, sizeof *totals);
+    if (totals == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t rows = 0;
+    for (Py_ssize_t i = 0; i < runs; i++) {
+        long long o = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(ords, i));
+        long long c = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(cnts, i));
+        if ((o == -1 || c == -1) && PyErr_Occurred()) goto done;
+        if (o < 0 || o >= parts || c < 0 || rows + c > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "run_labels: run %zd of %lld rows of ordinal %lld "
+                         "(partitions: %zd)", i, c, o, parts);
+            goto done;
+        }
+        totals[o] += c;
+        rows += c;
+    }
+    labels = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(rows * 4));
+    if (labels == NULL) goto done;
+    int32_t *dst = (int32_t *)PyBytes_AS_STRING(labels);
+    for (Py_ssize_t i = 0; i < runs; i++) {
+        int32_t o = (int32_t)PyLong_AsLong(PySequence_Fast_GET_ITEM(ords, i));
+        Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(cnts, i));
+        for (Py_ssize_t r = 0; r < c; r++) *dst++ = o;
+    }
+    totals_list = PyList_New(parts);
+    if (totals_list == NULL) goto done;
+    for (Py_ssize_t p = 0; p < parts; p++) {
+        PyObject *t = PyLong_FromLongLong(totals[p]);
+        if (t == NULL) goto done;
+        PyList_SET_ITEM(totals_list, p, t);
+    }
+    out = PyTuple_Pack(2, labels, totals_list);
+done:
+    Py_XDECREF(ords);
+    Py_XDECREF(cnts);
+    Py_XDECREF(labels);
+    Py_XDECREF(totals_list);
+    PyMem_Free(totals);
+    return out;
+}
+
+/* survivor_order(keep, labels, partitions) -> (bytes | None, list[int]): a group's
+   survivors put partition after partition. `keep` is an Arrow boolean bitmap (LSB first)
+   of the group's rows, `labels` (int32, no nulls) each row's partition ordinal, each in
+   0..partitions-1 (ValueError otherwise). Returns the kept rows' indices (native int32s),
+   ordered by label and, within a label, by row (a counting sort: stable, O(n +
+   partitions)), or None when every row is kept and the labels never descend (the rows
+   are already in that order); and how many rows each label keeps. Runs without the GIL. */
+static PyObject *mod_survivor_order(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer keep;
+    PyObject *labels_obj;
+    Py_ssize_t parts;
+    if (!PyArg_ParseTuple(args, "y*On:survivor_order", &keep, &labels_obj, &parts)) return NULL;
+    Col lab;
+    memset(&lab, 0, sizeof lab);
+    PyObject *order = NULL, *counts_list = NULL, *out = NULL;
+    int64_t *counts = NULL, *next = NULL;
+    if (col_import(labels_obj, WANT_INT32, &lab, "labels") < 0) goto done;
+    if (lab.kind == COL_NONE) {
+        PyErr_SetString(PyExc_TypeError, "survivor_order: labels must be an int32 array");
+        goto done;
+    }
+    int64_t n = lab.length;
+    if (lab.validity != NULL || parts < 0 || keep.len != (Py_ssize_t)((n + 7) / 8)) {
+        PyErr_Format(PyExc_ValueError,
+                     "survivor_order: %lld labels (no nulls) need a %lld-byte keep bitmap "
+                     "and partitions >= 0, got %zd bytes and %zd",
+                     (long long)n, (long long)((n + 7) / 8), keep.len, parts);
+        goto done;
+    }
+    counts = PyMem_Calloc((size_t)parts + 1, sizeof *counts);
+    next = PyMem_Calloc((size_t)parts + 1, sizeof *next);
+    if (counts == NULL || next == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int32_t *labels = (const int32_t *)lab.values + lab.offset;
+    const uint8_t *bits = keep.buf;
+    int64_t kept = 0, bad = -1;
+    int ascending = 1;
+    Py_BEGIN_ALLOW_THREADS
+    int32_t prev = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t l = labels[i];
+        if (l < 0 || l >= parts) {
+            bad = i;
+            break;
+        }
+        if (!bit_at(bits, i)) continue;
+        counts[l]++;
+        kept++;
+        if (l < prev) ascending = 0;
+        prev = l;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "survivor_order: row %lld's label %d is not in 0..%zd",
+                     (long long)bad, labels[bad], parts - 1);
+        goto done;
+    }
+    if (ascending && kept == n) {
+        order = Py_NewRef(Py_None);
+    } else {
+        order = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(kept * 4));
+        if (order == NULL) goto done;
+        int32_t *dst = (int32_t *)PyBytes_AS_STRING(order);
+        Py_BEGIN_ALLOW_THREADS
+        int64_t at = 0;
+        for (Py_ssize_t p = 0; p < parts; p++) {
+            next[p] = at;
+            at += counts[p];
+        }
+        for (int64_t i = 0; i < n; i++)
+            if (bit_at(bits, i)) dst[next[labels[i]]++] = (int32_t)i;
+        Py_END_ALLOW_THREADS
+    }
+    counts_list = PyList_New(parts);
+    if (counts_list == NULL) goto done;
+    for (Py_ssize_t p = 0; p < parts; p++) {
+        PyObject *c = PyLong_FromLongLong(counts[p]);
+        if (c == NULL) goto done;
+        PyList_SET_ITEM(counts_list, p, c);
+    }
+    out = PyTuple_Pack(2, order, counts_list);
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(counts_list);
+    PyMem_Free(counts);
+    PyMem_Free(next);
+    col_release(&lab);
+    PyBuffer_Release(&keep);
+    return out;
+}
+
 static PyObject *mod_sha512_256(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw) {
     static char *names[] = {"data", "impl", NULL};
     Py_buffer b;
@@ -1671,6 +1828,10 @@ static PyMethodDef module_methods[] = {
      "hash_keys(keys, threads=2, hash_impl=None) -> bytes"},
     {"member_mask", (PyCFunction)mod_member_mask, METH_VARARGS,
      "member_mask(members, offsets) -> bytes (an Arrow bitmap)"},
+    {"run_labels", (PyCFunction)mod_run_labels, METH_VARARGS,
+     "run_labels(ordinals, counts, partitions) -> (bytes, list[int])"},
+    {"survivor_order", (PyCFunction)mod_survivor_order, METH_VARARGS,
+     "survivor_order(keep, labels, partitions) -> (bytes | None, list[int])"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_keybuffer",
