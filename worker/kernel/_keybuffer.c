@@ -1642,6 +1642,21 @@ done:
     return out;
 }
 
+/* A new list of the `n` int64s at `v`. */
+static PyObject *int64_list(const int64_t *v, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyLong_FromLongLong(v[i]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    return list;
+}
+
 /* run_labels(ordinals, counts, partitions) -> (bytes, list[int]): the labels of a group's
    rows, taken as runs: run i is counts[i] rows of the partition whose ordinal is
    ordinals[i] (0..partitions-1; ValueError otherwise, or for a negative count). Returns
@@ -1687,13 +1702,8 @@ static PyObject *mod_run_labels(PyObject *Py_UNUSED(m), PyObject *args) {
         Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(cnts, i));
         for (Py_ssize_t r = 0; r < c; r++) *dst++ = o;
     }
-    totals_list = PyList_New(parts);
+    totals_list = int64_list(totals, parts);
     if (totals_list == NULL) goto done;
-    for (Py_ssize_t p = 0; p < parts; p++) {
-        PyObject *t = PyLong_FromLongLong(totals[p]);
-        if (t == NULL) goto done;
-        PyList_SET_ITEM(totals_list, p, t);
-    }
     out = PyTuple_Pack(2, labels, totals_list);
 done:
     Py_XDECREF(ords);
@@ -1779,13 +1789,8 @@ static PyObject *mod_survivor_order(PyObject *Py_UNUSED(m), PyObject *args) {
             if (bit_at(bits, i)) dst[next[labels[i]]++] = (int32_t)i;
         Py_END_ALLOW_THREADS
     }
-    counts_list = PyList_New(parts);
+    counts_list = int64_list(counts, parts);
     if (counts_list == NULL) goto done;
-    for (Py_ssize_t p = 0; p < parts; p++) {
-        PyObject *c = PyLong_FromLongLong(counts[p]);
-        if (c == NULL) goto done;
-        PyList_SET_ITEM(counts_list, p, c);
-    }
     out = PyTuple_Pack(2, order, counts_list);
 done:
     Py_XDECREF(order);
