@@ -17,8 +17,9 @@ one *group*, in one window:
 - Phase 2 takes the same partitions' records from its own pointer as one batch in the
   same order (the group's order does not depend on how the rows were taken: the same
   rows in the same order, or PhaseMismatch), keeps a record iff it has no key or its
-  sequence number won, and filters once; the survivors are then put partition after
-  partition (one stable sort of their labels), so each partition's are a slice.
+  sequence number won, and takes the survivors once, partition after partition (a
+  counting sort of their labels, ``kernel.survivor_order``), so each partition's are a
+  slice.
 
 Invariants, enforced where a group is built (``pipeline``): every partition of a group is
 deduplicated under the same strategy (and header), with no record too young to compact
