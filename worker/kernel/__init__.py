@@ -121,7 +121,7 @@ def run_labels(
     whose ordinal is ``ordinals[i]`` (each in 0..partitions-1): each row's label (int32),
     and how many rows each of the ``partitions`` ordinals has. In C."""
     raw, totals = _keybuffer.run_labels(ordinals, counts, partitions)
-    return pa.Array.from_buffers(pa.int32(), len(raw) >> 2, [None, pa.py_buffer(raw)]), totals
+    return _native_array(pa.int32(), raw), totals
 
 
 def survivor_order(
@@ -137,7 +137,13 @@ def survivor_order(
     order, counts = _keybuffer.survivor_order(bits, labels, partitions)
     if order is None:
         return None, counts
-    return pa.Array.from_buffers(pa.int32(), len(order) >> 2, [None, pa.py_buffer(order)]), counts
+    return _native_array(pa.int32(), order), counts
+
+
+def _native_array(type: pa.DataType, raw: bytes) -> pa.Array:
+    """A null-free array of the fixed-width ``type`` whose values are ``raw`` (native
+    order, as the kernel writes them)."""
+    return pa.Array.from_buffers(type, len(raw) // type.byte_width, [None, pa.py_buffer(raw)])
 
 
 def _bitmap_array(bits: bytes, n: int) -> pa.Array:
@@ -273,8 +279,7 @@ class KeyBuffer:
     def winners(self) -> pa.Array:
         """The window's winning offsets (absolute), ascending, as an Int64Array: the
         keep-set, e.g. for ``pyarrow.compute.is_in``."""
-        raw = self._kb.winners()
-        return pa.Array.from_buffers(pa.int64(), len(raw) // 8, [None, pa.py_buffer(raw)])
+        return _native_array(pa.int64(), self._kb.winners())
 
     def keep_mask(self, offsets: pa.Array, eligible: pa.Array | None = None) -> pa.Array:
         """A BooleanArray: True where ``offsets[i]`` is a winner of the window, or (when
