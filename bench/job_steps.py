@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.profile_job import _cloned
+from bench.profile_job import cloned
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("compactor.worker.merge", "SectionMerge.pending_shared"),
@@ -60,8 +61,6 @@ class Steps:
         self._undo: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> Steps:
-        import importlib
-
         for module_name, name in STEPS:
             owner: Any = importlib.import_module(module_name)
             *path, attr = name.split(".")
@@ -99,7 +98,7 @@ def one_job(store: Path, now_ms: int | None) -> tuple[float, Steps]:
     chosen = runner.phase1_mode
     runner.phase1_mode = lambda *args, **kwargs: "inline"  # type: ignore[assignment]
     try:
-        with _cloned(store, now_ms) as (compactor, _, _, at_ms), Steps() as steps:
+        with cloned(store, now_ms) as (compactor, _, _, at_ms), Steps() as steps:
             start = time.process_time()
             compactor.run_planned(at_ms, full=True)
             return time.process_time() - start, steps

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             _plain(args.store, args.now_ms)
         return 0
 
-    with _cloned(args.store, args.now_ms) as (compactor, files, sections, now_ms):
+    with cloned(args.store, args.now_ms) as (compactor, files, sections, now_ms):
         profile = cProfile.Profile()
         reports = profile.runcall(compactor.run_planned, now_ms, full=True)
     if args.save is not None:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def _cloned(source: Path, now_ms: int | None) -> Iterator[tuple[Any, int, int, int]]:
+def cloned(source: Path, now_ms: int | None) -> Iterator[tuple[Any, int, int, int]]:
     """A compactor on a hard-linked clone of the store ``source`` (removed on leaving),
     with the store's input files and sections and the clock to compact at (``now_ms``,
     or the store's newest file's creation + 1 h)."""
@@ -153,7 +153,7 @@ def _plain(source: Path, now_ms: int | None) -> None:
 
     feeds = (pipeline.Phase1Inline, pipeline.Phase1Thread, phase1_process.Phase1Process)
     originals = [feed._get for feed in feeds]
-    with _cloned(source, now_ms) as (compactor, files, sections, at_ms):
+    with cloned(source, now_ms) as (compactor, files, sections, at_ms):
         try:
             for feed, get in zip(feeds, originals, strict=True):
                 feed._get = timed(get)  # type: ignore[method-assign]

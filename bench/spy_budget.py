@@ -44,7 +44,7 @@ WORKER_STEPS: Steps = (
     ("phase 1's messages (unpickle)", ("Phase1Process._get",)),
     (WAITING, ("Connection._recv", "Connection._send")),
     (IMPORTS, ("_find_and_load",)),
-    (CLONE, ("_cloned",)),
+    (CLONE, ("cloned",)),
 )
 """The job's process: phase 2 and the writer."""
 
