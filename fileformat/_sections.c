@@ -503,6 +503,38 @@ static int entry_head(PyObject *e, Py_ssize_t i, PyObject **raw, long *partition
     return 0;
 }
 
+/* The stats of the entry tuple `e` (fields 0-7) at `p`, 8 bytes each, in the order
+ * `order` gives (field numbers), the delete horizon NO_HORIZON when it is None. */
+static int put_stats(uint8_t *p, PyObject *e, const int *order, int n) {
+    static const int is_signed[8] = {1, 1, 0, 0, 0, 1, 1, 1};
+    for (int j = 0; j < n; j++) {
+        int k = order[j];
+        uint64_t v;
+        if (k == 7 && PyTuple_GET_ITEM(e, 7) == Py_None) {
+            v = (uint64_t)NO_HORIZON;
+        } else if (field64(e, k, is_signed[k], &v) < 0) {
+            return -1;
+        }
+        put64(p + 8 * j, v);
+    }
+    return 0;
+}
+
+/* A topic's length and raw bytes at `p`; returns the bytes written. */
+static Py_ssize_t put_topic(uint8_t *p, PyObject *raw) {
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    p[0] = (uint8_t)n;
+    p[1] = (uint8_t)(n >> 8);
+    memcpy(p + 2, PyBytes_AS_STRING(raw), n);
+    return 2 + n;
+}
+
+static inline void put32(uint8_t *p, uint32_t v) {
+    for (int b = 0; b < 4; b++) p[b] = (uint8_t)(v >> (8 * b));
+}
+
+static const int ALL_STATS[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
 static PyObject *footer_entries(PyObject *self, PyObject *args) {
     PyObject *entries, *position_obj, *length_obj;
     (void)self;
@@ -525,29 +557,174 @@ static PyObject *footer_entries(PyObject *self, PyObject *args) {
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
     /* entry fields 0-7 are the stats (first, last, count, tombstones, bytes, min_ts,
      * max_ts, horizon), in the footer's order; 9 is the partition, 10 the key */
-    static const int is_signed[8] = {1, 1, 0, 0, 0, 1, 1, 1};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyList_GET_ITEM(entries, i); /* no Python code ran since the check */
         if (entry_head(e, i, &raw, &partition) < 0) goto fail;
-        Py_ssize_t topic_len = PyBytes_GET_SIZE(raw);
-        p[0] = (uint8_t)topic_len;
-        p[1] = (uint8_t)(topic_len >> 8);
-        memcpy(p + 2, PyBytes_AS_STRING(raw), topic_len);
-        p += 2 + topic_len;
-        uint32_t part = (uint32_t)(int32_t)partition;
-        for (int b = 0; b < 4; b++) p[b] = (uint8_t)(part >> (8 * b));
+        p += put_topic(p, raw);
+        put32(p, (uint32_t)(int32_t)partition);
         put64(p + 4, position);
         put64(p + 12, length);
-        for (int k = 0; k < 8; k++) {
-            uint64_t v;
-            if (k == 7 && PyTuple_GET_ITEM(e, 7) == Py_None) {
-                v = (uint64_t)NO_HORIZON;
-            } else if (field64(e, k, is_signed[k], &v) < 0) {
-                goto fail;
-            }
-            put64(p + 20 + 8 * k, v);
-        }
+        if (put_stats(p + 20, e, ALL_STATS, 8) < 0) goto fail;
         p += FOOTER_ENTRY_HEAD;
+    }
+    return out;
+
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+#define INDEX_ENTRY_FIXED 48 /* "<iQQqqIB3sI" (offset_index.py's _ENTRY_FIXED) */
+#define INDEX_BATCH 24       /* "<qQq" (offset_index.py's _BATCH) */
+
+/* Entry `i`'s head (entry_head), its bitmap's kind (field 12) and bitmap `bitmaps[i]`;
+ * -1 with an error set if they are not what a writer's shared section has. */
+static int shared_head(PyObject *entries, PyObject *bitmaps, Py_ssize_t i, PyObject **raw,
+                       long *partition, long *kind, PyObject **bitmap) {
+    PyObject *e = PyList_GET_ITEM(entries, i);
+    if (entry_head(e, i, raw, partition) < 0) return -1;
+    PyObject *k = PyTuple_GET_ITEM(e, 12);
+    *bitmap = PyList_GET_ITEM(bitmaps, i);
+    if (!PyLong_CheckExact(k) || !PyBytes_Check(*bitmap)) {
+        PyErr_Format(PyExc_TypeError, "entry %zd: a kind that is no int or a bitmap not bytes",
+                     i);
+        return -1;
+    }
+    *kind = PyLong_AsLong(k);
+    if (*kind != KIND_ROARING32 && *kind != KIND_ROARING64) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "entry %zd: bitmap kind %ld", i, *kind);
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(*bitmap) > 0x7FFFFFFF - USUAL_TRAILER) {
+        PyErr_Format(PyExc_OverflowError, "entry %zd: a %zd-byte bitmap", i,
+                     PyBytes_GET_SIZE(*bitmap));
+        return -1;
+    }
+    return 0;
+}
+
+/* The lists `entries` and `bitmaps` as table_payload and index_entries take them: of one
+ * length, each entry passing shared_head; the bytes each needs beyond its topic and
+ * bitmap are `fixed`, in all `*total` (with `head` bytes before the first). */
+static int shared_sizes(PyObject *entries, PyObject *bitmaps, Py_ssize_t head,
+                        Py_ssize_t fixed, Py_ssize_t *total) {
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (PyList_GET_SIZE(bitmaps) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd entries but %zd bitmaps", n,
+                     PyList_GET_SIZE(bitmaps));
+        return -1;
+    }
+    *total = head;
+    PyObject *raw, *bitmap;
+    long partition, kind;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) return -1;
+        *total += 2 + PyBytes_GET_SIZE(raw) + fixed + PyBytes_GET_SIZE(bitmap);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(table_payload_doc,
+"table_payload(entries, bitmaps) -> bytes\n\n"
+"The STBL payload (block.encode_section_table) of a block whose sections are the\n"
+"TableEntries `entries`, the i-th's offset bitmap `bitmaps[i]` (serialized, of the kind\n"
+"its entry names): each entry's topic, partition and version-2 trailer (section.\n"
+"encode_trailer) with one batch index entry, at (its first offset, 0). OverflowError\n"
+"for a value out of its field's range.");
+
+static PyObject *table_payload(PyObject *self, PyObject *args) {
+    PyObject *entries, *bitmaps, *raw, *bitmap;
+    long partition, kind;
+    Py_ssize_t total;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &entries, &PyList_Type, &bitmaps))
+        return NULL;
+    if (shared_sizes(entries, bitmaps, 4, 4 + 4 + USUAL_TRAILER, &total) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (n > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_OverflowError, "too many entries for one table");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    put32(p, (uint32_t)n);
+    p += 4;
+    static const int trailer_stats[7] = {0, 1, 2, 3, 4, 5, 6};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* no Python code ran since shared_sizes checked every entry */
+        if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) goto fail;
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        Py_ssize_t nbitmap = PyBytes_GET_SIZE(bitmap);
+        p += put_topic(p, raw);
+        put32(p, (uint32_t)(int32_t)partition);
+        put32(p + 4, (uint32_t)(USUAL_TRAILER + nbitmap));
+        p += 8;
+        if (put_stats(p, e, trailer_stats, 7) < 0) goto fail;
+        put32(p + 56, 1); /* one batch */
+        p[60] = (uint8_t)kind;
+        p[61] = FLAG_HORIZON;
+        p[62] = p[63] = 0;
+        static const int horizon_then_first[2] = {7, 0};
+        if (put_stats(p + TRAILER_FIXED, e, horizon_then_first, 2) < 0) goto fail;
+        put64(p + TRAILER_FIXED + 16, 0); /* the batch's position in the section */
+        memcpy(p + USUAL_TRAILER, PyBytes_AS_STRING(bitmap), nbitmap);
+        p += USUAL_TRAILER + nbitmap;
+    }
+    return out;
+
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(index_entries_doc,
+"index_entries(entries, bitmaps, position, length) -> bytes\n\n"
+"The offset index entries (offset_index.py, FORMAT.md section 12) of the sections of a\n"
+"block at `position`, `length` bytes long, whose TableEntries are `entries` and offset\n"
+"bitmaps `bitmaps` (as table_payload takes them), one after another: each its topic,\n"
+"the fixed fields, its bitmap and its one batch (its first offset, at 0, and its\n"
+"largest timestamp). OverflowError for a value out of its field's range.");
+
+static PyObject *index_entries(PyObject *self, PyObject *args) {
+    PyObject *entries, *bitmaps, *raw, *bitmap;
+    unsigned long long position, length;
+    long partition, kind;
+    Py_ssize_t total;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!KK", &PyList_Type, &entries, &PyList_Type, &bitmaps,
+                          &position, &length))
+        return NULL;
+    if (shared_sizes(entries, bitmaps, 0, INDEX_ENTRY_FIXED + INDEX_BATCH, &total) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    static const int first_last[2] = {0, 1};
+    static const int first[1] = {0};
+    static const int latest[1] = {6};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) goto fail;
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        Py_ssize_t nbitmap = PyBytes_GET_SIZE(bitmap);
+        p += put_topic(p, raw);
+        put32(p, (uint32_t)(int32_t)partition);
+        put64(p + 4, position);
+        put64(p + 12, length);
+        if (put_stats(p + 20, e, first_last, 2) < 0) goto fail;
+        put32(p + 36, 1); /* one batch */
+        p[40] = (uint8_t)kind;
+        p[41] = p[42] = p[43] = 0;
+        put32(p + 44, (uint32_t)nbitmap);
+        p += INDEX_ENTRY_FIXED;
+        memcpy(p, PyBytes_AS_STRING(bitmap), nbitmap);
+        p += nbitmap;
+        if (put_stats(p, e, first, 1) < 0) goto fail;
+        put64(p + 8, 0);
+        if (put_stats(p + 16, e, latest, 1) < 0) goto fail;
+        p += INDEX_BATCH;
     }
     return out;
 
@@ -1134,6 +1311,8 @@ static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
+    {"table_payload", table_payload, METH_VARARGS, table_payload_doc},
+    {"index_entries", index_entries, METH_VARARGS, index_entries_doc},
     {"unsettled", unsettled, METH_VARARGS, unsettled_doc},
     {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
     {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
@@ -1167,6 +1346,8 @@ PyMODINIT_FUNC PyInit__sections(void) {
         PyModule_AddIntConstant(m, "KIND_ROARING64", KIND_ROARING64) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_OVERHEAD", RECORD_OVERHEAD) < 0 ||
         PyModule_AddIntConstant(m, "FOOTER_ENTRY_HEAD", FOOTER_ENTRY_HEAD) < 0 ||
+        PyModule_AddIntConstant(m, "INDEX_ENTRY_FIXED", INDEX_ENTRY_FIXED) < 0 ||
+        PyModule_AddIntConstant(m, "INDEX_BATCH", INDEX_BATCH) < 0 ||
         PyModule_AddIntConstant(m, "METADATA_V5", METADATA_V5) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_RECORD_BATCH", HEADER_RECORD_BATCH) < 0 ||
         PyModule_AddIntConstant(m, "FIELD_NODES", FIELD_NODES) < 0 ||

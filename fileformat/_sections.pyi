@@ -9,6 +9,8 @@ KIND_ROARING64: int
 RECORD_OVERHEAD: int
 NO_HORIZON: int
 FOOTER_ENTRY_HEAD: int
+INDEX_ENTRY_FIXED: int
+INDEX_BATCH: int
 METADATA_V5: int
 HEADER_RECORD_BATCH: int
 FIELD_NODES: int
@@ -61,6 +63,8 @@ def usual_entries(
     entries: list[Any],
 ) -> tuple[int, int]: ...
 def footer_entries(entries: Any, position: int, length: int) -> bytes: ...
+def table_payload(entries: Any, bitmaps: list[bytes]) -> bytes: ...
+def index_entries(entries: Any, bitmaps: list[bytes], position: int, length: int) -> bytes: ...
 def unsettled(entries: Any, payload: bytes, dense: Any) -> list[int]: ...
 def record_sizes(
     rows: int,

@@ -272,6 +272,19 @@ class BatchStats:
             min_delete_horizon=self.min_delete_horizon,
         )
 
+    def figures(self) -> Figures:
+        """These stats as a tuple (``Figures``)."""
+        return (
+            self.first_offset,
+            self.last_offset,
+            self.record_count,
+            self.tombstones,
+            self.uncompressed_bytes,
+            self.min_timestamp,
+            self.max_timestamp,
+            self.min_delete_horizon,
+        )
+
     def then(self, later: BatchStats) -> BatchStats:
         """The stats of these records followed by ``later``'s."""
         return BatchStats(

@@ -24,7 +24,6 @@ import pyarrow as pa
 from compactor.fileformat import _sections
 from compactor.fileformat.batches import (
     BatchStats,
-    Figures,
     int64_view,
     stat_columns,
 )
@@ -46,7 +45,7 @@ from compactor.fileformat.framing import (
     parse_frame,
 )
 from compactor.fileformat.ipc import decode_batch
-from compactor.fileformat.meta import section_key
+from compactor.fileformat.meta import SectionMeta, section_key
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import (
@@ -183,6 +182,22 @@ def encode_section_table(sections: Sequence[tuple[str, int, bytes]]) -> bytes:
     return b"".join(parts)
 
 
+def shared_table(entries: list[TableEntry], bitmaps: list[bytes]) -> bytes:
+    """The ``STBL`` payload of the sections ``entries`` whose offset bitmaps (serialized,
+    of their entries' kinds) are ``bitmaps``: what ``encode_section_table`` makes of
+    their trailers (each with one index entry, at (first offset, 0)), in one compiled
+    pass (``_sections.table_payload``). A writer's sections are all of this form."""
+    return _sections.table_payload(entries, bitmaps)
+
+
+def entry_meta(e: TableEntry, position: int, length: int) -> SectionMeta:
+    """The metadata of the section of the table entry ``e`` in a block at ``position``,
+    ``length`` bytes long."""
+    return SectionMeta(
+        e.topic, e.partition, e[0], e[1], e[2], e[4], e[5], e[6], e[3], position, length, e[7]
+    )
+
+
 def parse_section_table(
     payload: bytes, base: int, object_name: str, role: Role = None
 ) -> SectionTable:
@@ -227,7 +242,7 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
         st, trailer = section.trailer.stats, section.trailer
         entries.append(
             TableEntry(
-                *_figures(st),
+                *st.figures(),
                 section.topic,
                 section.partition,
                 section.key,
@@ -447,17 +462,4 @@ def _disagreement(entry: TableEntry, seen: tuple[int | None, ...]) -> str:
         )
     return f"{where}: trailer stats {BatchStats(*entry[:8])} disagree with the records " + str(
         BatchStats(*seen)  # type: ignore[arg-type]
-    )
-
-
-def _figures(st: BatchStats) -> Figures:
-    return (
-        st.first_offset,
-        st.last_offset,
-        st.record_count,
-        st.tombstones,
-        st.uncompressed_bytes,
-        st.min_timestamp,
-        st.max_timestamp,
-        st.min_delete_horizon,
     )

@@ -11,15 +11,16 @@ FormatError; ``OffsetIndex.matches`` ties an index to one version of its file.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from compactor.fileformat import _sections
 from compactor.fileformat.bitmap import OffsetSet
-from compactor.fileformat.block import read_block
+from compactor.fileformat.block import TableEntry, read_block
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import (
     FRAME_HEADER,
@@ -108,29 +109,57 @@ class OffsetIndex:
 
 
 def encode_index(index: OffsetIndex) -> bytes:
-    head = (index.data_size, index.data_footer_crc, index.data_version, len(index.sections))
-    parts = [_PAYLOAD_HEAD.pack(*head)]
-    for s in index.sections:
-        topic = s.topic.encode()
-        bitmap = s.offsets.serialize()
-        parts.append(U16.pack(len(topic)) + topic)
-        parts.append(
-            _ENTRY_FIXED.pack(
-                s.partition,
-                s.position,
-                s.length,
-                s.first_offset,
-                s.last_offset,
-                len(s.batches),
-                s.offsets.kind,
-                b"\0\0\0",
-                len(bitmap),
-            )
+    entries = [
+        _entry(
+            s.topic.encode(),
+            s.partition,
+            s.position,
+            s.length,
+            s.offsets,
+            [(b.first_offset, b.position, b.max_timestamp) for b in s.batches],
         )
-        parts.append(bitmap)
-        parts += [_BATCH.pack(b.first_offset, b.position, b.max_timestamp) for b in s.batches]
+        for s in index.sections
+    ]
+    head = (index.data_size, index.data_footer_crc, index.data_version, len(entries))
+    return _encoded(*head, entries)
+
+
+def _entry(
+    topic: bytes,
+    partition: int,
+    position: int,
+    length: int,
+    offsets: OffsetSet,
+    batches: Sequence[tuple[int, int, int]],
+) -> bytes:
+    """One section's entry: its topic, fixed fields, bitmap and batches (each its first
+    offset, position in the section and largest timestamp). A shared block's sections
+    have theirs made in one compiled pass (``_sections.index_entries``)."""
+    bitmap = offsets.serialize()
+    fixed = _ENTRY_FIXED.pack(
+        partition,
+        position,
+        length,
+        offsets.first(),
+        offsets.last(),
+        len(batches),
+        offsets.kind,
+        b"\0\0\0",
+        len(bitmap),
+    )
+    parts = [U16.pack(len(topic)), topic, fixed, bitmap]
+    parts += [_BATCH.pack(*b) for b in batches]
+    return b"".join(parts)
+
+
+def _encoded(
+    size: int, footer_crc: int, version: int, count: int, entries: Sequence[bytes]
+) -> bytes:
+    """The index object of a data file of ``size`` bytes, footer CRC and format version,
+    whose ``count`` sections' entries are, in file order, ``entries`` joined."""
+    payload = [_PAYLOAD_HEAD.pack(size, footer_crc, version, count), *entries]
     header = _HEADER.pack(INDEX_MAGIC, INDEX_VERSION, 0)
-    return header + encode_frame(TAG_INDEX, b"".join(parts))
+    return header + encode_frame(TAG_INDEX, b"".join(payload))
 
 
 def decode_index(data: bytes, object_name: str) -> OffsetIndex:
@@ -181,27 +210,50 @@ def _section(p: Cursor, object_name: str) -> SectionIndex:
 
 
 class IndexBuilder:
-    """Collects a file's index while it is written: the writer reports each batch frame
-    (first offset, position in its section, the batch's largest timestamp) and each
-    finished section; ``build`` takes the finished file's meta and footer CRC."""
+    """Collects a file's index while it is written, each section's entry encoded as soon
+    as the writer reports it: each batch frame of a framed section (first offset,
+    position in its section, the batch's largest timestamp), then the section
+    (``end_section``); or a shared block's sections at once (``shared``). ``encode``
+    takes the finished file's meta and footer CRC."""
 
     def __init__(self) -> None:
-        self._batches: list[BatchEntry] = []
-        self._sections: list[tuple[list[BatchEntry], OffsetSet]] = []
+        self._batches: list[tuple[int, int, int]] = []
+        self._entries: list[bytes] = []
+        self._count = 0
 
     def batch(self, first_offset: int, position: int, max_timestamp: int) -> None:
-        self._batches.append(BatchEntry(first_offset, position, max_timestamp))
+        self._batches.append((first_offset, position, max_timestamp))
 
-    def end_section(self, offsets: OffsetSet) -> None:
-        self._sections.append((self._batches, offsets))
+    def end_section(
+        self, topic: str, partition: int, position: int, length: int, offsets: OffsetSet
+    ) -> None:
+        """The section whose batches were reported since the last one ended."""
+        entry = _entry(topic.encode(), partition, position, length, offsets, self._batches)
+        self._entries.append(entry)
+        self._count += 1
         self._batches = []
 
+    def shared(
+        self, entries: list[TableEntry], bitmaps: list[bytes], position: int, length: int
+    ) -> None:
+        """A shared block's sections, as their table entries and serialized bitmaps
+        (``_sections.index_entries``): each one batch, at the block's start."""
+        self._entries.append(_sections.index_entries(entries, bitmaps, position, length))
+        self._count += len(entries)
+
+    def encode(self, meta: FileMeta, footer_crc: int) -> bytes:
+        """The index object; ValueError if it was told of other sections than ``meta``
+        lists."""
+        if self._batches or self._count != len(meta.sections):
+            raise ValueError(
+                f"the index holds {self._count} sections, the file {len(meta.sections)}"
+            )
+        head = (meta.size, footer_crc, meta.format_version, self._count)
+        return _encoded(*head, self._entries)
+
     def build(self, meta: FileMeta, footer_crc: int) -> OffsetIndex:
-        sections = tuple(
-            SectionIndex(m.topic, m.partition, m.position, m.length, offsets, tuple(batches))
-            for m, (batches, offsets) in zip(meta.sections, self._sections, strict=True)
-        )
-        return OffsetIndex(meta.size, footer_crc, meta.format_version, sections)
+        """``encode``'s index, decoded."""
+        return decode_index(self.encode(meta, footer_crc), "<index being built>")
 
 
 def build_index(source: Source, *, object_name: str, size: int) -> OffsetIndex:
@@ -225,7 +277,9 @@ def read_and_index(
             section.batch_firsts, section.batch_positions, maxima, strict=True
         ):
             builder.batch(first, position, latest)
-        builder.end_section(section.offsets)
+        assert section.meta is not None
+        m = section.meta
+        builder.end_section(m.topic, m.partition, m.position, m.length, section.offsets)
     assert reader.footer is not None and reader.footer_crc is not None
     return builder.build(reader.footer, reader.footer_crc), reader.footer
 

@@ -23,6 +23,7 @@ from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from compactor.fileformat.block import (
     Block,
     check_block_end,
+    entry_meta,
     parse_section_table,
 )
 from compactor.fileformat.errors import FormatError
@@ -640,8 +641,7 @@ class SharedSectionReader(SectionReader):
     @property
     def meta(self) -> SectionMeta:  # type: ignore[override]
         """Made when first asked for (a compaction never asks)."""
-        e = self._entry
-        return BatchStats(*e[:8]).section_meta(e.topic, e.partition, self.position, self._length)
+        return entry_meta(self._entry, self.position, self._length)
 
     @property
     def offsets(self) -> OffsetSet:

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from compactor.fileformat import _sections
 from compactor.fileformat.batches import (
     BatchStats,
+    Figures,
     batch_problem,
     batch_stats,
     batching_weight,
@@ -21,8 +23,8 @@ from compactor.fileformat.batches import (
     section_figures,
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSet, OffsetSetBuilder, small_bitmap
-from compactor.fileformat.block import encode_section_table
-from compactor.fileformat.footer import encode_footer, encode_tail
+from compactor.fileformat.block import TableEntry, entry_meta, shared_table
+from compactor.fileformat.footer import encode_footer_entry, encode_tail, footer_payload
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
     FORMAT_VERSION,
@@ -41,7 +43,12 @@ from compactor.fileformat.framing import (
 )
 from compactor.fileformat.ipc import BatchEncoder
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
-from compactor.fileformat.section import encode_section_end, encode_section_header, encode_trailer
+from compactor.fileformat.section import (
+    encode_section_end,
+    encode_section_header,
+    encode_topic,
+    encode_trailer,
+)
 
 if TYPE_CHECKING:
     from compactor.fileformat.offset_index import IndexBuilder
@@ -100,50 +107,58 @@ class _OpenSection:
         self.held_weight = 0  # batching weight (plan_slices), what bounds a block
 
 
-class _SharedSection:
-    """A small section waiting in the open shared block: its records are ``batches``, or
-    (``rows``) the ``stats.record_count`` rows of a bigger batch from a first row, and a
-    block's consecutive sections of one batch are then copied as one run."""
+class _Block:
+    """The open shared block: its sections as table entries (``TableEntry``, each with its
+    first row in the block's batch) and serialized offset bitmaps, and its records as
+    pieces, each a section's batches or a run of rows of a bigger batch, consecutive
+    sections that are consecutive rows of one batch making one run. A section costs a
+    tuple and a bitmap here; ``FileWriter._write_block`` encodes them all at once."""
 
-    __slots__ = ("topic", "partition", "batches", "stats", "offsets", "rows")
+    __slots__ = ("entries", "bitmaps", "pieces", "rows", "logical", "weight")
 
-    def __init__(
+    def __init__(self) -> None:
+        self.entries: list[TableEntry] = []
+        self.bitmaps: list[bytes] = []
+        self.pieces: list[pa.RecordBatch | list[Any]] = []
+        """Batches, and runs as [batch, first row, rows]."""
+        self.rows = 0
+        self.logical = 0
+        self.weight = 0
+
+    def add(
         self,
+        figures: Figures,
         topic: str,
         partition: int,
-        batches: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
-        stats: BatchStats,
-        offsets: OffsetSet,
+        key: tuple[bytes, int],
+        records: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
+        offsets: tuple[int, bytes],
+        weight: int,
     ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.batches = batches if isinstance(batches, list) else None
-        self.rows = batches if isinstance(batches, tuple) else None
-        self.stats = stats
-        self.offsets = offsets
-
-
-def _runs(block: list[_SharedSection]) -> list[pa.RecordBatch]:
-    """A block's records as few slices as they allow: consecutive sections that are
-    consecutive rows of one batch as one slice."""
-    pieces: list[pa.RecordBatch] = []
-    parent: pa.RecordBatch | None = None
-    start = count = 0
-    for s in block:
-        if s.rows is not None and s.rows[0] is parent and s.rows[1] == start + count:
-            count += s.stats.record_count
-            continue
-        if parent is not None:
-            pieces.append(parent.slice(start, count))
-        if s.batches is not None:
-            pieces += s.batches
-            parent = None
+        """A section: its stats as ``figures``; its records, batches or the
+        ``figures``' record count of rows of a batch from a first row; its offsets'
+        bitmap kind and bytes; its batching weight."""
+        count, logical = figures[2], figures[4]
+        kind, bitmap = offsets
+        self.entries.append(
+            TableEntry._make((*figures, topic, partition, key, self.rows, kind, -1, -1))
+        )
+        self.bitmaps.append(bitmap)
+        if isinstance(records, list):
+            self.pieces += records
         else:
-            assert s.rows is not None
-            (parent, start), count = s.rows, s.stats.record_count
-    if parent is not None:
-        pieces.append(parent.slice(start, count))
-    return pieces
+            batch, start = records
+            last = self.pieces[-1] if self.pieces else None
+            if isinstance(last, list) and last[0] is batch and last[1] + last[2] == start:
+                last[2] += count
+            else:
+                self.pieces.append([batch, start, count])
+        self.rows += count
+        self.logical += logical
+        self.weight += weight
+
+    def records(self) -> list[pa.RecordBatch]:
+        return [p if isinstance(p, pa.RecordBatch) else p[0].slice(p[1], p[2]) for p in self.pieces]
 
 
 class FileWriter:
@@ -214,15 +229,14 @@ class FileWriter:
         self._max_batch_bytes = max_batch_bytes
         self._position = 0
         self._sections: list[SectionMeta] = []
+        self._footer: list[bytes] = []  # the sections' footer entries, a block's as one
         self._last_key: tuple[bytes, int] | None = None
         self._open: _OpenSection | None = None
         self._finished = False
         self._share_below = share_below
         self._block_limit = block_bytes
         self._version = SHARED_VERSION if share_below else FORMAT_VERSION
-        self._block: list[_SharedSection] = []
-        self._block_bytes = 0  # logical
-        self._block_weight = 0
+        self._block = _Block()
         self._emit(encode_file_header(self._version))
 
     @property
@@ -375,50 +389,50 @@ class FileWriter:
             )
         offsets = section.offsets.build()
         trailer = encode_frame(TAG_TRAILER, encode_trailer(section.stats, section.index, offsets))
-        if self._index is not None:
-            self._index.end_section(offsets)
         self._emit(trailer)
         self._emit(encode_section_end(len(trailer)))
-        s = section.stats
-        meta = s.section_meta(
-            section.topic, section.partition, section.position, self._position - section.position
+        length = self._position - section.position
+        if self._index is not None:
+            self._index.end_section(
+                section.topic, section.partition, section.position, length, offsets
+            )
+        meta = section.stats.section_meta(
+            section.topic, section.partition, section.position, length
         )
         self._sections.append(meta)
+        self._footer.append(encode_footer_entry(meta, encode_topic(meta.topic)))
         self._last_key = section_key(section.topic, section.partition)
         return meta
 
     def _share(self, section: _OpenSection) -> None:
         """Adds a closed small section to the open block."""
         assert section.stats is not None
+        offsets = _offsets(section.held, section.stats)
         self._add_shared(
+            section.stats.figures(),
             section.topic,
             section.partition,
             section.held,
-            section.stats,
-            section.held_bytes,
+            (offsets.kind, offsets.serialize()),
             section.held_weight,
-            _offsets(section.held, section.stats),
         )
 
     def _add_shared(
         self,
+        figures: Figures,
         topic: str,
         partition: int,
-        batches: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
-        stats: BatchStats,
-        logical: int,
+        records: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
+        offsets: tuple[int, bytes],
         weight: int,
-        offsets: OffsetSet,
     ) -> None:
-        """Adds a small section (``batches``: see ``_SharedSection``) to the open block,
-        writing the block first if the section would make it heavier than
-        ``block_bytes``."""
-        if self._block_weight + weight > self._block_limit:
+        """Adds a small section (see ``_Block.add``) to the open block, writing the block
+        first if the section would make it heavier than ``block_bytes``."""
+        if self._block.weight + weight > self._block_limit:
             self._write_block()
-        self._block.append(_SharedSection(topic, partition, batches, stats, offsets))
-        self._block_bytes += logical
-        self._block_weight += weight
-        self._last_key = section_key(topic, partition)
+        key = section_key(topic, partition)
+        self._block.add(figures, topic, partition, key, records, offsets, weight)
+        self._last_key = key
 
     def write_rows(
         self, records: pa.RecordBatch, sections: Sequence[tuple[str, int, int, int]]
@@ -440,24 +454,20 @@ class FileWriter:
                 self.write_section(topic, partition, (records.slice(start, rows),))
                 continue
             assert offsets is not None
-            stats, weight = measured[i]
-            section_offsets = _small_offsets(offsets[start : start + rows], stats)
-            if section_offsets is None:  # not one small container: built from a slice
-                section_offsets = _built_offsets([records.slice(start, rows)], stats)
-            self._add_shared(
-                topic,
-                partition,
-                (records, start),
-                stats,
-                stats.uncompressed_bytes,
-                weight,
-                section_offsets,
-            )
+            figures, weight = measured[i]
+            first = figures[0]
+            bitmap = small_bitmap(offsets[start : start + rows], first)
+            if bitmap is None:  # not one small container: built from a slice
+                built = _built_offsets([records.slice(start, rows)], first)
+                kind, bitmap = built.kind, built.serialize()
+            else:
+                kind = KIND_ROARING32
+            self._add_shared(figures, topic, partition, (records, start), (kind, bitmap), weight)
 
     def _measured(
         self, records: pa.RecordBatch, items: Sequence[tuple[str, int, int, int]]
-    ) -> list[tuple[BatchStats, int]] | None:
-        """Each section's stats and batching weight, if every section passes the checks
+    ) -> list[tuple[Figures, int]] | None:
+        """Each section's figures and batching weight, if every section passes the checks
         of ``begin_section`` and ``write_batch``; else None."""
         last = self._last_key
         for topic, partition, start, rows in items:
@@ -475,7 +485,7 @@ class FileWriter:
             return None
         items_at = header_offsets(records)
         return [
-            (BatchStats(*f), f[4] + 8 * (items_at[start + count] - items_at[start]))
+            (f, f[4] + 8 * (items_at[start + count] - items_at[start]))
             for f, (start, count) in zip(figures, spans, strict=True)
         ]
 
@@ -484,35 +494,21 @@ class FileWriter:
         sections stay in it until it is written: an error leaves them there, so a later
         ``finish`` fails too rather than writing a file without them."""
         block = self._block
-        if not block:
+        if not block.entries:
             return
-        records = copied(_runs(block))
-        payload = self._encoder.encode(records, self._block_bytes)
-        table = encode_frame(
-            TAG_SECTION_TABLE,
-            encode_section_table(
-                [
-                    (
-                        s.topic,
-                        s.partition,
-                        encode_trailer(s.stats, [(s.stats.first_offset, 0)], s.offsets),
-                    )
-                    for s in block
-                ]
-            ),
-        )
+        payload = self._encoder.encode(copied(block.records()), block.logical)
+        table = encode_frame(TAG_SECTION_TABLE, shared_table(block.entries, block.bitmaps))
         position = self._position
         self._emit(encode_frame_header(TAG_SHARED_BATCH, payload))
         self._emit(payload)
         self._emit(table)
         self._emit(SECTION_END.pack(len(table), BLOCK_END_MAGIC))
         length = self._position - position
-        self._block, self._block_bytes, self._block_weight = [], 0, 0
-        for s in block:
-            self._sections.append(s.stats.section_meta(s.topic, s.partition, position, length))
-            if self._index is not None:
-                self._index.batch(s.stats.first_offset, 0, s.stats.max_timestamp)
-                self._index.end_section(s.offsets)
+        self._block = _Block()
+        self._sections += (entry_meta(e, position, length) for e in block.entries)
+        self._footer.append(_sections.footer_entries(block.entries, position, length))
+        if self._index is not None:
+            self._index.shared(block.entries, block.bitmaps, position, length)
 
     def write_section(
         self, topic: str, partition: int, batches: Iterable[pa.RecordBatch]
@@ -528,7 +524,8 @@ class FileWriter:
         self._state(want_open=False)
         self.close()
         self._write_block()
-        footer = encode_frame(TAG_FOOTER, encode_footer(self._sections, self._version))
+        payload = footer_payload(self._footer, len(self._sections), self._version)
+        footer = encode_frame(TAG_FOOTER, payload)
         self.footer_crc = FRAME_HEADER.unpack_from(footer)[2]
         self._emit(footer)
         self._emit(encode_tail(footer, self._version))
@@ -538,29 +535,20 @@ class FileWriter:
 
 def _offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
     """A section's offsets: for one batch of a small section, its bitmap's bytes made
-    in one compiled pass (``_small_offsets``), else built with pyroaring."""
+    in one compiled pass (``small_bitmap``), else built with pyroaring."""
     if len(batches) == 1:
-        made = _small_offsets(int64_view(batches[0].column(0)), stats)
+        made = small_bitmap(int64_view(batches[0].column(0)), stats.first_offset)
         if made is not None:
-            return made
-    return _built_offsets(batches, stats)
+            return OffsetSet.made(KIND_ROARING32, made, stats.first_offset, stats.last_offset)
+    return _built_offsets(batches, stats.first_offset)
 
 
-def _built_offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
+def _built_offsets(batches: list[pa.RecordBatch], first_offset: int) -> OffsetSet:
     """A section's offsets built with pyroaring, batch by batch."""
-    builder = OffsetSetBuilder(stats.first_offset)
+    builder = OffsetSetBuilder(first_offset)
     for batch in batches:
         builder.add_column(batch.column(0))
     return builder.build()
-
-
-def _small_offsets(offsets: memoryview, stats: BatchStats) -> OffsetSet | None:
-    """The offsets of a section whose offset column is ``offsets`` (``int64_view``), if
-    ``small_bitmap`` makes their bitmap."""
-    made = small_bitmap(offsets, stats.first_offset)
-    if made is None:
-        return None
-    return OffsetSet.made(KIND_ROARING32, made, stats.first_offset, stats.last_offset)
 
 
 def _valid_key(topic: str, partition: int) -> bool:

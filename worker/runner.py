@@ -31,7 +31,7 @@ from compactor.fileformat import (
     read_footer,
 )
 from compactor.fileformat.meta import section_key
-from compactor.fileformat.offset_index import IndexBuilder, encode_index, index_key
+from compactor.fileformat.offset_index import IndexBuilder, index_key
 from compactor.fileformat.second_read import Role
 from compactor.fileformat.writer import MAX_BATCH_BYTES, SHARE_BELOW
 from compactor.objectstore import MultipartWriter, ObjectStore, PreconditionFailed
@@ -137,8 +137,7 @@ class _GroupOutput:
             meta = self._existing_meta()
         else:
             assert self.writer.footer_crc is not None
-            index = self.index.build(meta, self.writer.footer_crc)
-            self.store.put(index_key(self.key), encode_index(index))
+            self.store.put(index_key(self.key), self.index.encode(meta, self.writer.footer_crc))
         live = LiveFile.of_sections(
             self.job.output_file_id(self.group),
             self.key,
