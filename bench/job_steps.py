@@ -11,8 +11,10 @@ Figures are inclusive: a step's time holds the steps it calls (``take_upto`` hol
 ``add_run``, which holds ``Block.records``). The wrappers cost about a microsecond a call,
 so a step called once per section reads a little heavy. This is the deterministic
 counterpart of ``bench/spy_job.sh``: no sampling, every call counted, but only the steps
-listed, and both phases in one process (as a job runs without phase 1's helper). Use it
-to see what a change saves, step by step; compare jobs' wall times with ``bench.ab``.
+listed, and both phases in one process (as a job runs without phase 1's helper), or
+with ``--worker-only`` the worker's process alone, phase 1 in its helper (the helper's
+steps are not counted). Use it to see what a change saves, step by step; compare jobs'
+wall times with ``bench.ab``.
 Not a test.
 """
 
@@ -91,12 +93,14 @@ class Steps:
         return timed
 
 
-def one_job(store: Path, now_ms: int | None) -> tuple[float, Steps]:
-    """One job on a fresh clone of ``store``, phase 1 inline: its CPU time and steps."""
+def one_job(store: Path, now_ms: int | None, inline: bool = True) -> tuple[float, Steps]:
+    """One job on a fresh clone of ``store``, phase 1 inline or (``inline`` false) as the
+    worker chooses: its CPU time in this process and the steps this process ran."""
     from compactor.worker import runner
 
     chosen = runner.phase1_mode
-    runner.phase1_mode = lambda *args, **kwargs: "inline"  # type: ignore[assignment]
+    if inline:
+        runner.phase1_mode = lambda *args, **kwargs: "inline"  # type: ignore[assignment]
     try:
         with cloned(store, now_ms) as (compactor, _, _, at_ms), Steps() as steps:
             start = time.process_time()
@@ -111,12 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, required=True, help="a local store (not changed)")
     ap.add_argument("--now-ms", type=int, default=None, help="default: the store's newest + 1 h")
     ap.add_argument("--repeat", type=int, default=2, help="jobs in turn; the last is printed")
+    ap.add_argument(
+        "--worker-only",
+        action="store_true",
+        help="phase 1 in its helper process, as a job runs it: the worker's steps only",
+    )
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     for _ in range(args.repeat):
-        total, steps = one_job(args.store, args.now_ms)
-    print(f"job: {total:.3f} s CPU, phase 1 inline")
+        total, steps = one_job(args.store, args.now_ms, inline=not args.worker_only)
+    where = "the worker's process, phase 1 in its helper" if args.worker_only else "phase 1 inline"
+    print(f"job: {total:.3f} s CPU, {where}")
     print()
     print("| step | CPU s (inclusive) | calls |")
     print("|---|---:|---:|")
