@@ -533,6 +533,18 @@ static inline void put32(uint8_t *p, uint32_t v) {
     for (int b = 0; b < 4; b++) p[b] = (uint8_t)(v >> (8 * b));
 }
 
+/* What a footer entry and an offset index entry both start with: the topic's length and
+ * raw bytes, the partition (i32), and the section's position and length (u64 each);
+ * returns the bytes written. */
+static Py_ssize_t put_placed(uint8_t *p, PyObject *raw, long partition,
+                             unsigned long long position, unsigned long long length) {
+    Py_ssize_t n = put_topic(p, raw);
+    put32(p + n, (uint32_t)(int32_t)partition);
+    put64(p + n + 4, position);
+    put64(p + n + 12, length);
+    return n + 20;
+}
+
 static const int ALL_STATS[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
 static PyObject *footer_entries(PyObject *self, PyObject *args) {
@@ -555,17 +567,13 @@ static PyObject *footer_entries(PyObject *self, PyObject *args) {
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
-    /* entry fields 0-7 are the stats (first, last, count, tombstones, bytes, min_ts,
-     * max_ts, horizon), in the footer's order; 9 is the partition, 10 the key */
+    /* entry fields 0-7 are the stats, in the footer's order */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyList_GET_ITEM(entries, i); /* no Python code ran since the check */
         if (entry_head(e, i, &raw, &partition) < 0) goto fail;
-        p += put_topic(p, raw);
-        put32(p, (uint32_t)(int32_t)partition);
-        put64(p + 4, position);
-        put64(p + 12, length);
-        if (put_stats(p + 20, e, ALL_STATS, 8) < 0) goto fail;
-        p += FOOTER_ENTRY_HEAD;
+        p += put_placed(p, raw, partition, position, length);
+        if (put_stats(p, e, ALL_STATS, 8) < 0) goto fail;
+        p += FOOTER_ENTRY_HEAD - 20;
     }
     return out;
 
@@ -688,14 +696,17 @@ PyDoc_STRVAR(index_entries_doc,
 "largest timestamp). OverflowError for a value out of its field's range.");
 
 static PyObject *index_entries(PyObject *self, PyObject *args) {
-    PyObject *entries, *bitmaps, *raw, *bitmap;
-    unsigned long long position, length;
+    PyObject *entries, *bitmaps, *raw, *bitmap, *position_obj, *length_obj;
     long partition, kind;
     Py_ssize_t total;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!KK", &PyList_Type, &entries, &PyList_Type, &bitmaps,
-                          &position, &length))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &entries, &PyList_Type, &bitmaps,
+                          &PyLong_Type, &position_obj, &PyLong_Type, &length_obj))
         return NULL;
+    unsigned long long position = PyLong_AsUnsignedLongLong(position_obj);
+    if (position == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    unsigned long long length = PyLong_AsUnsignedLongLong(length_obj);
+    if (length == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     if (shared_sizes(entries, bitmaps, 0, INDEX_ENTRY_FIXED + INDEX_BATCH, &total) < 0)
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(entries);
@@ -709,16 +720,13 @@ static PyObject *index_entries(PyObject *self, PyObject *args) {
         if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) goto fail;
         PyObject *e = PyList_GET_ITEM(entries, i);
         Py_ssize_t nbitmap = PyBytes_GET_SIZE(bitmap);
-        p += put_topic(p, raw);
-        put32(p, (uint32_t)(int32_t)partition);
-        put64(p + 4, position);
-        put64(p + 12, length);
-        if (put_stats(p + 20, e, first_last, 2) < 0) goto fail;
-        put32(p + 36, 1); /* one batch */
-        p[40] = (uint8_t)kind;
-        p[41] = p[42] = p[43] = 0;
-        put32(p + 44, (uint32_t)nbitmap);
-        p += INDEX_ENTRY_FIXED;
+        p += put_placed(p, raw, partition, position, length);
+        if (put_stats(p, e, first_last, 2) < 0) goto fail;
+        put32(p + 16, 1); /* one batch */
+        p[20] = (uint8_t)kind;
+        p[21] = p[22] = p[23] = 0;
+        put32(p + 24, (uint32_t)nbitmap);
+        p += INDEX_ENTRY_FIXED - 20;
         memcpy(p, PyBytes_AS_STRING(bitmap), nbitmap);
         p += nbitmap;
         if (put_stats(p, e, first, 1) < 0) goto fail;

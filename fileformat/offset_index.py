@@ -242,8 +242,8 @@ class IndexBuilder:
         self._count += len(entries)
 
     def encode(self, meta: FileMeta, footer_crc: int) -> bytes:
-        """The index object; ValueError if it was told of other sections than ``meta``
-        lists."""
+        """The index object; ValueError if it holds another number of sections than
+        ``meta`` lists, or batches of a section that never ended."""
         if self._batches or self._count != len(meta.sections):
             raise ValueError(
                 f"the index holds {self._count} sections, the file {len(meta.sections)}"

@@ -88,7 +88,6 @@ class _OpenSection:
         "index",
         "offsets",
         "held",
-        "held_bytes",
         "held_weight",
     )
 
@@ -103,7 +102,6 @@ class _OpenSection:
         self.index: list[tuple[int, int]] = []  # (first offset, position in the section)
         self.offsets: OffsetSetBuilder | None = None
         self.held: list[pa.RecordBatch] = []  # records kept back for a shared block
-        self.held_bytes = 0  # logical
         self.held_weight = 0  # batching weight (plan_slices), what bounds a block
 
 
@@ -158,6 +156,7 @@ class _Block:
         self.weight += weight
 
     def records(self) -> list[pa.RecordBatch]:
+        """The block's records, in order, a run as one slice."""
         return [p if isinstance(p, pa.RecordBatch) else p[0].slice(p[1], p[2]) for p in self.pieces]
 
 
@@ -301,7 +300,6 @@ class FileWriter:
                 stats = batch_stats(batch, logical)
                 section.stats = stats if section.stats is None else section.stats.then(stats)
                 section.held.append(batch)
-                section.held_bytes += logical
                 section.held_weight += weight
                 return
             self._frame(section)

@@ -106,6 +106,13 @@ def test_what_is_not_a_writers_section_is_refused(
         _sections.index_entries(entries, bitmaps, 0, 10)  # type: ignore[arg-type]
 
 
+def test_a_block_placed_out_of_range_is_refused() -> None:
+    with pytest.raises(OverflowError):
+        _sections.index_entries([_entry()], [b"x"], -1, 10)
+    with pytest.raises(OverflowError):
+        _sections.index_entries([_entry()], [b"x"], 0, 2**64)
+
+
 def test_an_index_told_of_other_sections_than_the_file_has_is_refused() -> None:
     builder = IndexBuilder()
     e = _entry()
