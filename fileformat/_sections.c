@@ -1026,27 +1026,19 @@ PyDoc_STRVAR(small_bitmap_doc,
 "become a run container unless an array is smaller; others (its array) become one\n"
 "unless that is not strictly smaller.");
 
-static PyObject *small_bitmap(PyObject *self, PyObject *args) {
-    Column off = {0};
-    PyObject *offsets_obj, *out = NULL;
-    long long base;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OL", &offsets_obj, &base)) return NULL;
-    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0) return NULL;
-    const int64_t *o = off.view.buf;
-    Py_ssize_t n = off.view.len / 8, runs = 1;
+/* small_bitmap's bitmap of the `n` offsets at `o`, less `base`: bytes, or None when they
+ * are not one small container; NULL with an error set. */
+static PyObject *make_small_bitmap(const int64_t *o, Py_ssize_t n, int64_t base) {
+    Py_ssize_t runs = 1;
     int fits = n >= 1 && n <= ARRAY_MAX && o[0] == base;
     for (Py_ssize_t i = 1; fits && i < n; i++) {
         if (o[i] <= o[i - 1] || (uint64_t)o[i] - (uint64_t)base > 65535) fits = 0;
         else runs += o[i] != o[i - 1] + 1;
     }
-    if (!fits) {
-        out = Py_NewRef(Py_None);
-        goto done;
-    }
+    if (!fits) return Py_NewRef(Py_None);
     int as_run = runs == 1 ? 6 <= 2 * n : 2 + 4 * runs < 2 * n;
-    out = PyBytes_FromStringAndSize(NULL, as_run ? 11 + 4 * runs : 16 + 2 * n);
-    if (out == NULL) goto done;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, as_run ? 11 + 4 * runs : 16 + 2 * n);
+    if (out == NULL) return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
     if (as_run) {
         put16(p, ROARING_RUNS);
@@ -1076,10 +1068,188 @@ static PyObject *small_bitmap(PyObject *self, PyObject *args) {
         put16(p + 14, 0);
         for (Py_ssize_t i = 0; i < n; i++) put16(p + 16 + 2 * i, (unsigned)(o[i] - base));
     }
+    return out;
+}
 
-done:
+static PyObject *small_bitmap(PyObject *self, PyObject *args) {
+    Column off = {0};
+    PyObject *offsets_obj;
+    long long base;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OL", &offsets_obj, &base)) return NULL;
+    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0) return NULL;
+    PyObject *out = make_small_bitmap(off.view.buf, off.view.len / 8, base);
     release(&off);
     return out;
+}
+
+PyDoc_STRVAR(small_sections_doc,
+"small_sections(items, figures, offsets, headers_at, previous, entry_type)\n"
+"    -> (entries, bitmaps, weights) | None\n\n"
+"What a writer keeps of each of the small sections `items` ((topic, partition, first\n"
+"row, rows) tuples of one batch of records, whose figures are `figures`), when every\n"
+"one's topic and partition are valid (section.encode_section_header) and they come in\n"
+"strictly increasing (raw topic, partition) order after `previous` (a key or None);\n"
+"None otherwise. `offsets` is the batch's offset column (int64 values) and\n"
+"`headers_at` its headers' list offsets (int32, one more than its rows). For each\n"
+"section: an `entry_type` (TableEntry) of its figures, topic, partition and key, its\n"
+"start -1 and kind KIND_ROARING32, its bitmap's place -1; its offsets' bitmap as\n"
+"small_bitmap makes it (None where that makes none: the entry's kind is then the\n"
+"caller's to set); and its batching weight (logical bytes, 8 per header).");
+
+#define MAX_TOPIC_BYTES 0xFFFF
+
+/* The raw bytes of `topic` if it is a topic a section may have; NULL otherwise (no error
+ * left set: the caller's answer is None). */
+static PyObject *valid_topic(PyObject *topic) {
+    if (!PyUnicode_Check(topic) || PyUnicode_GET_LENGTH(topic) == 0) return NULL;
+    PyObject *raw = PyUnicode_AsUTF8String(topic);
+    if (raw == NULL) {
+        PyErr_Clear(); /* a lone surrogate: not a topic */
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(raw) > MAX_TOPIC_BYTES) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    return raw;
+}
+
+static PyObject *small_sections(PyObject *self, PyObject *args) {
+    PyObject *items, *figures, *offsets_obj, *headers_obj, *previous;
+    PyTypeObject *type;
+    Column off = {0}, hdr = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!OOOO!", &PyList_Type, &items, &PyList_Type, &figures,
+                          &offsets_obj, &headers_obj, &previous, &PyType_Type, &type))
+        return NULL;
+    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
+        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    if (PyList_GET_SIZE(figures) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd sections but %zd figures", n,
+                     PyList_GET_SIZE(figures));
+        return NULL;
+    }
+    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0) return NULL;
+    if (take_column(headers_obj, &hdr, 4, 0, "headers_at") < 0) {
+        release(&off);
+        return NULL;
+    }
+    const int64_t *o = off.view.buf;
+    const int32_t *h = hdr.view.buf;
+    Py_ssize_t rows = off.view.len / 8;
+    if (hdr.view.len / 4 < rows + 1) rows = hdr.view.len / 4 - 1;
+    PyObject *entries = PyList_New(n), *bitmaps = PyList_New(n), *weights = PyList_New(n);
+    PyObject *result = NULL, *raw = NULL, *prev_raw = NULL, *last_topic = NULL;
+    PyObject *minus = PyLong_FromLong(-1);
+    PyObject *kind = PyLong_FromLong(KIND_ROARING32);
+    const char *prev = NULL;
+    Py_ssize_t prev_len = 0;
+    long prev_partition = -1;
+    if (entries == NULL || bitmaps == NULL || weights == NULL || minus == NULL || kind == NULL)
+        goto done;
+    if (previous != Py_None) {
+        if (!PyTuple_Check(previous) || PyTuple_GET_SIZE(previous) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(previous, 0))) {
+            PyErr_SetString(PyExc_TypeError, "previous must be a (bytes, int) key or None");
+            goto done;
+        }
+        prev = PyBytes_AS_STRING(PyTuple_GET_ITEM(previous, 0));
+        prev_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(previous, 0));
+        prev_partition = PyLong_AsLong(PyTuple_GET_ITEM(previous, 1));
+        if (prev_partition == -1 && PyErr_Occurred()) goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i), *f = PyList_GET_ITEM(figures, i);
+        static const int span[3] = {2, 3, -1};
+        static const int stats[9] = {0, 1, 2, 3, 4, 5, 6, 7, -1};
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4 || !int_fields(item, span, -1) ||
+            !PyTuple_Check(f) || PyTuple_GET_SIZE(f) != FIGURES || !int_fields(f, stats, 7)) {
+            PyErr_Format(PyExc_TypeError, "section %zd: not a (topic, partition, row, rows) "
+                         "tuple with its figures", i);
+            goto done;
+        }
+        PyObject *topic = PyTuple_GET_ITEM(item, 0), *part = PyTuple_GET_ITEM(item, 1);
+        if (topic != last_topic) {
+            Py_XDECREF(raw);
+            raw = valid_topic(topic);
+            last_topic = topic;
+            if (raw == NULL) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+        int big = 0;
+        long long p = PyLong_CheckExact(part) ? PyLong_AsLongLongAndOverflow(part, &big) : -1;
+        if (big || p < 0 || p > INT32_MAX) {
+            if (PyErr_Occurred()) goto done;
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        Py_ssize_t raw_len = PyBytes_GET_SIZE(raw);
+        const char *raw_at = PyBytes_AS_STRING(raw);
+        if (prev != NULL) {
+            int c = memcmp(raw_at, prev, raw_len < prev_len ? raw_len : prev_len);
+            if (c < 0 || (c == 0 && (raw_len < prev_len ||
+                                     (raw_len == prev_len && p <= prev_partition)))) {
+                result = Py_NewRef(Py_None); /* out of order */
+                goto done;
+            }
+        }
+        if (prev_raw != raw) {
+            Py_XSETREF(prev_raw, Py_NewRef(raw)); /* keeps `prev` alive */
+        }
+        prev = raw_at;
+        prev_len = raw_len;
+        prev_partition = (long)p;
+        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 3));
+        if ((start == -1 || count == -1) && PyErr_Occurred()) goto done;
+        if (start < 0 || count < 1 || start > rows - count) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        long long first = PyLong_AsLongLong(PyTuple_GET_ITEM(f, 0));
+        long long logical = PyLong_AsLongLong(PyTuple_GET_ITEM(f, 4));
+        if ((first == -1 || logical == -1) && PyErr_Occurred()) goto done;
+        PyObject *bitmap = make_small_bitmap(o + start, count, first);
+        if (bitmap == NULL) goto done;
+        PyList_SET_ITEM(bitmaps, i, bitmap);
+        PyObject *w = PyLong_FromLongLong(logical + 8 * (long long)(h[start + count] - h[start]));
+        if (w == NULL) goto done;
+        PyList_SET_ITEM(weights, i, w);
+        PyObject *key = PyTuple_Pack(2, raw, part);
+        if (key == NULL) goto done;
+        PyObject *fields[ENTRY_FIELDS];
+        for (int k = 0; k < FIGURES; k++) fields[k] = Py_NewRef(PyTuple_GET_ITEM(f, k));
+        fields[8] = Py_NewRef(topic);
+        fields[9] = Py_NewRef(part);
+        fields[10] = key;
+        fields[11] = Py_NewRef(minus);
+        fields[12] = Py_NewRef(kind);
+        fields[13] = Py_NewRef(minus);
+        fields[14] = Py_NewRef(minus);
+        PyObject *entry = new_entry(type, fields);
+        if (entry == NULL) goto done;
+        PyList_SET_ITEM(entries, i, entry);
+    }
+    result = PyTuple_Pack(3, entries, bitmaps, weights);
+
+done:
+    Py_XDECREF(raw);
+    Py_XDECREF(prev_raw);
+    Py_XDECREF(minus);
+    Py_XDECREF(kind);
+    Py_XDECREF(entries);
+    Py_XDECREF(bitmaps);
+    Py_XDECREF(weights);
+    release(&off);
+    release(&hdr);
+    return result;
 }
 
 
@@ -1325,6 +1495,7 @@ static PyMethodDef methods[] = {
     {"record_sizes", record_sizes, METH_VARARGS, record_sizes_doc},
     {"relative_offsets", relative_offsets, METH_VARARGS, relative_offsets_doc},
     {"small_bitmap", small_bitmap, METH_VARARGS, small_bitmap_doc},
+    {"small_sections", small_sections, METH_VARARGS, small_sections_doc},
     {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},
     {"usual_message", usual_message, METH_VARARGS, usual_message_doc},
     {NULL, NULL, 0, NULL},

@@ -1,4 +1,6 @@
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
+
+_T = TypeVar("_T")
 
 FIGURES: int
 USUAL_TRAILER: int
@@ -83,6 +85,14 @@ def record_sizes(
 def relative_offsets(offsets: Any, base: int, wide: bool) -> bytes: ...
 def valid_bytes(offsets: Any, validity: Any, bit: int) -> int: ...
 def small_bitmap(offsets: Any, base: int) -> bytes | None: ...
+def small_sections(
+    items: list[tuple[str, int, int, int]],
+    figures: list[Any],
+    offsets: Any,
+    headers_at: Any,
+    previous: tuple[bytes, int] | None,
+    entry_type: type[_T],
+) -> tuple[list[_T], list[bytes | None], list[int]] | None: ...
 def usual_message(
     payload: Any, check_expansion: bool, max_decoded: int, max_expansion: int
 ) -> tuple[int, int, bool, int] | None: ...

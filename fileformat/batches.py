@@ -334,13 +334,14 @@ compare than a BatchStats, for every section of every block)."""
 
 
 def section_figures(
-    batch: pa.RecordBatch, sections: Sequence[tuple[int, int]]
+    batch: pa.RecordBatch, sections: Sequence[tuple[Any, ...]], start_at: int = 0
 ) -> tuple[int, list[Figures]]:
-    """The stats as tuples of the sections at (first row, rows) ``sections`` of a whole
-    batch of RECORD_SCHEMA, with the first row inside a section whose offset does not
-    exceed the one before it (-1 if none): one compiled pass for all of them
-    (``_sections.figures``)."""
-    descent, figures = _sections.figures(sections, 0, 1, *stat_columns(batch))
+    """The stats as tuples of the sections of a whole batch of RECORD_SCHEMA, each a
+    tuple whose fields ``start_at`` and the next are its first row and rows, with the
+    first row inside a section whose offset does not exceed the one before it (-1 if
+    none): one compiled pass for all of them (``_sections.figures``)."""
+    columns = stat_columns(batch)
+    descent, figures = _sections.figures(sections, start_at, start_at + 1, *columns)
     return descent, cast(list[Figures], figures)
 
 

@@ -95,7 +95,8 @@ class TableEntry(NamedTuple):
     partition: int
     key: tuple[bytes, int]
     start: int
-    """Its first row in the block's batch."""
+    """Its first row in the block's batch; -1 in the entries a writer holds
+    (``FileWriter``), which places a section's rows by its block's pieces."""
     kind: int
     """Its bitmap's kind."""
     bitmap_from: int

@@ -106,20 +106,20 @@ class _OpenSection:
 
 
 class _Block:
-    """The open shared block: its sections as table entries (``TableEntry``, each with its
-    first row in the block's batch) and serialized offset bitmaps, and its records as
-    pieces, each a section's batches or a run of rows of a bigger batch, consecutive
-    sections that are consecutive rows of one batch making one run. A section costs a
-    tuple and a bitmap here; ``FileWriter._write_block`` encodes them all at once."""
+    """The open shared block: its sections as table entries (``TableEntry``, their start
+    -1: a section's rows are placed by the block's pieces) and serialized offset bitmaps,
+    and its records as pieces, each a section's batches or a run of rows of a bigger
+    batch, consecutive sections that are consecutive rows of one batch making one run. A
+    section costs a tuple and a bitmap here; ``FileWriter._write_block`` encodes them
+    all at once."""
 
-    __slots__ = ("entries", "bitmaps", "pieces", "rows", "logical", "weight")
+    __slots__ = ("entries", "bitmaps", "pieces", "logical", "weight")
 
     def __init__(self) -> None:
         self.entries: list[TableEntry] = []
         self.bitmaps: list[bytes] = []
         self.pieces: list[pa.RecordBatch | list[Any]] = []
         """Batches, and runs as [batch, first row, rows]."""
-        self.rows = 0
         self.logical = 0
         self.weight = 0
 
@@ -128,32 +128,52 @@ class _Block:
         figures: Figures,
         topic: str,
         partition: int,
-        key: tuple[bytes, int],
-        records: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
-        offsets: tuple[int, bytes],
+        batches: list[pa.RecordBatch],
+        offsets: OffsetSet,
         weight: int,
     ) -> None:
-        """A section: its stats as ``figures``; its records, batches or the
-        ``figures``' record count of rows of a batch from a first row; its offsets'
-        bitmap kind and bytes; its batching weight."""
-        count, logical = figures[2], figures[4]
-        kind, bitmap = offsets
-        self.entries.append(
-            TableEntry._make((*figures, topic, partition, key, self.rows, kind, -1, -1))
-        )
-        self.bitmaps.append(bitmap)
-        if isinstance(records, list):
-            self.pieces += records
-        else:
-            batch, start = records
-            last = self.pieces[-1] if self.pieces else None
-            if isinstance(last, list) and last[0] is batch and last[1] + last[2] == start:
-                last[2] += count
-            else:
-                self.pieces.append([batch, start, count])
-        self.rows += count
-        self.logical += logical
+        """A section of its own batches: its stats as ``figures``, its offsets, its
+        batching weight."""
+        key = section_key(topic, partition)
+        entry = (*figures, topic, partition, key, -1, offsets.kind, -1, -1)
+        self.entries.append(TableEntry._make(entry))
+        self.bitmaps.append(offsets.serialize())
+        self.pieces += batches
+        self.logical += figures[4]
         self.weight += weight
+
+    def fitting(self, weights: list[int], i: int, limit: int, below: int) -> int:
+        """How far from ``i`` the sections of ``weights`` lighter than ``below`` fit in
+        the block (its weight at most ``limit``): the end of those that do."""
+        total, j = self.weight, i
+        while j < len(weights) and weights[j] < below and total + weights[j] <= limit:
+            total += weights[j]
+            j += 1
+        return j
+
+    def take(
+        self,
+        records: pa.RecordBatch,
+        items: list[tuple[str, int, int, int]],
+        entries: list[TableEntry],
+        bitmaps: list[bytes | None],
+        weights: list[int],
+        i: int,
+        j: int,
+    ) -> None:
+        """The sections ``items[i:j]``, rows of ``records``, whose entries, bitmaps (none
+        None) and weights are those of ``FileWriter._kept``."""
+        self.entries += entries[i:j]
+        self.bitmaps += bitmaps[i:j]  # type: ignore[arg-type]
+        pieces = self.pieces
+        for _, _, start, rows in items[i:j]:
+            last = pieces[-1] if pieces else None
+            if isinstance(last, list) and last[0] is records and last[1] + last[2] == start:
+                last[2] += rows
+            else:
+                pieces.append([records, start, rows])
+        self.logical += sum(e[4] for e in entries[i:j])
+        self.weight += sum(weights[i:j])
 
     def records(self) -> list[pa.RecordBatch]:
         """The block's records, in order, a run as one slice."""
@@ -403,34 +423,17 @@ class FileWriter:
         return meta
 
     def _share(self, section: _OpenSection) -> None:
-        """Adds a closed small section to the open block."""
+        """Adds a closed small section to the open block, writing the block first if the
+        section would make it heavier than ``block_bytes``."""
         assert section.stats is not None
-        offsets = _offsets(section.held, section.stats)
-        self._add_shared(
-            section.stats.figures(),
-            section.topic,
-            section.partition,
-            section.held,
-            (offsets.kind, offsets.serialize()),
-            section.held_weight,
-        )
-
-    def _add_shared(
-        self,
-        figures: Figures,
-        topic: str,
-        partition: int,
-        records: list[pa.RecordBatch] | tuple[pa.RecordBatch, int],
-        offsets: tuple[int, bytes],
-        weight: int,
-    ) -> None:
-        """Adds a small section (see ``_Block.add``) to the open block, writing the block
-        first if the section would make it heavier than ``block_bytes``."""
-        if self._block.weight + weight > self._block_limit:
+        if self._block.weight + section.held_weight > self._block_limit:
             self._write_block()
-        key = section_key(topic, partition)
-        self._block.add(figures, topic, partition, key, records, offsets, weight)
-        self._last_key = key
+        offsets = _offsets(section.held, section.stats)
+        figures = section.stats.figures()
+        self._block.add(
+            figures, section.topic, section.partition, section.held, offsets, section.held_weight
+        )
+        self._last_key = self._block.entries[-1].key
 
     def write_rows(
         self, records: pa.RecordBatch, sections: Sequence[tuple[str, int, int, int]]
@@ -438,54 +441,59 @@ class FileWriter:
         """``write_section`` of each (topic, partition, first row, rows) of ``records``, in
         order (rows between or after them are not written); a section without rows is
         skipped. The file's bytes are the same as those calls would make, but a run of
-        small sections is checked and measured at once: one compiled pass
-        (``section_figures``) over ``records`` for their order and stats, rather than a
-        few Arrow calls per section. Sections that are not small, and any run that fails
-        a check (then each section's own check raises, as ``write_section`` would), take
-        ``write_section``."""
+        small sections is checked, measured and kept at once: one compiled pass
+        (``section_figures``) over ``records`` for their stats and order, and one
+        (``_sections.small_sections``) for their keys, bitmaps and weights, rather than a
+        few Arrow calls and objects per section. Sections that are not small, and any run
+        that fails a check (then each section's own check raises, as ``write_section``
+        would), take ``write_section``."""
         self._state(want_open=False)
         items = [item for item in sections if item[3]]
-        measured = self._measured(records, items) if self._share_below and len(items) > 1 else None
-        offsets = int64_view(records.column(0)) if measured is not None else None
-        for i, (topic, partition, start, rows) in enumerate(items):
-            if measured is None or measured[i][1] >= self._share_below:
+        kept = self._kept(records, items) if self._share_below and len(items) > 1 else None
+        if kept is None:
+            for topic, partition, start, rows in items:
                 self.write_section(topic, partition, (records.slice(start, rows),))
+            return
+        entries, bitmaps, weights = kept
+        i = 0
+        while i < len(items):
+            if weights[i] >= self._share_below:  # framed, after the block it would join
+                topic, partition, start, rows = items[i]
+                self.write_section(topic, partition, (records.slice(start, rows),))
+                i += 1
                 continue
-            assert offsets is not None
-            figures, weight = measured[i]
-            first = figures[0]
-            bitmap = small_bitmap(offsets[start : start + rows], first)
-            if bitmap is None:  # not one small container: built from a slice
-                built = _built_offsets([records.slice(start, rows)], first)
-                kind, bitmap = built.kind, built.serialize()
-            else:
-                kind = KIND_ROARING32
-            self._add_shared(figures, topic, partition, (records, start), (kind, bitmap), weight)
+            j = self._block.fitting(weights, i, self._block_limit, self._share_below)
+            if j == i:
+                self._write_block()
+                continue
+            if None in bitmaps[i:j]:
+                _build_bitmaps(records, items, entries, bitmaps, i, j)
+            self._block.take(records, items, entries, bitmaps, weights, i, j)
+            self._last_key = entries[j - 1].key
+            i = j
 
-    def _measured(
-        self, records: pa.RecordBatch, items: Sequence[tuple[str, int, int, int]]
-    ) -> list[tuple[Figures, int]] | None:
-        """Each section's figures and batching weight, if every section passes the checks
-        of ``begin_section`` and ``write_batch``; else None."""
-        last = self._last_key
-        for topic, partition, start, rows in items:
-            if not _valid_key(topic, partition) or start < 0 or start + rows > records.num_rows:
-                return None
-            key = section_key(topic, partition)
-            if last is not None and key <= last:
-                return None
-            last = key
+    def _kept(
+        self, records: pa.RecordBatch, items: list[tuple[str, int, int, int]]
+    ) -> tuple[list[TableEntry], list[bytes | None], list[int]] | None:
+        """Each section's table entry, bitmap (None where ``small_bitmap`` makes none)
+        and batching weight (``_sections.small_sections``), if every section passes the
+        checks of ``begin_section`` and ``write_batch``; else None."""
         if batch_problem(records, ordered=False) is not None:
             return None
-        spans = [(start, rows) for _, _, start, rows in items]
-        descent, figures = section_figures(records, spans)
+        try:
+            descent, figures = section_figures(records, items, start_at=2)
+        except (TypeError, ValueError):  # a span outside the batch: write_section says so
+            return None
         if descent >= 0:
             return None
-        items_at = header_offsets(records)
-        return [
-            (f, f[4] + 8 * (items_at[start + count] - items_at[start]))
-            for f, (start, count) in zip(figures, spans, strict=True)
-        ]
+        return _sections.small_sections(
+            items,
+            figures,
+            int64_view(records.column(0)),
+            header_offsets(records),
+            self._last_key,
+            TableEntry,
+        )
 
     def _write_block(self) -> None:
         """Writes the open block (FORMAT.md section 13), if it holds any section. Its
@@ -549,13 +557,23 @@ def _built_offsets(batches: list[pa.RecordBatch], first_offset: int) -> OffsetSe
     return builder.build()
 
 
-def _valid_key(topic: str, partition: int) -> bool:
-    """Whether ``begin_section`` takes this topic and partition."""
-    try:
-        encode_section_header(topic, partition)
-    except ValueError:
-        return False
-    return True
+def _build_bitmaps(
+    records: pa.RecordBatch,
+    items: list[tuple[str, int, int, int]],
+    entries: list[TableEntry],
+    bitmaps: list[bytes | None],
+    i: int,
+    j: int,
+) -> None:
+    """The bitmaps ``small_bitmap`` did not make among ``items[i:j]`` (offsets that are
+    not one small container), built with pyroaring from a slice, their entries' kinds
+    set."""
+    for k in range(i, j):
+        if bitmaps[k] is None:
+            _, _, start, rows = items[k]
+            built = _built_offsets([records.slice(start, rows)], entries[k].first_offset)
+            entries[k] = entries[k]._replace(kind=built.kind)
+            bitmaps[k] = built.serialize()
 
 
 def write_file(
