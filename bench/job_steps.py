@@ -13,8 +13,10 @@ so a step called once per section reads a little heavy. This is the deterministi
 counterpart of ``bench/spy_job.sh``: no sampling, every call counted, but only the steps
 listed, and both phases in one process (as a job runs without phase 1's helper), or
 with ``--worker-only`` the worker's process alone, phase 1 in its helper (the helper's
-steps are not counted). Use it to see what a change saves, step by step; compare jobs'
-wall times with ``bench.ab``.
+steps are not counted). It also prints the job's timeline around its groups' phase 2
+(``_run_group``): with ``--worker-only``, time between groups is the worker waiting for
+phase 1. Use it to see what a change saves, step by step; compare jobs' wall times with
+``bench.ab``.
 Not a test.
 """
 
@@ -49,6 +51,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("compactor.fileformat.writer", "FileWriter._write_block"),
     ("compactor.fileformat.ipc", "BatchEncoder.encode"),
     ("compactor.worker.runner", "_finish_outputs"),
+    ("compactor.worker.runner", "_run_group"),
 )
 """(module, name): a function or class of the module, or a method as Class.method."""
 
@@ -60,6 +63,8 @@ class Steps:
     def __init__(self) -> None:
         self.seconds: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
+        self.groups: list[tuple[float, float]] = []
+        """Each group's phase 2 (``_run_group``): when it started and ended (wall)."""
         self._undo: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> Steps:
@@ -81,21 +86,28 @@ class Steps:
     def _timed(self, name: str, f: Callable[..., Any]) -> Callable[..., Any]:
         seconds, calls = self.seconds, self.calls
 
+        groups = self.groups if name == "_run_group" else None
+
         @functools.wraps(f)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.process_time()
+            start, wall = time.process_time(), time.perf_counter()
             try:
                 return f(*args, **kwargs)
             finally:
                 seconds[name] += time.process_time() - start
                 calls[name] += 1
+                if groups is not None:
+                    groups.append((wall, time.perf_counter()))
 
         return timed
 
 
-def one_job(store: Path, now_ms: int | None, inline: bool = True) -> tuple[float, Steps]:
+def one_job(
+    store: Path, now_ms: int | None, inline: bool = True
+) -> tuple[float, tuple[float, float], Steps]:
     """One job on a fresh clone of ``store``, phase 1 inline or (``inline`` false) as the
-    worker chooses: its CPU time in this process and the steps this process ran."""
+    worker chooses: its CPU time in this process, when it started and ended (wall), and
+    the steps this process ran."""
     from compactor.worker import runner
 
     chosen = runner.phase1_mode
@@ -103,11 +115,26 @@ def one_job(store: Path, now_ms: int | None, inline: bool = True) -> tuple[float
         runner.phase1_mode = lambda *args, **kwargs: "inline"  # type: ignore[assignment]
     try:
         with cloned(store, now_ms) as (compactor, _, _, at_ms), Steps() as steps:
-            start = time.process_time()
+            start, wall = time.process_time(), time.perf_counter()
             compactor.run_planned(at_ms, full=True)
-            return time.process_time() - start, steps
+            return time.process_time() - start, (wall, time.perf_counter()), steps
     finally:
         runner.phase1_mode = chosen  # type: ignore[assignment]
+
+
+def timeline(job: tuple[float, float], groups: list[tuple[float, float]]) -> str:
+    """Where a job's wall time went around its groups' phase 2: when the first began, how
+    long they ran, how long the job's thread waited between them (for phase 1's next
+    group), and what came after the last (the outputs' finish and the commit)."""
+    if not groups:
+        return f"wall: {job[1] - job[0]:.3f} s, no group of small partitions"
+    busy = sum(end - start for start, end in groups)
+    between = groups[-1][1] - groups[0][0] - busy
+    return (
+        f"wall: {job[1] - job[0]:.3f} s; {len(groups)} groups' phase 2 from "
+        f"{groups[0][0] - job[0]:.3f} s, {busy:.3f} s running, {between:.3f} s between "
+        f"them, {job[1] - groups[-1][1]:.3f} s after the last"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     for _ in range(args.repeat):
-        total, steps = one_job(args.store, args.now_ms, inline=not args.worker_only)
+        total, wall, steps = one_job(args.store, args.now_ms, inline=not args.worker_only)
     where = "the worker's process, phase 1 in its helper" if args.worker_only else "phase 1 inline"
     print(f"job: {total:.3f} s CPU, {where}")
+    print(timeline(wall, steps.groups))
     print()
     print("| step | CPU s (inclusive) | calls |")
     print("|---|---:|---:|")
