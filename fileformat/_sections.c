@@ -296,6 +296,27 @@ static PyObject *new_entry(PyTypeObject *type, PyObject **items) {
     return entry;
 }
 
+/* Whether `type` is one new_entry can make: a tuple subclass with no fields of its own (a
+ * NamedTuple); TypeError otherwise. */
+static int check_entry_type(PyTypeObject *type) {
+    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
+        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether the section key (raw topic, partition) comes strictly after the key (prev,
+ * prev_partition) in a file's order (meta.section_key): topic bytes first, a prefix
+ * before what it prefixes, then partition. */
+static int key_follows(const void *raw, Py_ssize_t len, int64_t partition, const void *prev,
+                       Py_ssize_t prev_len, int64_t prev_partition) {
+    int order = memcmp(raw, prev, len < prev_len ? len : prev_len);
+    if (order == 0) order = len < prev_len ? -1 : len > prev_len;
+    return order > 0 || (order == 0 && partition > prev_partition);
+}
+
 PyDoc_STRVAR(usual_entries_doc,
 "usual_entries(payload, offset, count, topics, previous, start, entry_type, entries)\n"
 "    -> (offset, start)\n\n"
@@ -326,11 +347,7 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
     const uint8_t *data = view.buf, *prev = NULL;
     Py_ssize_t size = view.len, prev_len = 0;
     int64_t prev_partition = 0;
-    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
-        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
-        goto done;
-    }
+    if (check_entry_type(type) < 0) goto done;
     if (offset < 0 || offset > size) {
         PyErr_Format(PyExc_ValueError, "offset %zd outside a %zd-byte payload", offset, size);
         goto done;
@@ -375,12 +392,9 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         Py_ssize_t length = (Py_ssize_t)le32(at + 4);
         Py_ssize_t end = trailer_at + length;
         if (partition < 0 || length < USUAL_TRAILER || end > size) break;
-        if (prev != NULL) {
-            Py_ssize_t common = topic_len < prev_len ? topic_len : prev_len;
-            int order = memcmp(topic_at, prev, common);
-            if (order == 0) order = topic_len < prev_len ? -1 : topic_len > prev_len;
-            if (order < 0 || (order == 0 && partition <= prev_partition)) break;
-        }
+        if (prev != NULL &&
+            !key_follows(topic_at, topic_len, partition, prev, prev_len, prev_partition))
+            break;
         const uint8_t *t = data + trailer_at;
         int64_t first = (int64_t)le64(t), last = (int64_t)le64(t + 8);
         uint64_t records = le64(t + 16), tombstones = le64(t + 24), bytes = le64(t + 32);
@@ -1123,11 +1137,7 @@ static PyObject *small_sections(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!OOOO!", &PyList_Type, &items, &PyList_Type, &figures,
                           &offsets_obj, &headers_obj, &previous, &PyType_Type, &type))
         return NULL;
-    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
-        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
-        return NULL;
-    }
+    if (check_entry_type(type) < 0) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(items);
     if (PyList_GET_SIZE(figures) != n) {
         PyErr_Format(PyExc_ValueError, "%zd sections but %zd figures", n,
@@ -1149,7 +1159,7 @@ static PyObject *small_sections(PyObject *self, PyObject *args) {
     PyObject *kind = PyLong_FromLong(KIND_ROARING32);
     const char *prev = NULL;
     Py_ssize_t prev_len = 0;
-    long prev_partition = -1;
+    int64_t prev_partition = -1;
     if (entries == NULL || bitmaps == NULL || weights == NULL || minus == NULL || kind == NULL)
         goto done;
     if (previous != Py_None) {
@@ -1160,7 +1170,7 @@ static PyObject *small_sections(PyObject *self, PyObject *args) {
         }
         prev = PyBytes_AS_STRING(PyTuple_GET_ITEM(previous, 0));
         prev_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(previous, 0));
-        prev_partition = PyLong_AsLong(PyTuple_GET_ITEM(previous, 1));
+        prev_partition = PyLong_AsLongLong(PyTuple_GET_ITEM(previous, 1));
         if (prev_partition == -1 && PyErr_Occurred()) goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1192,20 +1202,16 @@ static PyObject *small_sections(PyObject *self, PyObject *args) {
         }
         Py_ssize_t raw_len = PyBytes_GET_SIZE(raw);
         const char *raw_at = PyBytes_AS_STRING(raw);
-        if (prev != NULL) {
-            int c = memcmp(raw_at, prev, raw_len < prev_len ? raw_len : prev_len);
-            if (c < 0 || (c == 0 && (raw_len < prev_len ||
-                                     (raw_len == prev_len && p <= prev_partition)))) {
-                result = Py_NewRef(Py_None); /* out of order */
-                goto done;
-            }
+        if (prev != NULL && !key_follows(raw_at, raw_len, p, prev, prev_len, prev_partition)) {
+            result = Py_NewRef(Py_None); /* out of order */
+            goto done;
         }
         if (prev_raw != raw) {
             Py_XSETREF(prev_raw, Py_NewRef(raw)); /* keeps `prev` alive */
         }
         prev = raw_at;
         prev_len = raw_len;
-        prev_partition = (long)p;
+        prev_partition = p;
         Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
         Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 3));
         if ((start == -1 || count == -1) && PyErr_Occurred()) goto done;
