@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1491,6 +1492,179 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
                          compressed ? Py_True : Py_False, (long long)nodes);
 }
 
+/* A job's walk over its inputs' blocks (worker/merge.py): a block's table as the columns
+ * the walk reads, and the partitions of several inputs' pending runs merged in key order
+ * with their weights summed. */
+
+#define ENTRY_COUNT 2 /* TableEntry.record_count */
+#define ENTRY_SIZE 4  /* TableEntry.uncompressed_bytes */
+#define ENTRY_KEY 10  /* TableEntry.key */
+
+PyDoc_STRVAR(table_columns_doc,
+"table_columns(entries) -> (keys, counts, sizes)\n\n"
+"A block's TableEntries `entries` as the columns a job's walk reads of every section:\n"
+"each entry's key, record count and logical bytes. One pass; TypeError for an entry\n"
+"that is no TableEntry.");
+
+static PyObject *table_columns(PyObject *self, PyObject *args) {
+    PyObject *entries;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &entries)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *keys = PyList_New(n), *counts = PyList_New(n), *sizes = PyList_New(n);
+    if (keys == NULL || counts == NULL || sizes == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS) {
+            PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
+            goto fail;
+        }
+        PyList_SET_ITEM(keys, i, Py_NewRef(PyTuple_GET_ITEM(e, ENTRY_KEY)));
+        PyList_SET_ITEM(counts, i, Py_NewRef(PyTuple_GET_ITEM(e, ENTRY_COUNT)));
+        PyList_SET_ITEM(sizes, i, Py_NewRef(PyTuple_GET_ITEM(e, ENTRY_SIZE)));
+    }
+    PyObject *out = PyTuple_Pack(3, keys, counts, sizes);
+    Py_DECREF(keys);
+    Py_DECREF(counts);
+    Py_DECREF(sizes);
+    return out;
+
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(counts);
+    Py_XDECREF(sizes);
+    return NULL;
+}
+
+/* One span of span_weights: an input's pending entries keys[at:end] and their sizes; the
+ * key of the one at `at` as its raw topic and partition. */
+typedef struct {
+    PyObject *keys, *sizes;
+    Py_ssize_t at, end;
+    const char *raw;
+    Py_ssize_t len;
+    long long partition;
+} Span;
+
+/* Reads span `s`'s key at `s->at`: -1 with TypeError unless it is a (bytes, int) pair. */
+static int span_key(Span *s) {
+    PyObject *key = PyList_GET_ITEM(s->keys, s->at);
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(key, 0)) || !PyLong_Check(PyTuple_GET_ITEM(key, 1))) {
+        PyErr_Format(PyExc_TypeError, "key %zd of a span is not (bytes, int)", s->at);
+        return -1;
+    }
+    s->raw = PyBytes_AS_STRING(PyTuple_GET_ITEM(key, 0));
+    s->len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(key, 0));
+    s->partition = PyLong_AsLongLong(PyTuple_GET_ITEM(key, 1));
+    return s->partition == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Span `i` of the list `spans` into `s`: -1 with an error set unless it is (keys, sizes,
+ * at, end) with 0 <= at and end <= both lists' lengths. */
+static int take_span(PyObject *spans, Py_ssize_t i, Span *s) {
+    PyObject *t = PyList_GET_ITEM(spans, i);
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4 || !PyList_Check(PyTuple_GET_ITEM(t, 0)) ||
+        !PyList_Check(PyTuple_GET_ITEM(t, 1)) || !PyLong_Check(PyTuple_GET_ITEM(t, 2)) ||
+        !PyLong_Check(PyTuple_GET_ITEM(t, 3))) {
+        PyErr_Format(PyExc_TypeError, "span %zd is not (keys, sizes, at, end)", i);
+        return -1;
+    }
+    s->keys = PyTuple_GET_ITEM(t, 0);
+    s->sizes = PyTuple_GET_ITEM(t, 1);
+    s->at = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+    s->end = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+    if ((s->at == -1 || s->end == -1) && PyErr_Occurred()) return -1;
+    if (s->at < 0 || s->end > PyList_GET_SIZE(s->keys) || s->end > PyList_GET_SIZE(s->sizes)) {
+        PyErr_Format(PyExc_ValueError, "span %zd: entries %zd..%zd of %zd keys and %zd sizes",
+                     i, s->at, s->end, PyList_GET_SIZE(s->keys), PyList_GET_SIZE(s->sizes));
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(span_weights_doc,
+"span_weights(spans, budget) -> (keys, weights)\n\n"
+"The keys of several inputs' pending entries merged in key order (meta.section_key's),\n"
+"each once, with each key's weight: its sizes summed over the spans that hold it. Up\n"
+"to and including the first key at which the weights so far reach `budget`, or all.\n"
+"A span is (keys, sizes, at, end): an input's entries keys[at:end], strictly\n"
+"increasing section keys (bytes, int), entry j weighing sizes[j] (an int >= 0).\n"
+"ValueError for a span out of its lists' range or whose keys do not increase.");
+
+static PyObject *span_weights(PyObject *self, PyObject *args) {
+    PyObject *spans_obj, *keys = NULL, *weights = NULL;
+    long long budget, reached = 0;
+    Span *spans = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!L", &PyList_Type, &spans_obj, &budget)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(spans_obj), live = 0;
+    if ((spans = PyMem_New(Span, n > 0 ? n : 1)) == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (take_span(spans_obj, i, &spans[live]) < 0) goto fail;
+        if (spans[live].at >= spans[live].end) continue;
+        if (span_key(&spans[live]) < 0) goto fail;
+        live++;
+    }
+    if ((keys = PyList_New(0)) == NULL || (weights = PyList_New(0)) == NULL) goto fail;
+    while (live > 0 && (PyList_GET_SIZE(keys) == 0 || reached < budget)) {
+        /* the least key among the spans' heads; a few spans, so a scan beats a heap */
+        Span *least = &spans[0];
+        for (Py_ssize_t i = 1; i < live; i++)
+            if (key_follows(least->raw, least->len, least->partition, spans[i].raw,
+                            spans[i].len, spans[i].partition))
+                least = &spans[i];
+        const char *raw = least->raw;
+        Py_ssize_t len = least->len;
+        long long partition = least->partition, weight = 0;
+        if (PyList_Append(keys, PyList_GET_ITEM(least->keys, least->at)) < 0) goto fail;
+        for (Py_ssize_t i = 0; i < live;) {
+            Span *s = &spans[i];
+            if (s->len != len || s->partition != partition || memcmp(s->raw, raw, len) != 0) {
+                i++;
+                continue;
+            }
+            PyObject *size_obj = PyList_GET_ITEM(s->sizes, s->at);
+            long long size = PyLong_Check(size_obj) ? PyLong_AsLongLong(size_obj) : -1;
+            if (size == -1 && PyErr_Occurred()) goto fail;
+            if (size < 0 || size > LLONG_MAX - weight) {
+                PyErr_Format(PyExc_ValueError, "entry %zd of a span: size %R", s->at, size_obj);
+                goto fail;
+            }
+            weight += size;
+            if (++s->at == s->end) { /* this span is done: the last live one takes its place */
+                *s = spans[--live];
+                continue;
+            }
+            if (span_key(s) < 0) goto fail;
+            if (!key_follows(s->raw, s->len, s->partition, raw, len, partition)) {
+                PyErr_Format(PyExc_ValueError, "a span's keys do not increase at entry %zd",
+                             s->at);
+                goto fail;
+            }
+            i++;
+        }
+        reached = weight > LLONG_MAX - reached ? LLONG_MAX : reached + weight;
+        PyObject *sum = PyLong_FromLongLong(weight);
+        if (sum == NULL || PyList_Append(weights, sum) < 0) {
+            Py_XDECREF(sum);
+            goto fail;
+        }
+        Py_DECREF(sum);
+    }
+    PyMem_Free(spans);
+    PyObject *out = PyTuple_Pack(2, keys, weights);
+    Py_DECREF(keys);
+    Py_DECREF(weights);
+    return out;
+
+fail:
+    PyMem_Free(spans);
+    Py_XDECREF(keys);
+    Py_XDECREF(weights);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
@@ -1504,6 +1678,8 @@ static PyMethodDef methods[] = {
     {"small_sections", small_sections, METH_VARARGS, small_sections_doc},
     {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},
     {"usual_message", usual_message, METH_VARARGS, usual_message_doc},
+    {"table_columns", table_columns, METH_VARARGS, table_columns_doc},
+    {"span_weights", span_weights, METH_VARARGS, span_weights_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -99,6 +99,27 @@ def gathered(
         yield concat(pending)
 
 
+class _Piece:
+    """A run of an input's rows in a group (``GroupRows``): a shared block's rows from
+    ``start`` (``block``), or a framed section's ``batches``; its sections' partition
+    ordinals and row counts."""
+
+    __slots__ = ("input", "block", "start", "rows", "batches", "ordinals", "counts")
+
+    def __init__(
+        self,
+        input: int,
+        block: Block | None,
+        start: int,
+        rows: int,
+        batches: list[pa.RecordBatch],
+        ordinals: list[int],
+        counts: list[int],
+    ) -> None:
+        self.input, self.block, self.start, self.rows = input, block, start, rows
+        self.batches, self.ordinals, self.counts = batches, ordinals, counts
+
+
 class GroupRows:
     """The rows of a group's partitions (``worker.group``), taken from a pointer's inputs
     and assembled in the group's order: input after input, oldest first, and within an
@@ -109,15 +130,18 @@ class GroupRows:
     The merge hands over whole runs: an input's consecutive sections of one block are
     consecutive rows of its batch, so a run is one slice, whatever the number of sections
     in it (``add_run``), with each section's partition ordinal in the group and row count.
-    Runs may come in any order of inputs (a group's walk takes several rounds of them);
-    ``batch`` puts whole runs in the group's order and concatenates them. No Python runs
-    per row, and per section only a list entry."""
+    A run that continues the input's last one in the same block extends it: a group's
+    walk takes its runs a round at a time, and each round stops at the first block end
+    of any input (``SectionMerge.pending_shared``), so an input's block comes in several
+    runs. Runs may come in any order of inputs; ``batch`` puts whole runs in the group's
+    order, slices the blocks and concatenates them. No Python runs per row, and per
+    section only a list entry."""
 
     def __init__(self, fields: Sequence[str] | None = None) -> None:
         self.fields = fields
-        self._pieces: list[tuple[int, list[pa.RecordBatch], Sequence[int], Sequence[int]]] = []
-        """Each run or section taken: its input, its batches, and its sections'
-        partition ordinals and row counts."""
+        self._pieces: list[_Piece] = []
+        self._last: dict[int, _Piece] = {}
+        """Each input's last piece, while a run may extend it (a block's)."""
         self._rows = 0
 
     def add_run(
@@ -126,7 +150,15 @@ class GroupRows:
         """Takes the rows from ``start`` of a shared block's batch of input ``input``:
         sections of the partitions ``ordinals``, ``counts`` rows each, one after another."""
         rows = sum(counts)
-        self._pieces.append((input, [block.rows(start, rows, self.fields)], ordinals, counts))
+        last = self._last.get(input)
+        if last is not None and last.block is block and last.start + last.rows == start:
+            last.rows += rows
+            last.ordinals += ordinals
+            last.counts += counts
+        else:
+            piece = _Piece(input, block, start, rows, [], list(ordinals), list(counts))
+            self._pieces.append(piece)
+            self._last[input] = piece
         self._rows += rows
 
     def add(self, input: int, section: SectionReader, ordinal: int) -> int:
@@ -134,7 +166,8 @@ class GroupRows:
         a verifying stream); returns how many rows it has."""
         batches = list(section.batches(self.fields))
         rows: int = sum(b.num_rows for b in batches)
-        self._pieces.append((input, batches, (ordinal,), (rows,)))
+        self._pieces.append(_Piece(input, None, 0, rows, batches, [ordinal], [rows]))
+        self._last.pop(input, None)
         self._rows += rows
         return rows
 
@@ -145,14 +178,17 @@ class GroupRows:
         if not self._rows:
             raise ValueError("no rows were taken")
         pieces = self._pieces
-        if any(a[0] > b[0] for a, b in itertools.pairwise(pieces)):
-            pieces = sorted(pieces, key=operator.itemgetter(0))  # stable: runs keep order
+        if any(a.input > b.input for a, b in itertools.pairwise(pieces)):
+            pieces = sorted(pieces, key=operator.attrgetter("input"))  # stable: runs keep order
         batches: list[pa.RecordBatch] = []
         ordinals: list[int] = []
         counts: list[int] = []
-        for _, taken, of_sections, rows in pieces:
-            batches += taken
-            ordinals += of_sections
-            counts += rows
+        for piece in pieces:
+            if piece.block is None:
+                batches += piece.batches
+            else:
+                batches.append(piece.block.rows(piece.start, piece.rows, self.fields))
+            ordinals += piece.ordinals
+            counts += piece.counts
         labels, per_partition = run_labels(ordinals, counts, partitions)
         return concat(batches), labels, per_partition

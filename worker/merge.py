@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
-from compactor.fileformat import SectionReader, StreamReader
+from compactor.fileformat import SectionReader, StreamReader, _sections
 from compactor.fileformat.block import TableEntry
 from compactor.fileformat.reader import SharedRun
 from compactor.worker.errors import PhaseMismatch
@@ -26,20 +25,16 @@ Key = tuple[bytes, int]
 
 class _Table:
     """A shared block's section table as columns: each section's key, rows and logical
-    bytes (what a group's walk reads of every section, without an attribute chain each),
-    and the logical bytes of the sections before each (``before[i]``, one more than
-    there are sections), to find where a run of them reaches a weight by a bisect."""
+    bytes, what a group's walk reads of every section, without an attribute chain each.
+    Made in one compiled pass (``_sections.table_columns``)."""
 
-    __slots__ = ("keys", "counts", "sizes", "before")
+    __slots__ = ("keys", "counts", "sizes")
 
-    def __init__(self, entries: Sequence[TableEntry]) -> None:
-        self.keys = [e.key for e in entries]
-        self.counts = [e.record_count for e in entries]
-        self.sizes = [e.uncompressed_bytes for e in entries]
-        self.before = list(itertools.accumulate(self.sizes, initial=0))
+    def __init__(self, entries: list[TableEntry]) -> None:
+        self.keys, self.counts, self.sizes = _sections.table_columns(entries)
 
 
-_NO_TABLE = _Table(())
+_NO_TABLE = _Table([])
 
 
 class SectionMerge:
@@ -76,8 +71,9 @@ class SectionMerge:
         topic, partition, its sections' logical bytes together): up to the first framed
         section and to where an input's block ends, beyond which a partition may have
         sections not yet seen; and no further than the first partition at which those
-        before it and itself weigh ``budget`` together (``_reaching``), so a walk asks
-        again only where a block ends, and looks at no section past the budget."""
+        before it and itself weigh ``budget`` together, so a walk asks again only where a
+        block ends, and looks at no section past the budget. The inputs' runs up to there
+        are merged in one compiled pass (``_sections.span_weights``)."""
         cap: Key | None = None
         heads: list[tuple[_Table, int]] = []
         for i, key in enumerate(self._keys):
@@ -91,14 +87,11 @@ class SectionMerge:
             heads.append((table, self._at[i]))
         if cap is None:
             return []
-        spans = [(t, at, bisect.bisect_right(t.keys, cap, at)) for t, at in heads]
-        horizon = _reaching([s for s in spans if s[2] > s[1]], budget, cap)
-        sizes: dict[Key, int] = {}
-        for table, at, end in spans:
-            end = bisect.bisect_right(table.keys, horizon, at, end)
-            for k, size in zip(table.keys[at:end], table.sizes[at:end], strict=True):
-                sizes[k] = sizes.get(k, 0) + size
-        return [(k, _topic(k[0]), k[1], sizes[k]) for k in sorted(sizes)]
+        keys, sizes = _sections.span_weights(
+            [(t.keys, t.sizes, at, bisect.bisect_right(t.keys, cap, at)) for t, at in heads],
+            budget,
+        )
+        return [(k, _topic(k[0]), k[1], size) for k, size in zip(keys, sizes, strict=True)]
 
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
         """The inputs' sections of this partition, oldest input first; each is consumed
@@ -180,37 +173,6 @@ def _before(key: Key) -> Key:
     partition - 1), or, at partition 0, one below every key of the topic."""
     topic, partition = key
     return (topic, partition - 1) if partition else (topic, -1)
-
-
-_Span = tuple[_Table, int, int]
-"""An input's pending sections of its block at the head: its table and their range."""
-
-
-def _reaching(spans: Sequence[_Span], budget: int, cap: Key) -> Key:
-    """The least key whose partition and those before it, over all ``spans``, weigh at
-    least ``budget`` together; ``cap`` if those up to it weigh less. Found by bisects on
-    the tables' running sizes: first over the keys of the span with the most (a few
-    bisects per key tried, none per section), then among every span's keys between the
-    two of its keys that bracket the answer."""
-
-    def reaches(key: Key) -> bool:
-        total = 0
-        for t, at, end in spans:
-            total += t.before[bisect.bisect_right(t.keys, key, at, end)] - t.before[at]
-        return total >= budget
-
-    if not spans or not reaches(cap):
-        return cap
-    t, at, end = max(spans, key=lambda s: s[2] - s[1])
-    j = bisect.bisect_left(t.keys, True, at, end, key=reaches)
-    low = t.keys[j - 1] if j > at else None
-    high = t.keys[j] if j < end else cap
-    between: set[Key] = set()
-    for t, at, end in spans:
-        start = at if low is None else bisect.bisect_right(t.keys, low, at, end)
-        between.update(t.keys[start : bisect.bisect_right(t.keys, high, at, end)])
-    keys = sorted(between)
-    return keys[bisect.bisect_left(keys, True, key=reaches)]
 
 
 def _ordinals(ordinals: Mapping[Key, int], keys: Sequence[Key]) -> list[int]:
