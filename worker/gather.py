@@ -100,16 +100,16 @@ def gathered(
 
 
 class _Piece:
-    """A run of an input's rows in a group (``GroupRows``): a shared block's rows from
-    ``start`` (``block``), or a framed section's ``batches``; its sections' partition
-    ordinals and row counts."""
+    """A run of an input's rows in a group (``GroupRows``): ``rows`` rows from ``start``
+    of a shared block's decoded batch (``block``), or a framed section's ``batches``;
+    its sections' partition ordinals and row counts."""
 
     __slots__ = ("input", "block", "start", "rows", "batches", "ordinals", "counts")
 
     def __init__(
         self,
         input: int,
-        block: Block | None,
+        block: pa.RecordBatch | None,
         start: int,
         rows: int,
         batches: list[pa.RecordBatch],
@@ -150,13 +150,14 @@ class GroupRows:
         """Takes the rows from ``start`` of a shared block's batch of input ``input``:
         sections of the partitions ``ordinals``, ``counts`` rows each, one after another."""
         rows = sum(counts)
+        batch = block.shaped(self.fields)  # decoded and checked once, the same object after
         last = self._last.get(input)
-        if last is not None and last.block is block and last.start + last.rows == start:
+        if last is not None and last.block is batch and last.start + last.rows == start:
             last.rows += rows
             last.ordinals += ordinals
             last.counts += counts
         else:
-            piece = _Piece(input, block, start, rows, [], list(ordinals), list(counts))
+            piece = _Piece(input, batch, start, rows, [], list(ordinals), list(counts))
             self._pieces.append(piece)
             self._last[input] = piece
         self._rows += rows
@@ -187,7 +188,7 @@ class GroupRows:
             if piece.block is None:
                 batches += piece.batches
             else:
-                batches.append(piece.block.rows(piece.start, piece.rows, self.fields))
+                batches.append(piece.block.slice(piece.start, piece.rows))
             ordinals += piece.ordinals
             counts += piece.counts
         labels, per_partition = run_labels(ordinals, counts, partitions)
