@@ -318,6 +318,22 @@ static int key_follows(const void *raw, Py_ssize_t len, int64_t partition, const
     return order > 0 || (order == 0 && partition > prev_partition);
 }
 
+/* The section key `key` (meta.section_key's (raw topic, partition)) as its parts: 0; 1
+ * (no error set: the caller says what it wanted) unless it is a pair of bytes and an
+ * int (exactly an int where `exact`); -1 with an error set for a partition past int64. */
+static int key_parts(PyObject *key, int exact, const char **raw, Py_ssize_t *len,
+                     int64_t *partition) {
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(key, 0)))
+        return 1;
+    PyObject *p = PyTuple_GET_ITEM(key, 1);
+    if (exact ? !PyLong_CheckExact(p) : !PyLong_Check(p)) return 1;
+    *raw = PyBytes_AS_STRING(PyTuple_GET_ITEM(key, 0));
+    *len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(key, 0));
+    *partition = PyLong_AsLongLong(p);
+    return *partition == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 PyDoc_STRVAR(usual_entries_doc,
 "usual_entries(payload, offset, count, topics, previous, start, entry_type, entries)\n"
 "    -> (offset, start)\n\n"
@@ -345,7 +361,8 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         return Py_BuildValue("nO", offset, start_obj);
     }
     PyObject *raw = NULL, *topic = NULL, *result = NULL;
-    const uint8_t *data = view.buf, *prev = NULL;
+    const uint8_t *data = view.buf;
+    const char *prev = NULL;
     Py_ssize_t size = view.len, prev_len = 0;
     int64_t prev_partition = 0;
     if (check_entry_type(type) < 0) goto done;
@@ -354,19 +371,9 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         goto done;
     }
     if (previous != Py_None) {
-        if (!PyTuple_Check(previous) || PyTuple_GET_SIZE(previous) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(previous, 0))) {
-            PyErr_SetString(PyExc_TypeError, "previous must be (bytes, int) or None");
-            goto done;
-        }
-        prev = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(previous, 0));
-        prev_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(previous, 0));
-        if (!PyLong_CheckExact(PyTuple_GET_ITEM(previous, 1))) {
-            PyErr_SetString(PyExc_TypeError, "previous must be (bytes, int) or None");
-            goto done;
-        }
-        prev_partition = PyLong_AsLongLong(PyTuple_GET_ITEM(previous, 1));
-        if (prev_partition == -1 && PyErr_Occurred()) goto done;
+        int got = key_parts(previous, 1, &prev, &prev_len, &prev_partition);
+        if (got > 0) PyErr_SetString(PyExc_TypeError, "previous must be (bytes, int) or None");
+        if (got != 0) goto done;
     }
     while (PyList_GET_SIZE(entries) < count) {
         Py_ssize_t o = offset;
@@ -447,7 +454,7 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         int appended = PyList_Append(entries, entry);
         Py_DECREF(entry);
         if (appended < 0) goto done;
-        prev = topic_at;
+        prev = (const char *)topic_at;
         prev_len = topic_len;
         prev_partition = partition;
         start += (Py_ssize_t)records;
@@ -1164,15 +1171,10 @@ static PyObject *small_sections(PyObject *self, PyObject *args) {
     if (entries == NULL || bitmaps == NULL || weights == NULL || minus == NULL || kind == NULL)
         goto done;
     if (previous != Py_None) {
-        if (!PyTuple_Check(previous) || PyTuple_GET_SIZE(previous) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(previous, 0))) {
+        int got = key_parts(previous, 0, &prev, &prev_len, &prev_partition);
+        if (got > 0)
             PyErr_SetString(PyExc_TypeError, "previous must be a (bytes, int) key or None");
-            goto done;
-        }
-        prev = PyBytes_AS_STRING(PyTuple_GET_ITEM(previous, 0));
-        prev_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(previous, 0));
-        prev_partition = PyLong_AsLongLong(PyTuple_GET_ITEM(previous, 1));
-        if (prev_partition == -1 && PyErr_Occurred()) goto done;
+        if (got != 0) goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(items, i), *f = PyList_GET_ITEM(figures, i);
@@ -1543,21 +1545,14 @@ typedef struct {
     Py_ssize_t at, end;
     const char *raw;
     Py_ssize_t len;
-    long long partition;
+    int64_t partition;
 } Span;
 
 /* Reads span `s`'s key at `s->at`: -1 with TypeError unless it is a (bytes, int) pair. */
 static int span_key(Span *s) {
-    PyObject *key = PyList_GET_ITEM(s->keys, s->at);
-    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2 ||
-        !PyBytes_Check(PyTuple_GET_ITEM(key, 0)) || !PyLong_Check(PyTuple_GET_ITEM(key, 1))) {
-        PyErr_Format(PyExc_TypeError, "key %zd of a span is not (bytes, int)", s->at);
-        return -1;
-    }
-    s->raw = PyBytes_AS_STRING(PyTuple_GET_ITEM(key, 0));
-    s->len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(key, 0));
-    s->partition = PyLong_AsLongLong(PyTuple_GET_ITEM(key, 1));
-    return s->partition == -1 && PyErr_Occurred() ? -1 : 0;
+    int got = key_parts(PyList_GET_ITEM(s->keys, s->at), 0, &s->raw, &s->len, &s->partition);
+    if (got > 0) PyErr_Format(PyExc_TypeError, "key %zd of a span is not (bytes, int)", s->at);
+    return got == 0 ? 0 : -1;
 }
 
 /* Span `i` of the list `spans` into `s`: -1 with an error set unless it is (keys, sizes,
@@ -1616,7 +1611,8 @@ static PyObject *span_weights(PyObject *self, PyObject *args) {
                 least = &spans[i];
         const char *raw = least->raw;
         Py_ssize_t len = least->len;
-        long long partition = least->partition, weight = 0;
+        int64_t partition = least->partition;
+        long long weight = 0;
         if (PyList_Append(keys, PyList_GET_ITEM(least->keys, least->at)) < 0) goto fail;
         for (Py_ssize_t i = 0; i < live;) {
             Span *s = &spans[i];
