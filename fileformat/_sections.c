@@ -1661,6 +1661,66 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(joined_read_doc,
+"joined_read(head, n, readinto) -> bytes\n\n"
+"A new bytes object of n bytes: `head` (a buffer of at most n bytes), then what\n"
+"`readinto` (a stream's readinto) writes into the rest of the object's own storage;\n"
+"one copy of the stream's bytes where head + read(n - len(head)) makes two. Shorter if\n"
+"`readinto` fills less (the stream ended). The view `readinto` is handed is released\n"
+"before the bytes is returned (BufferError if `readinto` still holds its buffer); like\n"
+"CPython's own buffered reader, this trusts `readinto` not to keep a slice of it.");
+
+static PyObject *joined_read(PyObject *self, PyObject *args) {
+    Py_buffer head;
+    Py_ssize_t n;
+    PyObject *readinto, *out = NULL, *view = NULL, *got_obj = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nO", &head, &n, &readinto)) return NULL;
+    if (n < head.len) {
+        PyErr_Format(PyExc_ValueError, "a read of %zd bytes after a head of %zd", n, head.len);
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    Py_ssize_t ahead = head.len;
+    out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) {
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(out);
+    memcpy(p, head.buf, (size_t)ahead);
+    PyBuffer_Release(&head);
+    if ((view = PyMemoryView_FromMemory(p + ahead, n - ahead, PyBUF_WRITE)) == NULL) goto fail;
+    got_obj = PyObject_CallOneArg(readinto, view);
+    PyObject *type, *value, *traceback; /* readinto's error, if any, while the view goes */
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *released = PyObject_CallMethod(view, "release", NULL);
+    Py_CLEAR(view);
+    if (released == NULL && type != NULL) PyErr_Clear(); /* readinto's error says more */
+    Py_XDECREF(released);
+    if (type != NULL) PyErr_Restore(type, value, traceback);
+    if (released == NULL || got_obj == NULL) goto fail;
+    Py_ssize_t got = PyLong_Check(got_obj) ? PyLong_AsSsize_t(got_obj) : -1;
+    if (got == -1 && PyErr_Occurred()) goto fail;
+    if (got < 0 || got > n - ahead) {
+        PyErr_Format(PyExc_ValueError, "readinto of %zd bytes returned %R", n - ahead, got_obj);
+        goto fail;
+    }
+    Py_DECREF(got_obj);
+    if (got < n - ahead) { /* the stream ended: the bytes it gave, as a bytes of their own */
+        PyObject *short_out = PyBytes_FromStringAndSize(p, ahead + got);
+        Py_DECREF(out);
+        return short_out;
+    }
+    return out;
+
+fail:
+    Py_XDECREF(got_obj);
+    Py_XDECREF(view);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
@@ -1676,6 +1736,7 @@ static PyMethodDef methods[] = {
     {"usual_message", usual_message, METH_VARARGS, usual_message_doc},
     {"table_columns", table_columns, METH_VARARGS, table_columns_doc},
     {"span_weights", span_weights, METH_VARARGS, span_weights_doc},
+    {"joined_read", joined_read, METH_VARARGS, joined_read_doc},
     {NULL, NULL, 0, NULL},
 };
 

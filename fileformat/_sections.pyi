@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
 _T = TypeVar("_T")
@@ -100,3 +101,4 @@ def table_columns(entries: list[Any]) -> tuple[list[Any], list[int], list[int]]:
 def span_weights(
     spans: list[tuple[list[Any], list[int], int, int]], budget: int
 ) -> tuple[list[Any], list[int]]: ...
+def joined_read(head: Any, n: int, readinto: Callable[[memoryview], int]) -> bytes: ...

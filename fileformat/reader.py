@@ -79,9 +79,12 @@ READ_CHUNK = 4 << 20
 
 
 class Source(Protocol):
-    """A sequential byte stream: ``read(n)`` returns exactly n bytes unless the stream ends."""
+    """A sequential byte stream: ``read(n)`` returns exactly n bytes, and ``readinto(view)``
+    fills all of ``view`` and returns its length, unless the stream ends first."""
 
     def read(self, n: int, /) -> bytes: ...
+
+    def readinto(self, view: memoryview, /) -> int: ...
 
 
 class _Input:
@@ -89,7 +92,11 @@ class _Input:
 
     Small reads are served from a read-ahead of ``READ_AHEAD`` bytes (never past the
     object's size, when known): a section of a few records is a handful of frames, and
-    each read of the source costs more than the bytes it returns."""
+    each read of the source costs more than the bytes it returns. A long read that starts
+    in the read-ahead (a frame's payload after its header), of an object whose size is
+    known, is one new bytes object that the source reads straight into after the
+    read-ahead's part (``_sections.joined_read``): joining the two parts would copy the
+    payload once more."""
 
     __slots__ = ("source", "object_name", "size", "position", "_ahead", "_at")
 
@@ -110,9 +117,14 @@ class _Input:
             raise self.error(
                 at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
             )
-        if self._at + n <= len(self._ahead):
+        ahead = len(self._ahead) - self._at
+        if n <= ahead:
             data = self._ahead[self._at : self._at + n]
             self._at += n
+        elif ahead and n > READ_AHEAD and self.size is not None:
+            rest = memoryview(self._ahead)[self._at :]
+            self._ahead, self._at = b"", 0
+            data = _sections.joined_read(rest, n, self.source.readinto)
         else:
             head = self._ahead[self._at :]
             self._ahead, self._at = b"", 0

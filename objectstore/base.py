@@ -96,6 +96,13 @@ class ObjectStream(ABC):
     @abstractmethod
     def read(self, n: int) -> bytes: ...
 
+    def readinto(self, view: memoryview) -> int:
+        """Fills ``view`` with the next bytes (fewer only if the object ends first) and
+        returns how many; a stream that can read straight into it does (local files)."""
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
     @abstractmethod
     def close(self) -> None: ...
 

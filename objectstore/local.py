@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import io
 import os
 import tempfile
 import threading
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from .base import (
     GetCounter,
@@ -205,7 +206,8 @@ class LocalStore(ObjectStore):
         buffering = _READ_BUFFER if buffer_size is None else check_buffer_size(buffer_size)
         self.gets.add(key)
         try:
-            f = open(path, "rb", buffering=buffering)  # noqa: SIM115 (owned by the stream)
+            # "rb" with a buffer is always a BufferedReader (the stream's readinto needs it)
+            f = cast(io.BufferedReader, open(path, "rb", buffering=buffering))  # noqa: SIM115
         except OSError as e:
             raise self._error("open", key, e) from e
         try:
@@ -324,14 +326,16 @@ class LocalStore(ObjectStore):
 class LocalObjectStream(ObjectStream):
     """A buffered file reader; the open file pins the version it was opened on."""
 
-    def __init__(self, key: str, path: Path, f: BinaryIO, etag: str, size: int, start: int) -> None:
+    def __init__(
+        self, key: str, path: Path, f: io.BufferedReader, etag: str, size: int, start: int
+    ) -> None:
         self.key = key
         self.etag = etag
         self.size = size
         self.position = start
         self.resumes = 0
         self._path = path
-        self._f: BinaryIO | None = f
+        self._f: io.BufferedReader | None = f
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
@@ -343,6 +347,16 @@ class LocalObjectStream(ObjectStream):
             raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
         self.position += len(data)
         return data
+
+    def readinto(self, view: memoryview) -> int:
+        if self._f is None:
+            raise StoreError(f"read from a closed stream of {self._path}")
+        try:
+            n = self._f.readinto(view)
+        except OSError as e:
+            raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
+        self.position += n
+        return n
 
     def close(self) -> None:
         if self._f is not None:

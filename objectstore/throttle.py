@@ -76,3 +76,8 @@ class ThrottledStream:
         data = self.inner.read(n)
         self.throttle.consume(len(data))
         return data
+
+    def readinto(self, view: memoryview) -> int:
+        n = self.inner.readinto(view)
+        self.throttle.consume(n)
+        return n

@@ -161,6 +161,26 @@ def test_stream_exact_reads_in_odd_chunks(store: ObjectStore) -> None:
     assert bytes(out) == data
 
 
+def test_stream_readinto_mixed_with_reads(store: ObjectStore) -> None:
+    """``readinto`` fills the whole view (short only at the end) from where ``read`` left
+    off, and the position follows both."""
+    data = blob(MiB + 777, seed=6)
+    store.put("ri", data)
+    out = bytearray()
+    with store.open_stream("ri", buffer_size=64 << 10) as s:
+        for i, n in enumerate([3, 200_001, 12, 70_000, MiB]):
+            if i % 2:
+                buf = bytearray(n)
+                got = s.readinto(memoryview(buf))
+                assert got == min(n, len(data) - len(out))
+                out += buf[:got]
+            else:
+                out += s.read(n)
+            assert s.position == len(out)
+        assert s.readinto(memoryview(bytearray(5))) == 0
+    assert bytes(out) == data
+
+
 def test_stream_from_offset_and_read_rest(store: ObjectStore) -> None:
     data = blob(2 * MiB + 3, seed=3)
     store.put("o", data)
