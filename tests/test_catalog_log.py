@@ -18,7 +18,8 @@ from compactor.catalog.delta import apply, delta_from_json, delta_to_json, diff
 from compactor.catalog.garbage import collect_catalog_garbage
 from compactor.catalog.leases import JobLeases, release_lease, renew_lease, take_lease
 from compactor.catalog.log import LAST_CHECKPOINT_KEY, checkpoint_key, log_key
-from compactor.catalog.manifests import manifest_key
+from compactor.catalog.manifests import manifest_bytes, manifest_key, read_manifest, write_manifest
+from compactor.catalog.snapshot import CATALOG_FORMAT
 from compactor.fileformat import SectionMeta
 from compactor.objectstore import LocalStore, ObjectStore, open_store
 
@@ -394,3 +395,29 @@ def test_garbage_collection_folds_old_history_into_the_newest_checkpoint(tmp_pat
     fresh = Catalog(LocalStore(tmp_path))
     assert fresh.snapshot() == before
     assert fresh.check_log() == []
+
+
+def test_a_manifest_is_the_documented_json(tmp_path: Path) -> None:
+    """CATALOG.md §7: an object with the file's id, key and write time, and each section
+    as an array of SECTION_FIELDS in order (the delete horizon null when there is none);
+    read back, the same sections."""
+    store_sections = (
+        SectionMeta("t", 3, 10, 19, 10, 1600, 5, 9, 2, 16, 300, 777),
+        SectionMeta("ü", 0, 0, 0, 1, 20, 7, 7, 0, 316, 90),
+    )
+    body = manifest_bytes("f1", "data/L1/f1.cf", 1234, store_sections)
+    assert json.loads(body) == {
+        "format": CATALOG_FORMAT,
+        "id": "f1",
+        "key": "data/L1/f1.cf",
+        "written_ms": 1234,
+        "sections": [
+            ["t", 3, 10, 19, 10, 1600, 5, 9, 2, 16, 300, 777],
+            ["ü", 0, 0, 0, 1, 20, 7, 7, 0, 316, 90, None],
+        ],
+    }
+    assert b", " not in body and b": " not in body  # compact separators
+    store = LocalStore(tmp_path)
+    write_manifest(store, "f1", "data/L1/f1.cf", 1234, store_sections)
+    assert store.get(manifest_key("f1"))[0] == body
+    assert read_manifest(store, "f1") == store_sections
