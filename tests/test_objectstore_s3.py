@@ -3,6 +3,7 @@ cutting proxy, multipart streaming, error mapping, unreachable endpoints."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import socket
 import threading
@@ -15,6 +16,7 @@ from cutting_proxy import CuttingProxy
 
 from compactor.objectstore import (
     ObjectNotFound,
+    ObjectStream,
     PreconditionFailed,
     StoreError,
     StoreUnreachable,
@@ -96,9 +98,22 @@ def test_prefix_maps_keys_on_the_server(
 CUT = 2 * MiB + MiB // 2 + 7
 
 
+def _next_piece(s: ObjectStream, n: int, into: bool) -> bytes:
+    """The stream's next ``n`` bytes, by ``read`` or by ``readinto``."""
+    if not into:
+        return s.read(n)
+    buf = bytearray(n)
+    got = s.readinto(memoryview(buf))
+    return bytes(buf[:got])
+
+
 @pytest.mark.parametrize("proxied", [CUT], indirect=True)
+@pytest.mark.parametrize("mode", ["read", "readinto", "both"])
 def test_stream_resumes_after_cut(
-    s3_store: S3Store, proxied: tuple[S3Store, CuttingProxy, str], s3_endpoint: S3Endpoint
+    s3_store: S3Store,
+    proxied: tuple[S3Store, CuttingProxy, str],
+    s3_endpoint: S3Endpoint,
+    mode: str,
 ) -> None:
     store, proxy, key = proxied
     data = blob(4 * MiB + 1, seed=2)
@@ -108,8 +123,13 @@ def test_stream_resumes_after_cut(
         log.reset()
     out = bytearray()
     with store.open_stream(key) as s:
-        while chunk := s.read(77_777):
+        for i in itertools.count():
+            into = mode == "readinto" or (mode == "both" and i % 2 == 1)
+            chunk = _next_piece(s, 77_777 + 300_000 * (i % 2), into)
+            if not chunk:
+                break
             out += chunk
+            assert s.position == len(out)
         assert s.resumes == 1
     assert bytes(out) == data
     assert proxy.cuts == 1
