@@ -187,34 +187,6 @@ class S3ObjectStream(ObjectStream):
             raise StoreError(f"read from a closed stream of {self._where}")
         if n < 0:
             n = self.size - self.position
-        out = self._fetch(n)
-        if out is None:
-            with memoryview(self._buf) as buf:
-                out = buf[:n].tobytes()
-            del self._buf[:n]
-        self.position += len(out)
-        return out
-
-    def readinto(self, view: memoryview) -> int:
-        """Fills ``view`` from the buffer and the wire, one copy of each byte."""
-        if self._closed:
-            raise StoreError(f"read from a closed stream of {self._where}")
-        n = len(view)
-        direct = self._fetch(n)
-        if direct is not None:
-            view[: len(direct)] = direct
-            self.position += len(direct)
-            return len(direct)
-        k = min(n, len(self._buf))
-        with memoryview(self._buf) as buf:
-            view[:k] = buf[:k]
-        del self._buf[:k]
-        self.position += k
-        return k
-
-    def _fetch(self, n: int) -> bytes | None:
-        """Makes ``_buf`` hold the next ``n`` bytes (fewer only at the object's end), or
-        returns them when they came off the wire as one piece with nothing buffered."""
         missing = n - len(self._buf)
         if missing > 0 and self._wire < self.size:
             try:
@@ -224,9 +196,13 @@ class S3ObjectStream(ObjectStream):
             except Exception as e:
                 raise self._conn.error(e, f"read at byte {self._wire} of", self.key) from e
             if not self._buf and len(data) <= n:
+                self.position += len(data)
                 return data
             self._buf += data
-        return None
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        self.position += len(out)
+        return out
 
     def close(self) -> None:
         if self._closed:
