@@ -61,7 +61,7 @@ def build(root: Path, partitions: int, files: int) -> None:
         expected = {(TOPIC, p): i for p in range(partitions)}
         new = {(TOPIC, p): i + 1 for p in range(partitions)}
         c.commit(
-            lambda s, live=live, expected=expected, new=new: append_files(s, [live], expected, new),
+            functools.partial(append_files, files=[live], expected_next=expected, new_next=new),
             CommitRecord("ingest", {"files": [live.id]}),
             new_files={live.id: (live, sections)},
         )

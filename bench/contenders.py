@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -253,7 +254,7 @@ def _new_digest() -> dict[str, int]:
 def digest_cf(path: Path) -> dict[str, int]:
     """Which (partition, offset) pairs a file in the project's format holds, summarized."""
     d = _new_digest()
-    with open(path, "rb", buffering=1 << 20) as f:
+    with io.BufferedReader(io.FileIO(path), 1 << 20) as f:
         reader = StreamReader(f, object_name=str(path), size=path.stat().st_size)
         for section in reader.sections():
             for batch in section.batches():

@@ -26,7 +26,7 @@ import argparse
 import functools
 import importlib
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ class Steps:
     time and calls."""
 
     def __init__(self) -> None:
-        self.seconds: Counter[str] = Counter()
+        self.seconds: dict[str, float] = defaultdict(float)
         self.calls: Counter[str] = Counter()
         self.groups: list[tuple[float, float]] = []
         """Each group's phase 2 (``_run_group``): when it started and ended (wall)."""
@@ -110,16 +110,16 @@ def one_job(
     the steps this process ran."""
     from compactor.worker import runner
 
-    chosen = runner.phase1_mode
+    chosen = getattr(runner, "phase1_mode")  # noqa: B009 (patched by name: a private import)
     if inline:
-        runner.phase1_mode = lambda *args, **kwargs: "inline"  # type: ignore[assignment]
+        setattr(runner, "phase1_mode", lambda *args, **kwargs: "inline")  # noqa: B010
     try:
         with cloned(store, now_ms) as (compactor, _, _, at_ms), Steps() as steps:
             start, wall = time.process_time(), time.perf_counter()
             compactor.run_planned(at_ms, full=True)
             return time.process_time() - start, (wall, time.perf_counter()), steps
     finally:
-        runner.phase1_mode = chosen  # type: ignore[assignment]
+        setattr(runner, "phase1_mode", chosen)  # noqa: B010
 
 
 def timeline(job: tuple[float, float], groups: list[tuple[float, float]]) -> str:
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| step | CPU s (inclusive) | calls |")
     print("|---|---:|---:|")
-    for name, seconds in steps.seconds.most_common():
+    for name, seconds in sorted(steps.seconds.items(), key=lambda item: -item[1]):
         print(f"| {name} | {seconds:.3f} | {steps.calls[name]:,} |")
     return 0
 
