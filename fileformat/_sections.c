@@ -1667,8 +1667,9 @@ PyDoc_STRVAR(joined_read_doc,
 "`readinto` (a stream's readinto) writes into the rest of the object's own storage;\n"
 "one copy of the stream's bytes where head + read(n - len(head)) makes two. Shorter if\n"
 "`readinto` fills less (the stream ended). The view `readinto` is handed is released\n"
-"before the bytes is returned (BufferError if `readinto` still holds its buffer); like\n"
-"CPython's own buffered reader, this trusts `readinto` not to keep a slice of it.");
+"before the bytes is returned: BufferError if `readinto` still holds its buffer (the\n"
+"storage is then never freed, since it holds it). Like CPython's own buffered reader,\n"
+"this trusts `readinto` not to keep a slice of the view.");
 
 static PyObject *joined_read(PyObject *self, PyObject *args) {
     Py_buffer head;
@@ -1697,9 +1698,15 @@ static PyObject *joined_read(PyObject *self, PyObject *args) {
     PyObject *released = PyObject_CallMethod(view, "release", NULL);
     Py_CLEAR(view);
     if (released == NULL && type != NULL) PyErr_Clear(); /* readinto's error says more */
-    Py_XDECREF(released);
     if (type != NULL) PyErr_Restore(type, value, traceback);
-    if (released == NULL || got_obj == NULL) goto fail;
+    if (released == NULL) {
+        /* readinto still holds the view's buffer, which is `out`'s storage: `out` is left
+           alive (leaked), not freed under whoever holds it */
+        Py_XDECREF(got_obj);
+        return NULL;
+    }
+    Py_DECREF(released);
+    if (got_obj == NULL) goto fail;
     Py_ssize_t got = PyLong_Check(got_obj) ? PyLong_AsSsize_t(got_obj) : -1;
     if (got == -1 && PyErr_Occurred()) goto fail;
     if (got < 0 || got > n - ahead) {

@@ -156,11 +156,13 @@ def test_joined_read_refuses_what_it_cannot_trust() -> None:
     kept: list[object] = []
 
     def keeps_an_export(view: memoryview) -> int:
+        view[:] = b"wxyz"
         kept.append(pa.py_buffer(view))  # holds the view's buffer
         return len(view)
 
     with pytest.raises(BufferError):
         _sections.joined_read(b"", 4, keeps_an_export)
+    assert kept[-1].to_pybytes() == b"wxyz"  # type: ignore[attr-defined]  # still its own
 
     def keeps_the_view(view: memoryview) -> int:
         view[:] = b"cd"
