@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
 from .base import (
     GetCounter,
@@ -49,6 +49,8 @@ LOCK_FILE = RESERVED_PREFIX + "lock"
 _UPLOAD_PREFIX = "u-"
 DEFAULT_ROOT = Path("./compactor-data")
 _READ_BUFFER = 1 << 20
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
 _clock_lock = threading.Lock()
 _last_ns = 0
@@ -339,24 +341,23 @@ class LocalObjectStream(ObjectStream):
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
-        if self._f is None:
-            raise StoreError(f"read from a closed stream of {self._path}")
-        try:
-            data = self._f.read(n if n >= 0 else -1)
-        except OSError as e:
-            raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
+        data = self._file_read(io.BufferedReader.read, n if n >= 0 else -1)
         self.position += len(data)
         return data
 
     def readinto(self, view: memoryview) -> int:
+        n = self._file_read(io.BufferedReader.readinto, view)
+        self.position += n
+        return n
+
+    def _file_read(self, op: Callable[[io.BufferedReader, _A], _R], arg: _A) -> _R:
+        """``op(file, arg)``: a StoreError if the stream is closed or the file fails."""
         if self._f is None:
             raise StoreError(f"read from a closed stream of {self._path}")
         try:
-            n = self._f.readinto(view)
+            return op(self._f, arg)
         except OSError as e:
             raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
-        self.position += n
-        return n
 
     def close(self) -> None:
         if self._f is not None:
