@@ -10,6 +10,7 @@ decodes, then fully validates the batch.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any, Final, NamedTuple, cast
 
 import pyarrow as pa
@@ -366,6 +367,74 @@ def _schema_message(schema: pa.Schema) -> bytes:
 
 _SCHEMA_MESSAGES = {len(s): _schema_message(s) for s in (RECORD_SCHEMA, RECORD_SCHEMA_V1)}
 _ON_THIS_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
+_KEPT_READERS_LIMIT = 16
+
+
+class _PayloadFeed:
+    """The file under a kept stream reader: it hands out the loaded bytes by memoryview
+    slices (Arrow keeps them without a copy) and ends at their end, so a message can
+    never reach past its payload."""
+
+    closed = False
+
+    def __init__(self, first: bytes) -> None:
+        self._view = memoryview(first)
+        self._at = 0
+
+    def load(self, payload: bytes) -> None:
+        self._view = memoryview(payload)
+        self._at = 0
+
+    def unread(self) -> int:
+        """How many loaded bytes the reader has not taken; then lets go of them."""
+        left = len(self._view) - self._at
+        self._view = memoryview(b"")
+        self._at = 0
+        return left
+
+    def read(self, n: int = -1) -> memoryview:
+        start = self._at
+        self._at = len(self._view) if n < 0 else min(len(self._view), start + n)
+        return self._view[start : self._at]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._at
+
+    def close(self) -> None:
+        pass
+
+
+class _KeptReader:
+    """One Arrow stream reader kept open over a ``_PayloadFeed``, fed one batch message
+    at a time: the schema message is parsed once, not once a batch, and no payload is
+    copied behind it.
+
+    Invariant: the feed is empty between reads. A read that fails or leaves bytes of its
+    payload unread makes the caller drop this reader (``read_compressed``), so a reader
+    left mid-message is never fed again."""
+
+    def __init__(self, schema: pa.Schema, options: pa.ipc.IpcReadOptions) -> None:
+        self._feed = _PayloadFeed(_SCHEMA_MESSAGES[len(schema)])
+        source = pa.PythonFile(self._feed, mode="r")
+        self._reader = pa.ipc.open_stream(source, options=options)
+        self._feed.unread()
+
+    def read(self, payload: bytes) -> pa.RecordBatch:
+        self._feed.load(payload)
+        batch = self._reader.read_next_batch()
+        left = self._feed.unread()
+        if left:
+            raise ValueError(f"the message ends {left} bytes before its payload's end")
+        return batch
+
+
+_kept = threading.local()
 
 
 def read_compressed(
@@ -377,9 +446,28 @@ def read_compressed(
     and waits: for the batches of a job, up to a MiB, that handoff cost more than the
     decompression (a sixth of a job's thread on the L0 shape at 64 partitions, in
     condition-variable signals and waits), and the job's other threads keep the second
-    core busy. Costs one copy of the payload, behind the schema message."""
-    prefixed = pa.py_buffer(_SCHEMA_MESSAGES[len(schema)] + payload)
-    return pa.ipc.open_stream(prefixed, options=options).read_next_batch()
+    core busy.
+
+    Each thread keeps one stream reader per schema and options (``_KeptReader``): opening
+    one a batch, over a copy of the payload behind the schema message, cost a fifth of a
+    batch's decode (bench.ipc_decode). Any error drops the thread's reader and is raised
+    as Arrow raised it."""
+    readers: dict[tuple[int, pa.ipc.IpcReadOptions], _KeptReader] | None = getattr(
+        _kept, "readers", None
+    )
+    if readers is None:
+        readers = _kept.readers = {}
+    key = (len(schema), options)
+    reader = readers.get(key)
+    if reader is None:
+        if len(readers) >= _KEPT_READERS_LIMIT:
+            readers.clear()
+        reader = readers[key] = _KeptReader(schema, options)
+    try:
+        return reader.read(payload)
+    except BaseException:
+        del readers[key]
+        raise
 
 
 def decode_batch(

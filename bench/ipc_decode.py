@@ -1,0 +1,123 @@
+"""What decoding a store's compressed batch messages costs, opened two ways: every
+compressed batch payload of a store's live files, decoded whole (phase 2) and as offsets
+and keys (phase 1).
+
+    .venv/bin/python -m bench.ipc_decode --store bench/out/shape-ingest-64p/store
+
+The payloads are collected first (the files walked by ``StreamReader``, its calls to
+``ipc.read_compressed`` recorded), then decoded ``--repeat`` times each way, in turn, on
+this thread, CPU time:
+
+- **kept reader** (``ipc.read_compressed``): one Arrow stream reader per thread, schema
+  and options, fed each payload by memoryview slices;
+- **a stream a batch** (how every batch was decoded before): a new stream reader over
+  ``schema message + payload``, one copy of the payload and one parse of the schema each.
+
+The two must decode equal batches (checked on every payload first). Not a test: the
+timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from compactor.fileformat import StreamReader, ipc
+from compactor.fileformat.field_decode import field_indices
+from compactor.objectstore import LocalStore
+
+from .contenders import live_files
+
+Decode = Callable[[bytes, pa.Schema, pa.ipc.IpcReadOptions], pa.RecordBatch]
+Payload = tuple[bytes, pa.Schema]
+PHASE1_FIELDS = ("offset", "key")  # phase 1's under the default strategy
+
+
+def collect(store: LocalStore) -> list[Payload]:
+    """Every compressed batch payload of the store's live files, with its schema."""
+    found: list[Payload] = []
+    decode = ipc.read_compressed
+
+    def recording(
+        payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+    ) -> pa.RecordBatch:
+        found.append((payload, schema))
+        return decode(payload, schema, options)
+
+    ipc.read_compressed = recording
+    try:
+        for f in live_files(store, None):
+            with store.open_stream(f.key) as stream:
+                reader = StreamReader(stream, object_name=f.key, size=f.size, keep_footer=False)
+                for section in reader.sections():
+                    for _ in section.batches():
+                        pass
+    finally:
+        ipc.read_compressed = decode
+    return found
+
+
+def a_stream_a_batch(
+    payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+) -> pa.RecordBatch:
+    prefixed = pa.py_buffer(ipc._SCHEMA_MESSAGES[len(schema)] + payload)
+    return pa.ipc.open_stream(prefixed, options=options).read_next_batch()
+
+
+WAYS: dict[str, Decode] = {"kept reader": ipc.read_compressed, "a stream a batch": a_stream_a_batch}
+
+
+def run(decode: Decode, payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> float:
+    start = time.process_time()
+    for payload, schema in payloads:
+        decode(payload, schema, options)
+    return time.process_time() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.ipc_decode",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--store", type=Path, required=True, help="a bench.workload store")
+    ap.add_argument("--repeat", type=int, default=7, help="runs of each way, in turn")
+    args = ap.parse_args(argv)
+    payloads = collect(LocalStore(args.store))
+    if not payloads:
+        raise SystemExit(f"{args.store}: no compressed batch messages")
+    keys = list(field_indices(PHASE1_FIELDS))
+    decodes = {
+        "whole": pa.ipc.IpcReadOptions(use_threads=False),
+        "offsets and keys": pa.ipc.IpcReadOptions(included_fields=keys, use_threads=False),
+    }
+    for options in decodes.values():
+        for payload, schema in payloads:
+            kept, fresh = (decode(payload, schema, options) for decode in WAYS.values())
+            if not kept.equals(fresh):
+                raise SystemExit("the two ways decoded different batches")
+    mb = sum(len(p) for p, _ in payloads) / 1e6
+    print(f"{len(payloads):,} compressed batch messages, {mb:,.1f} MB, {args.repeat} runs each")
+    print("| decode | way | median CPU s | range | µs a message |")
+    print("|---|---|---:|---:|---:|")
+    for label, options in decodes.items():
+        times: dict[str, list[float]] = {way: [] for way in WAYS}
+        for i in range(args.repeat):
+            order = list(WAYS) if i % 2 == 0 else list(reversed(WAYS))
+            for way in order:
+                times[way].append(run(WAYS[way], payloads, options))
+        for way, t in times.items():
+            median = statistics.median(t)
+            print(
+                f"| {label} | {way} | {median:.3f} | {min(t):.3f}-{max(t):.3f} "
+                f"| {1e6 * median / len(payloads):.1f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
