@@ -378,8 +378,7 @@ class _PayloadFeed:
     closed = False
 
     def __init__(self, first: bytes) -> None:
-        self._view = memoryview(first)
-        self._at = 0
+        self.load(first)
 
     def load(self, payload: bytes) -> None:
         self._view = memoryview(payload)
@@ -388,23 +387,13 @@ class _PayloadFeed:
     def unread(self) -> int:
         """How many loaded bytes the reader has not taken; then lets go of them."""
         left = len(self._view) - self._at
-        self._view = memoryview(b"")
-        self._at = 0
+        self.load(b"")
         return left
 
     def read(self, n: int = -1) -> memoryview:
         start = self._at
         self._at = len(self._view) if n < 0 else min(len(self._view), start + n)
         return self._view[start : self._at]
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._at
 
     def close(self) -> None:
         pass
@@ -434,7 +423,14 @@ class _KeptReader:
         return batch
 
 
-_kept = threading.local()
+class _ThreadsReaders(threading.local):
+    """Each thread's kept readers, by schema (its field count) and read options."""
+
+    def __init__(self) -> None:
+        self.readers: dict[tuple[int, pa.ipc.IpcReadOptions], _KeptReader] = {}
+
+
+_kept = _ThreadsReaders()
 
 
 def read_compressed(
@@ -453,11 +449,7 @@ def read_compressed(
     a 30-150 µs decode (bench.ipc_decode); its batches also shared no schema object, so
     concatenating them fingerprinted every batch's schema. Any error drops the thread's
     reader and is raised as Arrow raised it."""
-    readers: dict[tuple[int, pa.ipc.IpcReadOptions], _KeptReader] | None = getattr(
-        _kept, "readers", None
-    )
-    if readers is None:
-        readers = _kept.readers = {}
+    readers = _kept.readers
     key = (len(schema), options)
     reader = readers.get(key)
     if reader is None:
