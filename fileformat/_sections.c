@@ -1661,6 +1661,97 @@ fail:
     return NULL;
 }
 
+/* The order of two section keys' parts (meta.section_key's): <0, 0 or >0. */
+static int key_order(const char *a, Py_ssize_t a_len, int64_t a_partition, const char *b,
+                     Py_ssize_t b_len, int64_t b_partition) {
+    if (a != b || a_len != b_len) { /* the same topic is most often the same bytes object */
+        int order = memcmp(a, b, a_len < b_len ? a_len : b_len);
+        if (order != 0) return order;
+        if (a_len != b_len) return a_len < b_len ? -1 : 1;
+    }
+    return (a_partition > b_partition) - (a_partition < b_partition);
+}
+
+/* Item `i` of the sequence `seq` (a list or tuple) as a key's parts: -1 with TypeError
+ * unless it is a (bytes, int) pair, naming `what`. */
+static int item_key(PyObject *seq, Py_ssize_t i, const char *what, const char **raw,
+                    Py_ssize_t *len, int64_t *partition) {
+    int got = key_parts(PySequence_Fast_GET_ITEM(seq, i), 0, raw, len, partition);
+    if (got > 0) PyErr_Format(PyExc_TypeError, "%s %zd is not (bytes, int)", what, i);
+    return got == 0 ? 0 : -1;
+}
+
+PyDoc_STRVAR(key_ranks_doc,
+"key_ranks(among, keys, at, end) -> list[int]\n\n"
+"Each key of keys[at:end] as its index in `among`: a group's partitions' section keys\n"
+"(bytes, int), strictly increasing, and keys[at:end] strictly increasing too (a block's\n"
+"table). One binary search for the first, then one walk forward: no hashing. An index\n"
+"is given only for an equal key: KeyError with the first key `among` does not hold (or\n"
+"any key out of order), TypeError for a key that is not (bytes, int), ValueError for\n"
+"at..end outside `keys`.");
+
+static PyObject *key_ranks(PyObject *self, PyObject *args) {
+    PyObject *among_obj, *keys_obj, *among = NULL, *keys = NULL, *out = NULL;
+    Py_ssize_t at, end;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOnn", &among_obj, &keys_obj, &at, &end)) return NULL;
+    if ((among = PySequence_Fast(among_obj, "among must be a list or tuple")) == NULL ||
+        (keys = PySequence_Fast(keys_obj, "keys must be a list or tuple")) == NULL)
+        goto done;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(among);
+    if (at < 0 || end < at || end > PySequence_Fast_GET_SIZE(keys)) {
+        PyErr_Format(PyExc_ValueError, "keys %zd..%zd of %zd", at, end,
+                     PySequence_Fast_GET_SIZE(keys));
+        goto done;
+    }
+    if ((out = PyList_New(end - at)) == NULL) goto done;
+    Py_ssize_t j = 0;
+    for (Py_ssize_t i = at; i < end; i++) {
+        const char *raw, *g_raw;
+        Py_ssize_t len, g_len;
+        int64_t partition, g_partition;
+        if (item_key(keys, i, "key", &raw, &len, &partition) < 0) goto fail;
+        int order = 1;
+        if (i == at) { /* the first key: a binary search for the least key not before it */
+            Py_ssize_t lo = 0, hi = m;
+            while (lo < hi) {
+                Py_ssize_t mid = lo + (hi - lo) / 2;
+                if (item_key(among, mid, "group key", &g_raw, &g_len, &g_partition) < 0)
+                    goto fail;
+                if (key_order(g_raw, g_len, g_partition, raw, len, partition) < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            j = lo;
+        }
+        while (j < m) {
+            if (item_key(among, j, "group key", &g_raw, &g_len, &g_partition) < 0) goto fail;
+            order = key_order(g_raw, g_len, g_partition, raw, len, partition);
+            if (order >= 0) break;
+            j++;
+        }
+        if (order != 0) {
+            PyObject *missing = PyTuple_Pack(1, PySequence_Fast_GET_ITEM(keys, i));
+            if (missing != NULL) PyErr_SetObject(PyExc_KeyError, missing); /* args: (key,) */
+            Py_XDECREF(missing);
+            goto fail;
+        }
+        PyObject *rank = PyLong_FromSsize_t(j);
+        if (rank == NULL) goto fail;
+        PyList_SET_ITEM(out, i - at, rank);
+        j++; /* the next key is strictly greater: it cannot be this one */
+    }
+    goto done;
+
+fail:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(among);
+    Py_XDECREF(keys);
+    return out;
+}
+
 PyDoc_STRVAR(joined_read_doc,
 "joined_read(head, n, readinto) -> bytes\n\n"
 "A new bytes object of n bytes: `head` (a buffer of at most n bytes), then what\n"
@@ -1743,6 +1834,7 @@ static PyMethodDef methods[] = {
     {"usual_message", usual_message, METH_VARARGS, usual_message_doc},
     {"table_columns", table_columns, METH_VARARGS, table_columns_doc},
     {"span_weights", span_weights, METH_VARARGS, span_weights_doc},
+    {"key_ranks", key_ranks, METH_VARARGS, key_ranks_doc},
     {"joined_read", joined_read, METH_VARARGS, joined_read_doc},
     {NULL, NULL, 0, NULL},
 };

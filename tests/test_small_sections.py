@@ -584,7 +584,7 @@ def test_group_rows_are_each_inputs_rows_input_after_input(
         merge = SectionMerge([reader(data) for data in files])
         for group in range(0, 40, 7):  # groups of 7 partitions: runs start mid-block
             members = range(group, min(group + 7, 40))
-            ordinals = {(b"t", p): p - group for p in members}
+            keys = [(b"t", p) for p in members]  # an ordinal is a place here
             rows, expected, grouped, labels = GroupRows(fields), [], [], []
             for p in members:
                 expected += [b for i in range(inputs) for b in alone[i][p]]
@@ -614,7 +614,7 @@ def test_group_rows_are_each_inputs_rows_input_after_input(
                     assert size == sum(sizes[i][p] for i in range(inputs))
                 if share_below > 1000:  # every section shared: the group's first is pending
                     assert pending[0][2] == group
-                merge.take_upto((b"t", members[-1]), rows, ordinals)
+                merge.take_upto((b"t", members[-1]), rows, keys)
             got, got_labels, counts = rows.batch(len(members))
             assert got.equals(pa.concat_batches(grouped))
             assert got_labels.to_pylist() == labels
@@ -677,8 +677,7 @@ def test_pending_shared_stops_at_the_first_partition_that_reaches_the_budget(
             last = (b"t", at[1])
         else:
             last = unbounded[data.draw(st.integers(0, len(unbounded) - 1), label="take")][0]
-        ordinals = {(b"t", p): p for p in range(60)}
-        merge.take_upto(last, GroupRows(("offset", "key")), ordinals)
+        merge.take_upto(last, GroupRows(("offset", "key")), [(b"t", p) for p in range(60)])
 
 
 @settings(max_examples=500, deadline=None)

@@ -1,8 +1,9 @@
 """The compiled passes of a job's walk over its inputs' blocks (``worker/merge.py``)
 against Python models: a block's table as columns (``_sections.table_columns``), and
 several inputs' pending runs merged in key order with their weights summed, up to a
-budget (``_sections.span_weights``); their refusals; and a group's rows taken in runs
-that continue one another (``GroupRows.add_run``) against the same rows taken at once."""
+budget (``_sections.span_weights``), a block's keys' places among a group's
+(``_sections.key_ranks``); their refusals; and a group's rows taken in runs that continue
+one another (``GroupRows.add_run``) against the same rows taken at once."""
 
 from __future__ import annotations
 
@@ -91,6 +92,48 @@ def test_span_weights_refuses_what_is_no_span_of_entries(
 ) -> None:
     with pytest.raises(error, match=says.replace("(", r"\(").replace(")", r"\)")):
         _sections.span_weights([span], 1 << 40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_keys, _keys, st.data())
+def test_key_ranks_are_a_dicts_places_or_a_key_error(
+    group: list[Any], table: list[Any], data: st.DataObject
+) -> None:
+    """The model: a dict from each group key to its place. Every key of the range in the
+    group gives its place; otherwise KeyError names the first key the group lacks."""
+    at = data.draw(st.integers(0, len(table)), label="at")
+    end = data.draw(st.integers(at, len(table)), label="end")
+    places = {key: i for i, key in enumerate(group)}
+    missing = [key for key in table[at:end] if key not in places]
+    if missing:
+        with pytest.raises(KeyError) as failure:
+            _sections.key_ranks(tuple(group), table, at, end)
+        assert failure.value.args == (missing[0],)
+    else:
+        assert _sections.key_ranks(tuple(group), table, at, end) == [
+            places[key] for key in table[at:end]
+        ]
+
+
+@pytest.mark.parametrize(
+    ("keys", "error", "says"),
+    [
+        ([(b"a", 2), (b"a", 1)], KeyError, r"\(b'a', 1\)"),  # out of order: never a place
+        ([(b"a", 1), (b"a", 1)], KeyError, r"\(b'a', 1\)"),  # twice: the second has none
+        ([(b"a", 1), ("a", 2)], TypeError, "key 1 is not"),
+        ([(b"a", 1), (b"a", 2, 0)], TypeError, "key 1 is not"),
+    ],
+)
+def test_key_ranks_refuses_keys_out_of_order_or_of_another_shape(
+    keys: list[Any], error: type[Exception], says: str
+) -> None:
+    group = ((b"a", 1), (b"a", 2), (b"a", 3))
+    with pytest.raises(error, match=says):
+        _sections.key_ranks(group, keys, 0, 2)
+    with pytest.raises(TypeError, match="group key"):
+        _sections.key_ranks(((b"a", 1), "x"), [(b"a", 1)], 0, 1)
+    with pytest.raises(ValueError, match="keys 1..3 of 2"):
+        _sections.key_ranks(group, keys, 1, 3)
 
 
 @settings(max_examples=100, deadline=None)

@@ -33,7 +33,7 @@ tombstones are droppable (``worker.partition``, module doc).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -63,12 +63,15 @@ _EMPTY_SALT = pa.scalar(b"", pa.binary())
 @dataclass(frozen=True, slots=True)
 class Group:
     """A closed window over a run of small partitions, as phase 1 hands it to phase 2:
-    the partitions, how many records phase 1 saw of each, in order, and the keep-set."""
+    the partitions, how many records phase 1 saw of each and their keys, in order, and
+    the keep-set."""
 
     parts: tuple[Partition, ...]
     counts: tuple[int, ...]
-    ordinals: Mapping[Key, int]
-    """Each partition's place in ``parts``, by its key (``fileformat.meta.section_key``)."""
+    keys: tuple[Key, ...]
+    """Each partition's key (``fileformat.meta.section_key``), in order: strictly
+    increasing, so a partition's place in ``parts`` is found by a search
+    (``SectionMerge.take_upto``), not a dict a group would make, send and free."""
     keep: KeepSet
     """The winning sequence numbers."""
     utilization: float

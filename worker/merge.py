@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 from compactor.fileformat import SectionReader, StreamReader, _sections
 from compactor.fileformat.block import TableEntry
@@ -104,16 +104,17 @@ class SectionMerge:
                 head.skip()
                 self._advance(i)
 
-    def take_upto(self, last: Key, rows: GroupRows, ordinals: Mapping[Key, int]) -> None:
+    def take_upto(self, last: Key, rows: GroupRows, keys: Sequence[Key]) -> None:
         """Takes every pending section up to partition ``last`` (its key) into ``rows``:
         an input's sections of one block as one run (found by a bisect on the block's
-        keys, no step per section), others one by one. ``ordinals`` gives each
-        partition's place in the group; PhaseMismatch for a partition it lacks."""
+        keys, no step per section), others one by one. ``keys`` are the group's
+        partitions' keys in order, a partition's place there its ordinal; PhaseMismatch
+        for a partition it lacks."""
         for i in range(len(self._keys)):
             while (key := self._keys[i]) is not None and key <= last:
                 run = self._runs[i]
                 if run is None or not run.placeable:
-                    rows.add(i, self._reader(i), _ordinal(ordinals, key))
+                    rows.add(i, self._reader(i), _ordinal(keys, key))
                     self._advance(i)
                     continue
                 at, table = self._at[i], self._tables[i]
@@ -123,7 +124,7 @@ class SectionMerge:
                     i,
                     run.block,
                     sections[at].start,
-                    _ordinals(ordinals, table.keys[at:end]),
+                    _ordinals(keys, table.keys, at, end),
                     table.counts[at:end],
                 )
                 if end < len(sections):
@@ -175,12 +176,15 @@ def _before(key: Key) -> Key:
     return (topic, partition - 1) if partition else (topic, -1)
 
 
-def _ordinals(ordinals: Mapping[Key, int], keys: Sequence[Key]) -> list[int]:
-    """Each key's ordinal; PhaseMismatch naming the first partition ``ordinals`` lacks."""
+def _ordinals(keys: Sequence[Key], table: list[Key], at: int, end: int) -> list[int]:
+    """The ordinals of ``table[at:end]``'s keys, a block's, among the group's ``keys``:
+    a binary search and a walk of the two sorted lists in one compiled pass
+    (``_sections.key_ranks``), no hashing; PhaseMismatch naming the first partition
+    ``keys`` lacks."""
     try:
-        return list(map(ordinals.__getitem__, keys))
-    except KeyError:
-        return [_ordinal(ordinals, k) for k in keys]  # raises for the first one lacking
+        return _sections.key_ranks(keys, table, at, end)
+    except KeyError as missing:
+        raise _missing(missing.args[0]) from None
 
 
 @functools.cache
@@ -188,14 +192,18 @@ def _topic(raw: bytes) -> str:
     return raw.decode("utf-8")
 
 
-def _ordinal(ordinals: Mapping[Key, int], key: Key) -> int:
-    ordinal = ordinals.get(key)
-    if ordinal is None:
-        topic, partition = key
-        raise PhaseMismatch(
-            "phase 2's pointer has a section of this partition, which phase 1's group "
-            "does not hold",
-            topic=topic.decode(),
-            partition=partition,
-        )
-    return ordinal
+def _ordinal(keys: Sequence[Key], key: Key) -> int:
+    """``key``'s ordinal among the group's ``keys`` (sorted); PhaseMismatch if absent."""
+    at = bisect.bisect_left(keys, key)
+    if at == len(keys) or keys[at] != key:
+        raise _missing(key)
+    return at
+
+
+def _missing(key: Key) -> PhaseMismatch:
+    topic, partition = key
+    return PhaseMismatch(
+        "phase 2's pointer has a section of this partition, which phase 1's group does not hold",
+        topic=topic.decode(),
+        partition=partition,
+    )

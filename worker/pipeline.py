@@ -228,7 +228,7 @@ class Phase1Walk:
         closes (at most ``GROUP_BYTES``)."""
         assert small[0][1:3] == (first.topic, first.partition)
         parts: list[Partition] = []
-        ordinals: dict[Key, int] = {}
+        keys: list[Key] = []
         rows = GroupRows(phase1_fields(first.policy))
         weight = 0
         while True:
@@ -243,12 +243,12 @@ class Phase1Walk:
                 if more is None or not same_window(part.policy, first.policy):
                     full = True
                     break
-                ordinals[key] = len(parts)
+                keys.append(key)
                 parts.append(part)
                 weight += more
                 last = key
             if last is not None:
-                self._pointer.take_upto(last, rows, ordinals)
+                self._pointer.take_upto(last, rows, keys)
             if full or last is None:
                 break
             self._check()
@@ -258,7 +258,7 @@ class Phase1Walk:
         window = group_window(records, labels, first.policy, self._buffer, self._acquire)
         if window is not None:
             del records  # not held while phase 2 works on the group
-            yield Group(tuple(parts), tuple(counts), ordinals, *window)
+            yield Group(tuple(parts), tuple(counts), tuple(keys), *window)
         else:
             records = by_partition(records, labels, len(parts))
             at = 0

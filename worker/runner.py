@@ -507,7 +507,7 @@ def _run_group(
     _check_phase2_at(job, phase2, first)
     rows = GroupRows()
     try:
-        phase2.take_upto(section_key(last.topic, last.partition), rows, group.ordinals)
+        phase2.take_upto(section_key(last.topic, last.partition), rows, group.keys)
     except PhaseMismatch as mismatch:
         mismatch.locate(job.id, first.topic, first.partition)
         raise
