@@ -189,7 +189,8 @@ def test_kill_9_mid_job_another_worker_completes_it(
     # at least 2 (the dead worker's receipt came first); LocalStack counted 3 once, on a
     # machine loaded by two test suites, so the count is not pinned to 2.
     assert len(received) == 1 and received[0]["receive_count"] >= 2, events(err)
-    assert [e["job"] for e in events(err) if e["event"] == "job_committed"] == [job["id"]]
+    committed = [e["job"] for e in events(err) if e["event"] == "job_committed"]
+    assert committed == [job["id"]], events(err)
     assert compaction_commits(s3_url) == [job["id"]]
     assert views(s3_url) == before
     assert run_cli(*s3_url.cli_args, "verify").code == 0
