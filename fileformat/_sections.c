@@ -308,14 +308,23 @@ static int check_entry_type(PyTypeObject *type) {
     return 0;
 }
 
-/* Whether the section key (raw topic, partition) comes strictly after the key (prev,
- * prev_partition) in a file's order (meta.section_key): topic bytes first, a prefix
- * before what it prefixes, then partition. */
+/* The order of two section keys (raw topic, partition) in a file's order
+ * (meta.section_key): <0, 0 or >0. Topic bytes first, a prefix before what it prefixes,
+ * then partition. */
+static int key_order(const void *a, Py_ssize_t a_len, int64_t a_partition, const void *b,
+                     Py_ssize_t b_len, int64_t b_partition) {
+    if (a != b || a_len != b_len) { /* the same topic is most often the same bytes object */
+        int order = memcmp(a, b, a_len < b_len ? a_len : b_len);
+        if (order != 0) return order;
+        if (a_len != b_len) return a_len < b_len ? -1 : 1;
+    }
+    return (a_partition > b_partition) - (a_partition < b_partition);
+}
+
+/* Whether the section key (raw, partition) comes strictly after (prev, prev_partition). */
 static int key_follows(const void *raw, Py_ssize_t len, int64_t partition, const void *prev,
                        Py_ssize_t prev_len, int64_t prev_partition) {
-    int order = memcmp(raw, prev, len < prev_len ? len : prev_len);
-    if (order == 0) order = len < prev_len ? -1 : len > prev_len;
-    return order > 0 || (order == 0 && partition > prev_partition);
+    return key_order(raw, len, partition, prev, prev_len, prev_partition) > 0;
 }
 
 /* The section key `key` (meta.section_key's (raw topic, partition)) as its parts: 0; 1
@@ -1659,17 +1668,6 @@ fail:
     Py_XDECREF(keys);
     Py_XDECREF(weights);
     return NULL;
-}
-
-/* The order of two section keys' parts (meta.section_key's): <0, 0 or >0. */
-static int key_order(const char *a, Py_ssize_t a_len, int64_t a_partition, const char *b,
-                     Py_ssize_t b_len, int64_t b_partition) {
-    if (a != b || a_len != b_len) { /* the same topic is most often the same bytes object */
-        int order = memcmp(a, b, a_len < b_len ? a_len : b_len);
-        if (order != 0) return order;
-        if (a_len != b_len) return a_len < b_len ? -1 : 1;
-    }
-    return (a_partition > b_partition) - (a_partition < b_partition);
 }
 
 /* Item `i` of the sequence `seq` (a list or tuple) as a key's parts: -1 with TypeError

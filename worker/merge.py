@@ -193,11 +193,9 @@ def _topic(raw: bytes) -> str:
 
 
 def _ordinal(keys: Sequence[Key], key: Key) -> int:
-    """``key``'s ordinal among the group's ``keys`` (sorted); PhaseMismatch if absent."""
-    at = bisect.bisect_left(keys, key)
-    if at == len(keys) or keys[at] != key:
-        raise _missing(key)
-    return at
+    """``key``'s ordinal among the group's ``keys`` (a framed section's): ``_ordinals``
+    of the one key, so both ask the same compiled search."""
+    return _ordinals(keys, [key], 0, 1)[0]
 
 
 def _missing(key: Key) -> PhaseMismatch:
