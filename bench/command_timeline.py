@@ -43,7 +43,8 @@ STEPS = (
 
 
 def child(argv: list[str]) -> int:
-    """The command, marked: what ``cli.launch.main`` runs, with a mark at each step."""
+    """The command, marked: what ``cli.launch.main`` runs, with a mark at each step. Its
+    exit handlers mark the end of the last (``_report``), registered first so run last."""
     marks: dict[str, float] = {"started": time.monotonic()}
     atexit.register(lambda: _report(marks))  # registered first, so it runs last
     from compactor.cli.commands import command_of
@@ -53,6 +54,7 @@ def child(argv: list[str]) -> int:
     marks["helper"] = time.monotonic()
     import compactor.worker.compactor as compactor_module
     import compactor.worker.runner as runner
+    from compactor.cli.launch import exit_at_once
     from compactor.cli.main import main
 
     marks["imported"] = time.monotonic()
@@ -63,7 +65,7 @@ def child(argv: list[str]) -> int:
     _mark_before(marks, "commit", runner, "_commit", after="committed")
     code = main(argv)
     marks["returned"] = time.monotonic()
-    return code
+    return exit_at_once(code)
 
 
 def _mark_before(
