@@ -103,11 +103,15 @@ def sequence(n: int) -> pa.Array:
     global _SEQUENCE
     numbers = _SEQUENCE
     if len(numbers) < n:
-        numbers = _SEQUENCE = pa.array(range(max(n, 2 * len(numbers))), pa.int64())
+        size = max(n, 2 * len(numbers))
+        numbers = _SEQUENCE = pc.cumulative_sum(pa.repeat(_ONE, size), start=_MINUS_ONE)
     return numbers.slice(0, n)
 
 
-_SEQUENCE = pa.array(range(1 << 16), pa.int64())
+_ONE, _MINUS_ONE = pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64())
+_SEQUENCE = pc.cumulative_sum(pa.repeat(_ONE, 1 << 16), start=_MINUS_ONE)
+"""0, 1, 2, ...: made in Arrow, ten times faster than from a ``range``. (``start`` as an
+Arrow scalar: a Python int would have pyarrow import dateutil, 2 ms.)"""
 
 
 def salted_keys(keys: pa.Array, labels: pa.Array) -> pa.Array:
