@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, TypeVar, cast
+from typing import BinaryIO, TypeVar
 
 from .base import (
     GetCounter,
@@ -48,7 +48,7 @@ TMP_DIR = RESERVED_PREFIX + "tmp"
 LOCK_FILE = RESERVED_PREFIX + "lock"
 _UPLOAD_PREFIX = "u-"
 DEFAULT_ROOT = Path("./compactor-data")
-_READ_BUFFER = 1 << 20
+_WRITE_BUFFER = 1 << 20
 _A = TypeVar("_A")
 _R = TypeVar("_R")
 
@@ -205,11 +205,11 @@ class LocalStore(ObjectStore):
         path = self._path(key)
         if start < 0:
             raise ValueError(f"stream start must be >= 0, got {start}")
-        buffering = _READ_BUFFER if buffer_size is None else check_buffer_size(buffer_size)
+        if buffer_size is not None:
+            check_buffer_size(buffer_size)  # a stream of a file holds no buffer: 0 is within
         self.gets.add(key)
         try:
-            # "rb" with a buffer is always a BufferedReader (the stream's readinto needs it)
-            f = cast(io.BufferedReader, open(path, "rb", buffering=buffering))  # noqa: SIM115
+            f = open(path, "rb", buffering=0)  # noqa: SIM115
         except OSError as e:
             raise self._error("open", key, e) from e
         try:
@@ -326,10 +326,15 @@ class LocalStore(ObjectStore):
 
 
 class LocalObjectStream(ObjectStream):
-    """A buffered file reader; the open file pins the version it was opened on."""
+    """An unbuffered file reader; the open file pins the version it was opened on.
+
+    Each read is one read of the file straight into the bytes it returns: no read buffer
+    to fill and copy out of again. Whoever reads a stream in small pieces buffers it
+    (``fileformat.reader.StreamReader`` reads ahead); a 300 KiB block through a buffered
+    reader was copied twice, about 2% of a 10,000-partition job's CPU."""
 
     def __init__(
-        self, key: str, path: Path, f: io.BufferedReader, etag: str, size: int, start: int
+        self, key: str, path: Path, f: io.FileIO, etag: str, size: int, start: int
     ) -> None:
         self.key = key
         self.etag = etag
@@ -337,20 +342,36 @@ class LocalObjectStream(ObjectStream):
         self.position = start
         self.resumes = 0
         self._path = path
-        self._f: io.BufferedReader | None = f
+        self._f: io.FileIO | None = f
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
-        data = self._file_read(io.BufferedReader.read, n if n >= 0 else -1)
+        if n < 0:
+            data: bytes = self._file_read(io.FileIO.read, -1)
+        else:
+            data = self._file_read(io.FileIO.read, n) or b""
+            if 0 < len(data) < n:  # a file reads short only at its end, or on a signal
+                rest = bytearray(n - len(data))
+                data += rest[: self._read_fully(memoryview(rest))]
         self.position += len(data)
         return data
 
     def readinto(self, view: memoryview) -> int:
-        n = self._file_read(io.BufferedReader.readinto, view)
+        n = self._read_fully(view)
         self.position += n
         return n
 
-    def _file_read(self, op: Callable[[io.BufferedReader, _A], _R], arg: _A) -> _R:
+    def _read_fully(self, view: memoryview) -> int:
+        """Fills ``view`` (fewer bytes only at the end of the file); returns how many."""
+        got = 0
+        while got < len(view):
+            n = self._file_read(io.FileIO.readinto, view[got:])
+            if not n:
+                break
+            got += n
+        return got
+
+    def _file_read(self, op: Callable[[io.FileIO, _A], _R], arg: _A) -> _R:
         """``op(file, arg)``: a StoreError if the stream is closed or the file fails."""
         if self._f is None:
             raise StoreError(f"read from a closed stream of {self._path}")
@@ -374,7 +395,7 @@ class LocalMultipartWriter(MultipartWriter):
         self._store = store
         self._tmp = tmp
         self._if_none_match = if_none_match
-        self._f: BinaryIO | None = os.fdopen(fd, "wb", buffering=_READ_BUFFER)
+        self._f: BinaryIO | None = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         self._etag: str | None = None
 
     def write(self, data: bytes | memoryview) -> None:
