@@ -37,12 +37,14 @@ def test_the_script_ends_at_once_with_its_status_its_output_and_its_exit_handler
 def test_a_thread_python_waits_for_keeps_the_usual_exit() -> None:
     done = _python(
         """
-        import sys, threading, time
+        import sys, threading
         from compactor.cli.launch import exit_at_once
-        late = threading.Thread(target=lambda: (time.sleep(0.2), print("late", flush=True)))
+        go = threading.Event()
+        late = threading.Thread(target=lambda: (go.wait(), print("late", flush=True)))
         late.start()
         code = exit_at_once(3)
         print("returned", code, flush=True)
+        go.set()
         sys.exit(code + 1)
         """
     )
