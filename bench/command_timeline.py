@@ -43,8 +43,7 @@ STEPS = (
 
 
 def child(argv: list[str]) -> int:
-    """The command, marked: what ``cli.launch.main`` runs, with a mark at each step. Its
-    exit handlers mark the end of the last (``_report``), registered first so run last."""
+    """The command, marked: what ``cli.launch.main`` runs, with a mark at each step."""
     marks: dict[str, float] = {"started": time.monotonic()}
     atexit.register(lambda: _report(marks))  # registered first, so it runs last
     from compactor.cli.commands import command_of
