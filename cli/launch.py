@@ -1,8 +1,8 @@
 """The ``compactor`` script and ``python -m compactor``: starts phase 1's helper before
-anything else is imported when the command may run compaction jobs
-(``worker.helper_pool.start_for_command``), so that the helper and the command line load
-their modules side by side; then runs the command line (``cli.main``) and ends the
-process at once (``exit_at_once``)."""
+the command line is imported when the command may run compaction jobs
+(``worker.helper_pool.start_for_command``: forked once its modules are loaded, or
+spawned at once to load them beside the command line); then runs the command line
+(``cli.main``) and ends the process at once (``exit_at_once``)."""
 
 from __future__ import annotations
 

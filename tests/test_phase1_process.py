@@ -4,6 +4,7 @@ worker dies, loses nothing and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -154,6 +155,80 @@ def test_a_helper_whose_worker_dies_exits(tmp_path: Path) -> None:
     while not _gone(helper) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(helper)
+
+
+_FORK_SCRIPT = """
+import json, os, sys, threading
+import compactor.cli  # the entry point's memory settings, before pyarrow loads
+import compactor.worker.phase1_process
+from compactor.catalog import Catalog
+from compactor.objectstore import LocalStore
+from compactor.worker import helper_pool, helper_process
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.runner import run_job
+
+def described(helper):
+    pid = helper.process.pid
+    fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    return {"pid": pid, "forked": isinstance(helper.process, helper_process.ForkedProcess),
+            "cmdline": open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0"),
+            "fds": fds}
+
+out = {"threads": len(os.listdir("/proc/self/task"))}
+held = open(os.path.dirname(sys.argv[1]) + "/held", "w")  # not for the forked helper
+helper_pool.warm_up()
+first = helper_pool._idle[-1]
+store = LocalStore(sys.argv[1])
+job = __import__("pickle").loads(bytes.fromhex(sys.argv[2]))
+report = run_job(store, Catalog(store), job, KeyBuffer(1 << 16), now_ms=int(sys.argv[3]),
+                 phase1="process")
+out["first"] = described(first)  # after a job: past its start, whatever it opened is shut
+out["report"] = [report.committed, report.phase1, [f.gets for f in report.inputs],
+                 report.stats.records_out]
+out["first_back"] = out["first"]["pid"] in helper_pool.idle_pids()
+stop = threading.Event()
+threading.Thread(target=stop.wait).start()
+out["second"] = described(helper_pool.Helper())  # a thread runs: spawned
+stop.set()
+print(json.dumps(out), flush=True)
+sys.stdin.readline()  # until the test kills this worker
+"""
+
+
+def test_a_helper_is_forked_from_one_thread_and_spawned_beside_others(tmp_path: Path) -> None:
+    """A worker running one thread with the helper's modules loaded forks its helper: the
+    child is this interpreter (the same command line), keeps only its pipes and the three
+    standard descriptors, runs a job as a spawned helper does (one of two GETs per input),
+    and exits once its worker has gone. With a second thread running, a helper is
+    spawned (``python -m compactor.worker.phase1_process``)."""
+    store = LocalStore(tmp_path / "store")
+    catalog, job = _job_over_files(store)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _FORK_SCRIPT, str(tmp_path / "store"), pickle.dumps(job).hex()]
+        + [str(NOW)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdin is not None and worker.stdout is not None
+    out = json.loads(worker.stdout.readline())
+    first, second = out["first"], out["second"]
+    assert out["threads"] == 1
+    assert first["forked"] and first["cmdline"][:2] == [sys.executable, "-c"]
+    assert first["fds"][:1] == ["/dev/null"] and len(first["fds"]) == 5  # and 1, 2, 2 pipes
+    worker_fds = [
+        os.readlink(f"/proc/{worker.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{worker.pid}/fd")
+    ]
+    assert str(tmp_path / "held") in worker_fds and len(worker_fds) > 5
+    assert out["report"] == [True, "process", [2, 2, 2], 4 * 7]
+    assert out["first_back"]
+    assert not second["forked"] and "compactor.worker.phase1_process" in second["cmdline"]
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 30
+    while not (_gone(first["pid"]) and _gone(second["pid"])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(first["pid"]) and _gone(second["pid"])
 
 
 def test_a_command_that_compacts_starts_its_helper_first() -> None:

@@ -39,6 +39,12 @@ import threading
 
 LEAN_POOL = "system"
 POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+JEMALLOC_CONF_ENV = "JE_ARROW_MALLOC_CONF"
+"""The configuration of the jemalloc bundled with pyarrow, read when pyarrow is loaded."""
+NO_JEMALLOC_THREAD = "background_thread:false"
+"""pyarrow's jemalloc otherwise starts a purging thread at import, even when no pool of
+jemalloc's is used; a process with that thread may not fork a helper
+(``worker.helper_process``)."""
 MMAP_THRESHOLD = 4 << 20
 """Allocations up to this size come from the heap (a frame's payload, a decoded batch)."""
 TRIM_THRESHOLD = 32 << 20
@@ -56,7 +62,14 @@ def prefer_lean_pool() -> bool:
     nobody chose one; returns whether Arrow will use it."""
     if POOL_ENV not in os.environ and "pyarrow" not in sys.modules:
         os.environ[POOL_ENV] = LEAN_POOL
+        os.environ.setdefault(JEMALLOC_CONF_ENV, NO_JEMALLOC_THREAD)  # jemalloc serves nothing
     return os.environ.get(POOL_ENV) == LEAN_POOL and "pyarrow" not in sys.modules
+
+
+def pyarrow_starts_no_thread() -> bool:
+    """Whether loading pyarrow starts no thread: jemalloc's purging thread is turned off
+    (``prefer_lean_pool`` turns it off unless an operator configured jemalloc)."""
+    return NO_JEMALLOC_THREAD in os.environ.get(JEMALLOC_CONF_ENV, "")
 
 
 def use_lean_memory_pool() -> str:

@@ -10,9 +10,9 @@ its own gives phase 1 an interpreter too, so both cores work on every shape
 That process is a *helper*: ``python -m compactor.worker.phase1_process``, started once
 per worker process ahead of the first job and kept between jobs (``worker.helper_pool``),
 with its own key buffer, allocated once and reused, like the worker's own
-(docs/ARCHITECTURE.md §5). It is started afresh, never forked, so no lock another thread
-of the worker held (the writer's encoder, a store's event loop, a queue consumer's
-heartbeat) can be inherited, and it runs no code of the caller's ``__main__``.
+(docs/ARCHITECTURE.md §5). It is forked from a worker that runs a single thread, so no
+lock another thread held can be inherited, and spawned afresh from any other
+(``worker.helper_process``); either way it runs no code of the caller's ``__main__``.
 
 A job sends its helper the snapshot, the job and a recipe for the store
 (``ObjectStore.portable``). The helper opens phase 1's GET streams itself (one per input
