@@ -14,11 +14,10 @@ import functools
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from compactor.catalog.catalog import Catalog
 from compactor.catalog.snapshot import LiveFile
-from compactor.fileformat import FormatError, read_section
+from compactor.fileformat import FormatError, compute, read_section
 from compactor.fileformat.offset_index import (
     OffsetIndex,
     decode_index,
@@ -116,11 +115,11 @@ def _seek_by_trailer(
 
 def _from_offset(batches: Iterator[pa.RecordBatch], offset: int) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        keep = pc.greater_equal(batch.column("offset"), offset)
-        if pc.all(keep).as_py():
+        keep = compute.greater_equal(batch.column("offset"), offset)
+        if compute.all(keep):
             yield batch
         else:
-            yield batch.filter(keep)
+            yield compute.filter(batch, keep)
 
 
 def _from_timestamp(batches: Iterator[pa.RecordBatch], timestamp: int) -> Iterator[pa.RecordBatch]:
@@ -130,8 +129,8 @@ def _from_timestamp(batches: Iterator[pa.RecordBatch], timestamp: int) -> Iterat
         if found:
             yield batch
             continue
-        hits = pc.greater_equal(batch.column("timestamp"), timestamp)
-        first = pc.index(hits, True).as_py()
+        hits = compute.greater_equal(batch.column("timestamp"), timestamp)
+        first = compute.index(hits, True)
         if first >= 0:
             found = True
             yield batch.slice(first)

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from compactor.fileformat import _sections
+from compactor.fileformat import _sections, compute
 from compactor.fileformat.meta import SectionMeta
 from compactor.fileformat.records import RECORD_SCHEMA
 
@@ -89,7 +88,7 @@ def _header_items(headers: pa.Array) -> pa.StructArray | None:
     offsets = _offsets_view(headers)
     if offsets[-1] == offsets[0]:
         return None
-    return headers.flatten()
+    return compute.list_flatten(headers)
 
 
 def strictly_increasing(offsets: pa.Array) -> bool:
@@ -124,13 +123,13 @@ def _empty_headers(n: int) -> pa.Array:
 def filter_batch(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
     """``batch.filter(mask)`` for a batch of RECORD_SCHEMA and a null-free boolean mask
     (``_picked``)."""
-    return _picked(batch, lambda b: b.filter(mask))
+    return _picked(batch, lambda b: compute.filter(b, mask))
 
 
 def take_batch(batch: pa.RecordBatch, indices: pa.Array) -> pa.RecordBatch:
     """``batch.take(indices)`` for a batch of RECORD_SCHEMA and null-free indices
     (``_picked``)."""
-    return _picked(batch, lambda b: b.take(indices))
+    return _picked(batch, lambda b: compute.take(b, indices))
 
 
 def _picked(
@@ -404,11 +403,12 @@ def plan_slices(batch: pa.RecordBatch, max_weight: int) -> list[tuple[int, int, 
     if total_weight <= max_weight and total_weight <= MAX_RECORD_WEIGHT:
         return [(0, n, total_size)]
     sizes = record_sizes(batch)
-    weights = pc.add(sizes, pc.multiply(pc.list_value_length(batch.column(_HEADERS)), 8))
-    if pc.max(weights).as_py() > MAX_RECORD_WEIGHT:
+    header_count = compute.list_value_length(batch.column(_HEADERS))
+    weights = compute.add(sizes, compute.multiply(header_count, 8))
+    if compute.max(weights).as_py() > MAX_RECORD_WEIGHT:
         raise ValueError(f"a record is larger than {MAX_RECORD_WEIGHT} bytes")
-    cum_weight = int64_view(pc.cumulative_sum(weights.cast(pa.int64())))
-    cum_size = int64_view(pc.cumulative_sum(sizes))
+    cum_weight = int64_view(compute.cumulative_sum(compute.cast(weights, pa.int64())))
+    cum_size = int64_view(compute.cumulative_sum(sizes))
     runs = []
     start, weight_before, size_before = 0, 0, 0
     while start < n:

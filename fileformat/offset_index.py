@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from compactor.fileformat import _sections
+from compactor.fileformat import _sections, compute
 from compactor.fileformat.bitmap import OffsetSet
 from compactor.fileformat.block import TableEntry, read_block
 from compactor.fileformat.errors import FormatError
@@ -271,7 +270,7 @@ def read_and_index(
     builder = IndexBuilder()
     fields = None if verify else ["timestamp"]
     for section in reader.sections():
-        maxima = [int(pc.max(b.column("timestamp")).as_py()) for b in section.batches(fields)]
+        maxima = [int(compute.max(b.column("timestamp")).as_py()) for b in section.batches(fields)]
         assert section.offsets is not None
         for first, position, latest in zip(
             section.batch_firsts, section.batch_positions, maxima, strict=True

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from compactor.catalog import (
     Catalog,
@@ -32,7 +31,7 @@ from compactor.catalog import (
 )
 from compactor.catalog.changes import OffsetsMoved, append_files
 from compactor.catalog.manifests import manifest_key
-from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta, StreamReader
+from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta, StreamReader, compute
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.ingest.jsonl import InputRecord
 from compactor.objectstore import ObjectStore
@@ -239,4 +238,4 @@ class L0Ingest:
 def _shift_offsets(batch: pa.RecordBatch, delta: int) -> pa.RecordBatch:
     if delta == 0:
         return batch
-    return batch.set_column(0, RECORD_SCHEMA.field("offset"), pc.add(batch.column(0), delta))
+    return batch.set_column(0, RECORD_SCHEMA.field("offset"), compute.add(batch.column(0), delta))

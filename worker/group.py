@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from compactor.fileformat import compute
 from compactor.fileformat.batches import take_batch, validity_bits
 from compactor.worker.kernel import survivor_order
 from compactor.worker.masks import bool_bits
@@ -104,12 +104,12 @@ def sequence(n: int) -> pa.Array:
     numbers = _SEQUENCE
     if len(numbers) < n:
         size = max(n, 2 * len(numbers))
-        numbers = _SEQUENCE = pc.cumulative_sum(pa.repeat(_ONE, size), start=_MINUS_ONE)
+        numbers = _SEQUENCE = compute.cumulative_sum(pa.repeat(_ONE, size), _MINUS_ONE)
     return numbers.slice(0, n)
 
 
 _ONE, _MINUS_ONE = pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64())
-_SEQUENCE = pc.cumulative_sum(pa.repeat(_ONE, 1 << 16), start=_MINUS_ONE)
+_SEQUENCE = compute.cumulative_sum(pa.repeat(_ONE, 1 << 16), _MINUS_ONE)
 """0, 1, 2, ...: made in Arrow, ten times faster than from a ``range``. (``start`` as an
 Arrow scalar: a Python int would have pyarrow import dateutil, 2 ms.)"""
 
@@ -120,7 +120,7 @@ def salted_keys(keys: pa.Array, labels: pa.Array) -> pa.Array:
     salts = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(4), len(labels), [None, labels.buffers()[1]], offset=labels.offset
     )
-    return pc.binary_join_element_wise(keys, salts.cast(pa.binary()), _EMPTY_SALT)
+    return compute.binary_join_element_wise(keys, compute.cast(salts, pa.binary()), _EMPTY_SALT)
 
 
 def group_window(
@@ -149,7 +149,7 @@ def by_partition(batch: pa.RecordBatch, labels: pa.Array, partitions: int) -> pa
     ``labels``, their partitions' ordinals, each below ``partitions``), each partition's
     in their order: one take, none if they already are (``survivor_order``)."""
     order, _ = survivor_order((1 << len(labels)) - 1, labels, partitions)
-    return batch if order is None else batch.take(order)
+    return batch if order is None else compute.take(batch, order)
 
 
 def group_survivors(
@@ -185,7 +185,7 @@ def _rows(group: Group, labels: pa.Array, rule: Callable[[PartitionPolicy], bool
         return (1 << len(labels)) - 1
     if not passing:
         return 0
-    return bool_bits(pc.is_in(labels, value_set=pa.array(passing, pa.int32())))
+    return bool_bits(compute.is_in(labels, pa.array(passing, pa.int32())))
 
 
 def _horizons(group: Group, labels: pa.Array) -> pa.Scalar | pa.Array:
@@ -194,4 +194,4 @@ def _horizons(group: Group, labels: pa.Array) -> pa.Scalar | pa.Array:
     if all(p.policy.horizon_ms == first for p in group.parts):
         return pa.scalar(first, pa.int64())
     horizons = pa.array([p.policy.horizon_ms for p in group.parts], pa.int64())
-    return horizons.take(labels)
+    return compute.take(horizons, labels)

@@ -10,8 +10,8 @@ import operator
 from collections.abc import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from compactor.fileformat import compute
 from compactor.fileformat.batches import SMALL_BATCH, bitmap_bits, int64_view, validity_bits
 
 
@@ -30,7 +30,7 @@ def bool_array(bits: int, n: int) -> pa.Array:
 
 def at_most(arr: pa.Array, limit: int) -> int:
     """Which slots of an int64 array hold a value <= ``limit`` (nulls: no)."""
-    return _compare(arr, limit, operator.le, pc.less_equal)
+    return _compare(arr, limit, operator.le, compute.less_equal)
 
 
 def _compare(

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from compactor.fileformat import RECORD_SCHEMA
+from compactor.fileformat import RECORD_SCHEMA, compute
 from compactor.fileformat.batches import (
     filter_batch,
     int64_view,
@@ -98,9 +97,9 @@ def _eligible(batch: pa.RecordBatch, policy: PartitionPolicy) -> pa.Array | None
     buffer never takes a null key)."""
     if policy.lag_cutoff_ms is None:
         return None
-    return pc.and_(
-        pc.is_valid(batch.column("key")),
-        pc.less_equal(batch.column("timestamp"), policy.lag_cutoff_ms),
+    return compute.and_(
+        compute.is_valid(batch.column("key")),
+        compute.less_equal(batch.column("timestamp"), policy.lag_cutoff_ms),
     )
 
 
@@ -109,21 +108,22 @@ def header_values(batch: pa.RecordBatch, name: str) -> tuple[pa.Array, pa.Array]
     (Kafka's LongSerializer); a record without it, or with a value of another length,
     has none. Returns (values, has_value)."""
     headers = batch.column("headers")
-    flat = pc.list_flatten(headers)
-    parents = pc.list_parent_indices(headers)
-    match = pc.and_(
-        pc.equal(flat.field("key"), name), pc.equal(pc.binary_length(flat.field("value")), 8)
+    flat = compute.list_flatten(headers)
+    parents = compute.list_parent_indices(headers)
+    match = compute.and_(
+        compute.equal(flat.field("key"), name),
+        compute.equal(compute.binary_length(flat.field("value")), 8),
     )
-    match = pc.fill_null(match, False)
+    match = compute.fill_null(match, False)
     values: list[int | None] = [None] * batch.num_rows
     for row, raw in zip(
-        pc.filter(parents, match).to_pylist(),
-        pc.filter(flat.field("value"), match).to_pylist(),
+        compute.filter(parents, match).to_pylist(),
+        compute.filter(flat.field("value"), match).to_pylist(),
         strict=True,
     ):
         values[row] = int.from_bytes(raw, "big", signed=True)
     arr = pa.array(values, pa.int64())
-    return pc.fill_null(arr, 0), pc.is_valid(arr)
+    return compute.fill_null(arr, 0), compute.is_valid(arr)
 
 
 def strategy_values(
@@ -140,14 +140,16 @@ def strategy_values(
 def _ranks(batch: pa.RecordBatch, policy: PartitionPolicy, mask: pa.Array) -> list[Rank]:
     """Strategy ranks of the records selected by ``mask``, in Python: only ever asked for
     the few records that need it (too young to compact, or tombstones about to go)."""
-    offsets = pc.filter(batch.column("offset"), mask).to_pylist()
-    stamps = pc.filter(batch.column("timestamp"), mask).to_pylist()
+    offsets = compute.filter(batch.column("offset"), mask).to_pylist()
+    stamps = compute.filter(batch.column("timestamp"), mask).to_pylist()
     if policy.strategy == "header":
         values, has = header_values(batch, policy.header or "")
         headers = [
             v if h else None
             for v, h in zip(
-                pc.filter(values, mask).to_pylist(), pc.filter(has, mask).to_pylist(), strict=True
+                compute.filter(values, mask).to_pylist(),
+                compute.filter(has, mask).to_pylist(),
+                strict=True,
             )
         ]
     else:
@@ -165,10 +167,10 @@ class _YoungKeys:
         self.lowest: dict[bytes, Rank] = {}
 
     def add(self, batch: pa.RecordBatch, eligible: pa.Array, policy: PartitionPolicy) -> None:
-        young = pc.and_(pc.is_valid(batch.column("key")), pc.invert(eligible))
-        if not pc.any(young).as_py():
+        young = compute.and_(compute.is_valid(batch.column("key")), compute.invert(eligible))
+        if not compute.any(young):
             return
-        keys = pc.filter(batch.column("key"), young).to_pylist()
+        keys = compute.filter(batch.column("key"), young).to_pylist()
         for key, rank in zip(keys, _ranks(batch, policy, young), strict=True):
             if key not in self.lowest or rank < self.lowest[key]:
                 self.lowest[key] = rank
@@ -332,7 +334,7 @@ def _spare_outranking(
     """``gone`` (a bit mask) less the tombstones that outrank a young record of their key."""
     n = batch.num_rows
     mask = bool_array(gone, n)
-    keys = pc.filter(batch.column("key"), mask).to_pylist()
+    keys = compute.filter(batch.column("key"), mask).to_pylist()
     rows = [i for i in range(n) if gone >> i & 1]
     for row, k, r in zip(rows, keys, _ranks(batch, policy, mask), strict=True):
         if young.outranked_by(k, r):
@@ -436,7 +438,7 @@ def decide(
         past &= ~gone
     stamp = (winning_tombstone & ~validity_bits(horizons)) | past
     if stamp:
-        stamped = pc.if_else(bool_array(stamp, n), horizon(), horizons)
+        stamped = compute.if_else(bool_array(stamp, n), horizon(), horizons)
         batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
     return batch, keep
 
@@ -452,8 +454,10 @@ def drop_expired_prefix(
     at_start = True
     for batch in batches:
         if at_start:
-            first_young = pc.index(pc.greater_equal(batch.column("timestamp"), cutoff_ms), True)
-            expired = batch.num_rows if first_young.as_py() < 0 else first_young.as_py()
+            first_young = compute.index(
+                compute.greater_equal(batch.column("timestamp"), cutoff_ms), True
+            )
+            expired = batch.num_rows if first_young < 0 else first_young
             if expired:
                 stats.dropped_retention += expired
                 stats.tombstones_removed += batch.slice(0, expired).column("value").null_count
