@@ -231,6 +231,25 @@ def test_a_helper_is_forked_from_one_thread_and_spawned_beside_others(tmp_path: 
     assert _gone(first["pid"]) and _gone(second["pid"])
 
 
+def test_a_forked_helper_reaped_by_another_counts_as_gone() -> None:
+    """With SIGCHLD ignored the kernel reaps a child at once, so waiting for it fails
+    (ECHILD): the helper is gone, and killing it again is no error."""
+    script = (
+        "import os, signal, time\n"
+        "import compactor.cli\n"
+        "from compactor.worker import helper_pool\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "helper = helper_pool.Helper(forked=True)\n"
+        "os.kill(helper.process.pid, signal.SIGKILL)\n"
+        "while os.path.exists(f'/proc/{helper.process.pid}'):\n"
+        "    time.sleep(0.01)\n"
+        "print(helper.alive(), flush=True)\n"
+        "helper.kill()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
+
+
 def test_a_command_that_compacts_starts_its_helper_first() -> None:
     """``compactor compact`` (the script's ``cli.launch``) starts a helper before it
     imports the command line; a command that runs no job does not."""
