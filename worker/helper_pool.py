@@ -3,9 +3,9 @@ jobs, when a worker uses one, and when an entry point starts one
 (``start_for_command``). How a process starts, forked or spawned, is
 ``worker.helper_process``.
 
-This module imports only the standard library, ``worker.memory``,
-``worker.helper_process`` and ``worker.message_pipe``, so that an entry point can start
-a helper before it imports anything else.
+This module imports only the standard library, ``worker.memory`` and
+``worker.helper_process``, so that an entry point can start a helper before it imports
+anything else.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import importlib
 import os
 import subprocess
 import threading
+from multiprocessing.connection import Connection
 
 from compactor.worker import helper_process
 from compactor.worker.memory import pyarrow_starts_no_thread
-from compactor.worker.message_pipe import MessagePipe
 
 MAX_IDLE_HELPERS = 2
 """Helpers kept between jobs (a process running jobs on two threads at once uses two)."""
@@ -61,8 +61,8 @@ class Helper:
         finally:
             os.close(to_helper_r)
             os.close(from_helper_w)
-        self.inbox = MessagePipe(to_helper_w)
-        self.outbox = MessagePipe(from_helper_r)
+        self.inbox = Connection(to_helper_w, readable=False)
+        self.outbox = Connection(from_helper_r, writable=False)
 
     def alive(self) -> bool:
         return self.process.poll() is None

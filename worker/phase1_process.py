@@ -46,6 +46,7 @@ import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 
 from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore
@@ -57,7 +58,6 @@ from compactor.worker.helper_pool import Helper, checkin, checkout
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.memory import use_lean_memory_pool
 from compactor.worker.merge import SectionMerge
-from compactor.worker.message_pipe import MessagePipe
 from compactor.worker.partition import KeyIndex
 from compactor.worker.pipeline import (
     _DONE,
@@ -191,7 +191,7 @@ class _HelperWalk(Phase1Walk):
     keep-set while ``MAX_KEEP_SETS`` are out."""
 
     def __init__(
-        self, plan: _Plan, pointer: SectionMerge, buffer: KeyBuffer, inbox: MessagePipe
+        self, plan: _Plan, pointer: SectionMerge, buffer: KeyBuffer, inbox: Connection
     ) -> None:
         super().__init__(plan.snap, plan.job, pointer, buffer, plan.now_ms)
         self._inbox = inbox
@@ -245,7 +245,7 @@ class _HelperState:
 
 
 @rare_collections()
-def _run(plan: _Plan, state: _HelperState, inbox: MessagePipe, outbox: MessagePipe) -> None:
+def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection) -> None:
     """One job's phase 1, each item sent as it comes."""
     os.environ.update(plan.env)
     store = state.store(plan)
@@ -259,7 +259,7 @@ def _run(plan: _Plan, state: _HelperState, inbox: MessagePipe, outbox: MessagePi
             _send(outbox, item)
 
 
-def _send(conn: MessagePipe, message: object) -> None:
+def _send(conn: Connection, message: object) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -277,8 +277,8 @@ def _portable(error: BaseException, job: Job) -> BaseException:
 def main(argv: list[str]) -> int:
     """The helper: jobs from the worker, one at a time, until the worker closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    inbox = MessagePipe(int(argv[0]))
-    outbox = MessagePipe(int(argv[1]))
+    inbox = Connection(int(argv[0]), writable=False)
+    outbox = Connection(int(argv[1]), readable=False)
     use_lean_memory_pool()
     state = _HelperState()
     try:
@@ -288,7 +288,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _serve(state: _HelperState, inbox: MessagePipe, outbox: MessagePipe) -> None:
+def _serve(state: _HelperState, inbox: Connection, outbox: Connection) -> None:
     """Runs the jobs that come, until the worker has gone."""
     while True:
         try:
