@@ -2,9 +2,9 @@
 registry.
 
 ``import pyarrow.compute`` builds a Python wrapper, with a docstring scraped from Arrow's
-documentation, for each of Arrow's several hundred compute functions: 27 ms of every
-command's start, and on a one-shot ``compact`` that start comes before phase 1's helper
-is forked (``worker.helper_process``), so the whole job waits for it. The wrappers call
+documentation, for each of Arrow's several hundred compute functions: about 25 ms of
+every command's start, and on a one-shot ``compact`` that start comes before phase 1's
+helper is forked (``worker.helper_process``), so the whole job waits for it. The wrappers call
 ``call_function`` with options made from their arguments; this module makes the same
 calls, with the same options, for the functions the package uses. pyarrow's own
 ``take``, ``filter`` and ``cast`` methods import ``pyarrow.compute`` too, so the package

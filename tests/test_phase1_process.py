@@ -231,6 +231,38 @@ def test_a_helper_is_forked_from_one_thread_and_spawned_beside_others(tmp_path: 
     assert _gone(first["pid"]) and _gone(second["pid"])
 
 
+def test_with_jemalloc_chosen_its_thread_runs_and_the_helper_is_spawned() -> None:
+    """An operator's ``ARROW_DEFAULT_MEMORY_POOL=jemalloc`` keeps jemalloc's purging
+    thread, so the process never runs one thread and its helper is spawned; by default
+    the thread is off and the helper forked."""
+    script = (
+        "import os, sys\n"
+        "from compactor.cli.commands import command_of\n"
+        "from compactor.worker import helper_pool, helper_process\n"
+        "helper_pool.start_for_command(command_of(['--store', '/tmp/s', 'compact', '--full']))\n"
+        "import pyarrow\n"
+        "kinds = [isinstance(h.process, helper_process.ForkedProcess) for h in helper_pool._idle]\n"
+        "threads = len(os.listdir('/proc/self/task'))\n"
+        "print(os.environ.get('JE_ARROW_MALLOC_CONF'), threads, kinds)\n"
+    )
+    runs = {}
+    for pool in ("", "jemalloc"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ARROW_", "JE_"))}
+        env |= {"ARROW_DEFAULT_MEMORY_POOL": pool} if pool else {}
+        done = subprocess.run(
+            [sys.executable, "-c", "import compactor.cli\n" + script],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        runs[pool] = done.stdout.split(maxsplit=2)
+    if helper_pool.usable_cpus() < 2:
+        return  # no helper to start: the rest does not apply
+    assert runs[""] == ["background_thread:false", "1", "[True]\n"]
+    assert runs["jemalloc"] == ["None", "2", "[False]\n"]
+
+
 def test_a_forked_helper_reaped_by_another_counts_as_gone() -> None:
     """With SIGCHLD ignored the kernel reaps a child at once, so waiting for it fails
     (ECHILD): the helper is gone, and killing it again is no error."""

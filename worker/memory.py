@@ -59,10 +59,13 @@ _switched = False
 
 def prefer_lean_pool() -> bool:
     """Selects the lean pool for Arrow's C++ default, if pyarrow is not loaded yet and
-    nobody chose one; returns whether Arrow will use it."""
-    if POOL_ENV not in os.environ and "pyarrow" not in sys.modules:
-        os.environ[POOL_ENV] = LEAN_POOL
-        os.environ.setdefault(JEMALLOC_CONF_ENV, NO_JEMALLOC_THREAD)  # jemalloc serves nothing
+    nobody chose one; returns whether Arrow will use it. Unless jemalloc is the pool (or an
+    operator configured it), also turns off jemalloc's purging thread, which would purge
+    for nothing."""
+    if "pyarrow" not in sys.modules:
+        os.environ.setdefault(POOL_ENV, LEAN_POOL)
+        if os.environ[POOL_ENV] != "jemalloc":
+            os.environ.setdefault(JEMALLOC_CONF_ENV, NO_JEMALLOC_THREAD)
     return os.environ.get(POOL_ENV) == LEAN_POOL and "pyarrow" not in sys.modules
 
 
