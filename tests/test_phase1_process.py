@@ -265,13 +265,19 @@ def test_with_jemalloc_chosen_its_thread_runs_and_the_helper_is_spawned() -> Non
 
 def test_a_forked_helper_reaped_by_another_counts_as_gone() -> None:
     """With SIGCHLD ignored the kernel reaps a child at once, so waiting for it fails
-    (ECHILD): the helper is gone, and killing it again is no error."""
+    (ECHILD): the helper is gone, and killing it again is no error. (Before, a wait with a
+    timeout on the live helper times out.)"""
     script = (
         "import os, signal, time\n"
         "import compactor.cli\n"
         "from compactor.worker import helper_pool\n"
         "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "import subprocess\n"
         "helper = helper_pool.Helper(forked=True)\n"
+        "try:\n"
+        "    helper.process.wait(0.05)\n"
+        "except subprocess.TimeoutExpired:\n"
+        "    print('waited', flush=True)\n"
         "os.kill(helper.process.pid, signal.SIGKILL)\n"
         "while os.path.exists(f'/proc/{helper.process.pid}'):\n"
         "    time.sleep(0.01)\n"
@@ -279,7 +285,7 @@ def test_a_forked_helper_reaped_by_another_counts_as_gone() -> None:
         "helper.kill()\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "waited\nFalse\n", "")
 
 
 def test_a_command_that_compacts_starts_its_helper_first() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,27 +58,35 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by another (SIGCHLD ignored): gone, as Popen
-                self.returncode = 0  # says, with no status to be had
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return self._reaped(os.WNOHANG)
 
     def kill(self) -> None:
         if self.poll() is None:
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is None:
+            code = self._reaped(0)
+            assert code is not None  # a blocking wait returns only once it has ended
+            return code
+        deadline = time.monotonic() + timeout
         while (code := self.poll()) is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(HELPER_MODULE, timeout or 0.0)
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(HELPER_MODULE, timeout)
             time.sleep(_POLL_S)
         return code
+
+    def _reaped(self, flags: int) -> int | None:
+        """The exit code, once the child has ended (``os.waitpid`` with ``flags``)."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped by another (SIGCHLD ignored): gone, as Popen
+                self.returncode = 0  # says, with no status to be had
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 def fork(inbox: int, outbox: int) -> ForkedProcess:
