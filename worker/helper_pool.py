@@ -125,9 +125,10 @@ def start_for_command(command: str | None) -> None:
 
     Where the helper can be forked (one thread, and pyarrow's import starts none), the
     helper's modules are imported first, so that the fork has nothing left to import and
-    is ready when the first job is planned (0.05 s sooner than a spawned one on a one-shot
-    ``compact --full`` at 10,000 partitions, ``bench/README.md``). Otherwise the helper is
-    spawned at once, and its interpreter loads its modules beside the command line's."""
+    is ready when the first job is planned (a one-shot ``compact --full`` at 10,000
+    partitions 0.04 s faster than with a spawned helper, ``bench/README.md``). Otherwise
+    the helper is spawned at once, and its interpreter loads its modules beside the
+    command line's."""
     if command not in COMMANDS_THAT_COMPACT or not process_pays(may_fork=True, cpus=usable_cpus()):
         return
     if helper_process.fork_is_safe() and pyarrow_starts_no_thread():
