@@ -54,7 +54,7 @@ def compact_clone(checkout: Path, store: Path, now_ms: int, args: list[str]) -> 
         cmd += ["--now-ms", str(now_ms), "compact", *args, "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = _in(checkout, cmd)
+        done = run_in(checkout, cmd)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
@@ -97,7 +97,7 @@ def alternate(
     return seen
 
 
-def _in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+def run_in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
     """``cmd`` run with ``checkout``'s compactor: on its PYTHONPATH, and from it (``python
     -m`` puts the working directory ahead of PYTHONPATH)."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
@@ -107,7 +107,7 @@ def _in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
 def _imported(checkout: Path) -> str:
     """Where a run in ``checkout`` imports the compactor from (it must be the checkout)."""
     code = "import compactor.worker.runner as r; print(r.__file__)"
-    where = _in(checkout, [sys.executable, "-c", code]).stdout.strip()
+    where = run_in(checkout, [sys.executable, "-c", code]).stdout.strip()
     if not where.startswith(str(checkout)):
         raise SystemExit(f"{checkout}: its runs would import the compactor from {where!r}")
     return where

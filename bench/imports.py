@@ -13,12 +13,11 @@ depend on the machine.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
+from .ab import run_in
 from .bytecode import compile_checkout
 
 TIMED = (
@@ -29,10 +28,7 @@ TIMED = (
 
 
 def time_once(checkout: Path) -> float:
-    env = dict(os.environ, PYTHONPATH=str(checkout))
-    done = subprocess.run(
-        [sys.executable, "-c", TIMED], cwd=checkout, env=env, capture_output=True, text=True
-    )
+    done = run_in(checkout, [sys.executable, "-c", TIMED])
     if done.returncode != 0:
         raise SystemExit(f"bench.imports: {checkout}: {done.stderr.strip()}")
     return float(done.stdout)
