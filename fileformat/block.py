@@ -321,7 +321,16 @@ def find_section(
 class Block:
     """A shared block's checked table, and its batch decoded once (per set of columns)."""
 
-    __slots__ = ("payload", "payload_at", "sections", "object_name", "role", "_decoded", "_shaped")
+    __slots__ = (
+        "payload",
+        "payload_at",
+        "sections",
+        "object_name",
+        "role",
+        "check_bitmaps",
+        "_decoded",
+        "_shaped",
+    )
 
     def __init__(
         self,
@@ -330,12 +339,16 @@ class Block:
         sections: SectionTable,
         object_name: str,
         role: Role = None,
+        check_bitmaps: bool = True,
     ) -> None:
         self.payload = payload
         self.payload_at = payload_at
         self.sections = sections
         self.object_name = object_name
         self.role = role
+        self.check_bitmaps = check_bitmaps
+        """Whether decoding its whole batch checks its table's bitmaps too (not if its
+        reader checked them already, or leaves them to another: ``reader.FileChecks``)."""
         self._decoded: tuple[tuple[int, ...], pa.RecordBatch] | None = None
         self._shaped: dict[tuple[str, ...] | None, pa.RecordBatch] = {}
 
@@ -368,7 +381,8 @@ class Block:
                 self.role,
                 ordered=False,
             )
-        check_block_batch(batch, self.sections, self.object_name, self.payload_at, whole)
+        bitmaps = whole and self.check_bitmaps
+        check_block_batch(batch, self.sections, self.object_name, self.payload_at, whole, bitmaps)
         self._decoded = (tuple(range(len(RECORD_SCHEMA))) if whole else indices, batch)
         return batch
 
@@ -424,11 +438,13 @@ def check_block_batch(
     object_name: str,
     at: int,
     whole: bool,
+    bitmaps: bool,
 ) -> None:
     """That ``batch`` holds exactly the records the table describes: the row count, each
     section's first and last offset, offsets strictly increasing within every section,
-    and, when ``whole`` (every column decoded), every section's stats and bitmap. One
-    compiled pass over the block (``_sections.figures``) measures every section."""
+    and, when ``whole`` (every column decoded), every section's stats; and, when
+    ``bitmaps``, every section's bitmap against its stats. One compiled pass over the
+    block (``_sections.figures``) measures every section."""
     entries = table.entries
     last = entries[-1]
     if batch.num_rows != last.start + last.record_count:
@@ -437,7 +453,7 @@ def check_block_batch(
             at,
             f"shared batch has {batch.num_rows} rows, its table {last.start + last.record_count}",
         )
-    if whole:
+    if bitmaps:
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
     columns = stat_columns(batch) if whole else (int64_view(batch.column(0)),)
     try:

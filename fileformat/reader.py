@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Sequence
-from typing import Protocol, cast
+from typing import Literal, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -185,6 +185,22 @@ class _Input:
         return payload
 
 
+FileChecks = Literal["decoded", "all", "elsewhere"]
+"""Which of a file's checks that need only its checksummed bytes, not its records, a
+stream makes: the footer against the sections streamed, and each shared block's offset
+bitmaps against its sections' stats (FORMAT.md 6.4).
+
+- ``"decoded"``: the footer, and a block's bitmaps when its whole batch is decoded (a
+  reader on its own).
+- ``"all"``: the footer, and every block's bitmaps as its table is read, whatever is
+  decoded (a job's phase-1 pointer, which streams every input to its end).
+- ``"elsewhere"``: neither; another stream of the same immutable object makes them (a
+  job's phase-2 pointer, whose job fails unless phase 1's pointer made them all). Every
+  frame's CRC, the tail, the object's end and every batch it decodes against its table
+  are still checked.
+"""
+
+
 class StreamReader:
     """Walks a file's sections in order from a sequential stream.
 
@@ -193,9 +209,11 @@ class StreamReader:
     section the footer is read and must list exactly the sections streamed; then
     ``footer`` is set (unless ``keep_footer=False``: a job's pointers only need the check,
     not thousands of section entries per input held to its end; a job's two pointers are
-    ``role`` "first" and "second", ``fileformat.second_read``). With ``verify=True``
-    each section's offset bitmap is also compared with the offsets its records actually
-    hold (``verify_stream`` does this).
+    ``role`` "first" and "second", ``fileformat.second_read``). ``file_checks`` says
+    which checks of the bytes alone it makes (``FileChecks``: with "elsewhere", not the
+    footer's, and ``keep_footer`` must be False). With ``verify=True`` each section's
+    offset bitmap is also compared with the offsets its records actually hold
+    (``verify_stream`` does this).
     """
 
     footer: FileMeta | None
@@ -210,7 +228,10 @@ class StreamReader:
         verify: bool = False,
         keep_footer: bool = True,
         role: Role = None,
+        file_checks: FileChecks = "decoded",
     ) -> None:
+        if keep_footer and file_checks == "elsewhere":
+            raise ValueError("a stream that leaves the footer's check elsewhere cannot keep it")
         self.object_name = object_name
         self.footer = None
         self.footer_crc: int | None = None
@@ -219,6 +240,7 @@ class StreamReader:
         self._input = _Input(source, object_name, size)
         self._verify = verify
         self._keep_footer = keep_footer
+        self._file_checks = file_checks
         self.role = role
         """Its part in a pair of readers of the same bytes (``fileformat.second_read``)."""
         self._started = False
@@ -266,7 +288,7 @@ class StreamReader:
                 yield section
                 section.skip()
                 assert section.meta is not None
-                streamed.add(encode_footer_entry(section.meta, key[0]), 1)
+                streamed.add(self._footer_entry(section.meta, key[0]), 1)
             elif (
                 tag == TAG_SHARED_BATCH
                 and payload is not None
@@ -312,9 +334,15 @@ class StreamReader:
         end_at = inp.position
         end = inp.read(SECTION_END.size, "block end")
         check_block_end(end, end_at, self.object_name, FRAME_HEADER.size + length)
-        role = self.role
+        role, checks = self.role, self._file_checks
         sections = parse_section_table(table, table_at + FRAME_HEADER.size, self.object_name, role)
-        block = Block(payload, at + FRAME_HEADER.size, sections, self.object_name, role)
+        if checks == "all":
+            sections.check_bitmaps()
+        block = Block(
+            payload, at + FRAME_HEADER.size, sections, self.object_name, role, checks == "decoded"
+        )
+        if checks == "elsewhere":
+            return block, b""
         size = inp.position - at
         memo = MEMO.keeps(table, role)
         key = ("footer entries", table, at, size)
@@ -326,6 +354,10 @@ class StreamReader:
         if memo and role == "first":
             MEMO.put(key, entries, 2 * len(table))
         return block, entries
+
+    def _footer_entry(self, meta: SectionMeta, raw_topic: bytes) -> bytes:
+        """A framed section's footer entry, for the footer's check (none if made elsewhere)."""
+        return b"" if self._file_checks == "elsewhere" else encode_footer_entry(meta, raw_topic)
 
     def _finish(
         self,
@@ -344,7 +376,7 @@ class StreamReader:
         head = U32.pack(streamed.sections)
         if self.format_version >= SHARED_VERSION:
             head = U32.pack(self.format_version) + head
-        canonical = (
+        canonical = self._file_checks == "elsewhere" or (
             not self._keep_footer
             and self.format_version >= FORMAT_VERSION
             and payload[: len(head)] == head

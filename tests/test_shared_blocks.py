@@ -1351,9 +1351,10 @@ def test_block_figures_are_each_sections_batch_stats() -> None:
 
 
 def test_a_bitmap_that_disagrees_with_its_trailer_is_rejected_by_a_whole_read() -> None:
-    """FORMAT.md 6.4: a reader checks a trailer's bitmap against its stats. A job's
-    pointers parse a shared section's bitmap lazily; decoding a block whole checks every
-    section's, so a compaction's second pointer rejects the block."""
+    """FORMAT.md 6.4: a reader checks a trailer's bitmap against its stats. A reader on
+    its own parses a shared section's bitmap lazily, and decoding a block whole checks
+    every section's. (A job's phase-1 pointer checks every block's as it reads its table,
+    and its phase-2 pointer leaves them to it: ``test_worker_failures``.)"""
     parts = block_parts(BLOCK)
     e = parts.entries
     records = BLOCK_SPECS[1].records

@@ -252,7 +252,7 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
     buffer = state.key_buffer(plan)
     tally = ReadTally(store, plan.job.inputs)
     with ExitStack() as stack:
-        pointer = open_pointer(stack, store, plan.job.inputs, None, None, tally.streams)
+        pointer = open_pointer(stack, store, plan.job.inputs, None, None, tally.streams, "all")
         for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
             if item is _DONE:
                 _send(outbox, tally.reads(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))

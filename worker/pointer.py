@@ -12,6 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from compactor.fileformat import StreamReader
+from compactor.fileformat.reader import FileChecks
 from compactor.fileformat.second_read import Role
 from compactor.objectstore import ObjectStore, ObjectStream
 from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
@@ -43,11 +44,16 @@ def open_pointer(
     throttle: ReadThrottle | None,
     role: Role,
     streams: list[ObjectStream],
+    file_checks: FileChecks,
 ) -> SectionMerge:
     """One GET stream per input file (closed with ``stack``, appended to ``streams``),
     paced by ``throttle`` if any, merged into one pointer. ``role``: the pointer's part in
     the pair reading the same bytes in this process (``fileformat.second_read``), None
-    when the other pointer is in another process."""
+    when the other pointer is in another process. ``file_checks``: phase 1's pointer
+    makes the checks that need only an input's bytes ("all"), once for the job, and phase
+    2's leaves them to it ("elsewhere"): both read the same immutable objects, and the
+    job ends, and commits, only once phase 1's pointer has streamed every input to its
+    end (``reader.FileChecks``)."""
     buffer_size = stream_buffer_size(len(inputs))
     readers = []
     for inp in inputs:
@@ -55,7 +61,14 @@ def open_pointer(
         streams.append(stream)
         source = stream if throttle is None else ThrottledStream(stream, throttle)
         readers.append(
-            StreamReader(source, object_name=inp.key, size=inp.size, keep_footer=False, role=role)
+            StreamReader(
+                source,
+                object_name=inp.key,
+                size=inp.size,
+                keep_footer=False,
+                role=role,
+                file_checks=file_checks,
+            )
         )
     return SectionMerge(readers)
 

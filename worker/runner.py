@@ -364,7 +364,9 @@ def write_outputs(
             )
             with feed:
                 role: Role = None if phase1 == "process" else "second"
-                phase2 = open_pointer(stack, store, job.inputs, read_throttle, role, tally.streams)
+                phase2 = open_pointer(
+                    stack, store, job.inputs, read_throttle, role, tally.streams, "elsewhere"
+                )
                 _run_partitions(job, feed, phase2, outputs, stats, progress)
         guard()  # the last moment an upload can still be aborted
         new_files = _finish_outputs(outputs, now_ms)
@@ -391,7 +393,7 @@ def _phase1(
     if mode == "process":
         assert recipe is not None and isinstance(buffer, KeyBuffer)
         return Phase1Process(snap, job, recipe, buffer, now_ms)
-    pointer = open_pointer(stack, store, job.inputs, throttle, "first", tally.streams)
+    pointer = open_pointer(stack, store, job.inputs, throttle, "first", tally.streams, "all")
     return (Phase1Thread if mode == "thread" else Phase1Inline)(snap, job, pointer, buffer, now_ms)
 
 
