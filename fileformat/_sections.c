@@ -1817,6 +1817,120 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(json_rows_doc,
+"json_rows(objects, names, quote, quoted) -> bytes\n\n"
+"The JSON array (as json.dumps writes it with separators (',', ':')) of one array per\n"
+"object of `objects`, a list: its attributes `names` (a tuple of str), in order. An\n"
+"attribute is an int (exactly), None or a str (exactly); a str is written as\n"
+"`quote(s)` gives it (json.encoder.encode_basestring_ascii), each distinct one quoted\n"
+"once and kept in the dict `quoted`. TypeError for any other value.");
+
+/* Appends `n`'s decimal digits (and sign) at `out`; returns the end. */
+static char *put_int64(char *out, long long n) {
+    char digits[24];
+    int k = 0;
+    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+    do {
+        digits[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (n < 0) *out++ = '-';
+    while (k) *out++ = digits[--k];
+    return out;
+}
+
+/* Room for `need` more bytes in `*buf` (of `*cap`, `len` used); 0, or -1 with an error. */
+static int json_room(char **buf, Py_ssize_t *cap, Py_ssize_t len, Py_ssize_t need) {
+    if (len + need <= *cap) return 0;
+    Py_ssize_t want = 2 * *cap + need;
+    char *grown = PyMem_Realloc(*buf, (size_t)want);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = grown;
+    *cap = want;
+    return 0;
+}
+
+static PyObject *json_rows(PyObject *self, PyObject *args) {
+    PyObject *objects, *names, *quote, *quoted;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!OO!", &PyList_Type, &objects, &PyTuple_Type, &names, &quote,
+                          &PyDict_Type, &quoted))
+        return NULL;
+    Py_ssize_t rows = PyList_GET_SIZE(objects), width = PyTuple_GET_SIZE(names);
+    Py_ssize_t cap = 64 + rows * (3 + width * 8), len = 0;
+    char *buf = PyMem_Malloc((size_t)cap);
+    if (buf == NULL) return PyErr_NoMemory();
+    buf[len++] = '[';
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        PyObject *obj = PyList_GET_ITEM(objects, r);
+        if (json_room(&buf, &cap, len, 2) < 0) goto fail;
+        if (r) buf[len++] = ',';
+        buf[len++] = '[';
+        for (Py_ssize_t c = 0; c < width; c++) {
+            PyObject *v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, c));
+            if (v == NULL) goto fail;
+            PyObject *q = NULL; /* a quoted str's bytes, borrowed from `quoted` */
+            char text[24];
+            Py_ssize_t text_len = 0;
+            if (PyLong_CheckExact(v)) {
+                int overflow = 0;
+                long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+                if (overflow || (n == -1 && PyErr_Occurred())) {
+                    Py_DECREF(v);
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_TypeError, "json_rows: an int past 64 bits");
+                    goto fail;
+                }
+                text_len = put_int64(text, n) - text;
+            } else if (v == Py_None) {
+                memcpy(text, "null", 4);
+                text_len = 4;
+            } else if (PyUnicode_CheckExact(v)) {
+                q = PyDict_GetItemWithError(quoted, v);
+                if (q == NULL && !PyErr_Occurred()) {
+                    PyObject *str = PyObject_CallOneArg(quote, v);
+                    PyObject *made = str == NULL ? NULL : PyUnicode_AsASCIIString(str);
+                    Py_XDECREF(str);
+                    if (made != NULL && PyDict_SetItem(quoted, v, made) == 0) q = made;
+                    Py_XDECREF(made); /* the dict holds it */
+                }
+                if (q != NULL && !PyBytes_Check(q)) {
+                    PyErr_SetString(PyExc_TypeError, "json_rows: quoted must map str to bytes");
+                    q = NULL;
+                }
+                if (q == NULL) {
+                    Py_DECREF(v);
+                    goto fail;
+                }
+                text_len = PyBytes_GET_SIZE(q);
+            } else {
+                PyErr_Format(PyExc_TypeError, "json_rows: attribute %R is a %s",
+                             PyTuple_GET_ITEM(names, c), Py_TYPE(v)->tp_name);
+                Py_DECREF(v);
+                goto fail;
+            }
+            Py_DECREF(v); /* a quoted str's bytes stay in `quoted` */
+            if (json_room(&buf, &cap, len, 1 + text_len) < 0) goto fail;
+            if (c) buf[len++] = ',';
+            memcpy(buf + len, q == NULL ? text : PyBytes_AS_STRING(q), (size_t)text_len);
+            len += text_len;
+        }
+        if (json_room(&buf, &cap, len, 1) < 0) goto fail;
+        buf[len++] = ']';
+    }
+    if (json_room(&buf, &cap, len, 1) < 0) goto fail;
+    buf[len++] = ']';
+    PyObject *out = PyBytes_FromStringAndSize(buf, len);
+    PyMem_Free(buf);
+    return out;
+fail:
+    PyMem_Free(buf);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
@@ -1834,6 +1948,7 @@ static PyMethodDef methods[] = {
     {"span_weights", span_weights, METH_VARARGS, span_weights_doc},
     {"key_ranks", key_ranks, METH_VARARGS, key_ranks_doc},
     {"joined_read", joined_read, METH_VARARGS, joined_read_doc},
+    {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,7 +18,13 @@ from compactor.catalog.delta import apply, delta_from_json, delta_to_json, diff
 from compactor.catalog.garbage import collect_catalog_garbage
 from compactor.catalog.leases import JobLeases, release_lease, renew_lease, take_lease
 from compactor.catalog.log import LAST_CHECKPOINT_KEY, checkpoint_key, log_key
-from compactor.catalog.manifests import manifest_bytes, manifest_key, read_manifest, write_manifest
+from compactor.catalog.manifests import (
+    SECTION_FIELDS,
+    manifest_bytes,
+    manifest_key,
+    read_manifest,
+    write_manifest,
+)
 from compactor.catalog.snapshot import CATALOG_FORMAT
 from compactor.fileformat import SectionMeta
 from compactor.objectstore import LocalStore, ObjectStore, open_store
@@ -395,6 +401,53 @@ def test_garbage_collection_folds_old_history_into_the_newest_checkpoint(tmp_pat
     fresh = Catalog(LocalStore(tmp_path))
     assert fresh.snapshot() == before
     assert fresh.check_log() == []
+
+
+_INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=12),  # any str: quotes, escapes, non-ASCII
+            st.lists(_INT64, min_size=10, max_size=10),
+            st.none() | _INT64,
+        ),
+        max_size=30,
+    ),
+    st.text(max_size=8),
+    _INT64,
+)
+def test_a_manifest_is_byte_for_byte_what_json_dumps_writes(
+    rows: list[tuple[str, list[int], int | None]], file_id: str, written_ms: int
+) -> None:
+    """``manifest_bytes`` writes its rows in one compiled pass (``_sections.json_rows``):
+    the same bytes as ``json.dumps`` with the catalog's separators, for any topic, any
+    64-bit figures and a horizon or none."""
+    sections = [SectionMeta(topic, *figures, horizon) for topic, figures, horizon in rows]
+    expected = json.dumps(
+        {
+            "format": CATALOG_FORMAT,
+            "id": file_id,
+            "key": "data/L1/f.cf",
+            "written_ms": written_ms,
+            "sections": [[getattr(s, name) for name in SECTION_FIELDS] for s in sections],
+        },
+        separators=(",", ":"),
+    ).encode()
+    assert manifest_bytes(file_id, "data/L1/f.cf", written_ms, sections) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"), [(True, "is a bool"), (1 << 63, "past 64 bits"), (1.5, "is a float")]
+)
+def test_a_manifest_refuses_a_figure_json_would_write_otherwise(value: object, reason: str) -> None:
+    """A section's figures are 64-bit ints: anything else (which ``json.dumps`` would
+    write as something else) is a TypeError, not a manifest."""
+    section = SectionMeta("t", 0, 0, value, 1, 20, 7, 7, 0, 316, 90)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=reason):
+        manifest_bytes("f1", "data/L1/f1.cf", 1234, [section])
 
 
 def test_a_manifest_is_the_documented_json(tmp_path: Path) -> None:
