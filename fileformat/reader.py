@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Sequence
-from typing import Literal, Protocol, cast
+from typing import Literal, Protocol
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -53,7 +53,7 @@ from compactor.fileformat.ipc import decode_batch
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
 from compactor.fileformat.records import RECORD_SCHEMA
-from compactor.fileformat.second_read import MEMO, Role
+from compactor.fileformat.second_read import Role
 from compactor.fileformat.section import (
     encode_topic,
     parse_section_end,
@@ -320,8 +320,8 @@ class StreamReader:
         """The rest of the shared block whose ``SBLK`` frame (at ``at``) was just read:
         its section table and its end, checked; the batch is decoded when asked for. With
         it, the footer's entries of its sections, all at once: they are the table's,
-        whatever the reader of the sections does (and, like the table, a job's second
-        pointer takes them from its first, ``fileformat.second_read``)."""
+        whatever the reader of the sections does (none for a stream that leaves the
+        footer's check elsewhere: ``FileChecks``)."""
         inp = self._input
         tag, length, crc, table_at = inp.frame_header("section table")
         if tag != TAG_SECTION_TABLE:
@@ -343,17 +343,7 @@ class StreamReader:
         )
         if checks == "elsewhere":
             return block, b""
-        size = inp.position - at
-        memo = MEMO.keeps(table, role)
-        key = ("footer entries", table, at, size)
-        if memo and role == "second":
-            hit = MEMO.take(key)
-            if hit is not None:
-                return block, cast(bytes, hit)
-        entries = _sections.footer_entries(sections.entries, at, size)
-        if memo and role == "first":
-            MEMO.put(key, entries, 2 * len(table))
-        return block, entries
+        return block, _sections.footer_entries(sections.entries, at, inp.position - at)
 
     def _footer_entry(self, meta: SectionMeta, raw_topic: bytes) -> bytes:
         """A framed section's footer entry, for the footer's check (none if made elsewhere)."""
