@@ -199,14 +199,24 @@ CORRUPTIONS = {
 }
 
 
+INPUT_FAULTS = {
+    **{name: (corrupt, False) for name, corrupt in CORRUPTIONS.items()},
+    **{
+        f"{name} (phase 1 finds it)": (corrupt, True) for name, corrupt in BLOCK_CORRUPTIONS.items()
+    },
+}
+"""Each fault, and whether it is put in files of shared blocks."""
+
+
 @pytest.mark.parametrize("phase1", PHASE1_MODES)
-@pytest.mark.parametrize("corruption", list(CORRUPTIONS), ids=list(CORRUPTIONS))
+@pytest.mark.parametrize("fault", list(INPUT_FAULTS), ids=list(INPUT_FAULTS))
 def test_a_corrupt_input_fails_the_job_and_changes_nothing(
-    store: ObjectStore, corruption: str, phase1: Phase1Mode
+    store: ObjectStore, fault: str, phase1: Phase1Mode
 ) -> None:
-    files = [_file(i) for i in range(3)]
-    files[1] = CORRUPTIONS[corruption](files[1])
-    catalog, job = _store(store, files)
+    corrupt, shared = INPUT_FAULTS[fault]
+    files = [_file(i, shared) for i in range(3)]
+    files[1] = corrupt(files[1])
+    catalog, job = _store(store, files, shared)
     snap_before = catalog.snapshot()
     objects_before = _objects(store)
     with pytest.raises(FormatError) as failure:
@@ -214,24 +224,6 @@ def test_a_corrupt_input_fails_the_job_and_changes_nothing(
     assert failure.value.object_name == "data/L1/f1.cf"
     assert catalog.snapshot() == snap_before
     assert _objects(store) == objects_before  # no output, inputs byte for byte
-    assert not [t.name for t in threading.enumerate() if t.name.startswith(JOB_THREADS)]
-
-
-@pytest.mark.parametrize("phase1", PHASE1_MODES)
-@pytest.mark.parametrize("corruption", list(BLOCK_CORRUPTIONS), ids=list(BLOCK_CORRUPTIONS))
-def test_a_fault_only_phase_1_looks_for_fails_the_job_and_changes_nothing(
-    store: ObjectStore, corruption: str, phase1: Phase1Mode
-) -> None:
-    files = [_file(i, shared=True) for i in range(3)]
-    files[1] = BLOCK_CORRUPTIONS[corruption](files[1])
-    catalog, job = _store(store, files, shared=True)
-    snap_before = catalog.snapshot()
-    objects_before = _objects(store)
-    with pytest.raises(FormatError) as failure:
-        run_job(store, catalog, job, KeyBuffer(1 << 20), now_ms=NOW, phase1=phase1)
-    assert failure.value.object_name == "data/L1/f1.cf"
-    assert catalog.snapshot() == snap_before
-    assert _objects(store) == objects_before
     assert not [t.name for t in threading.enumerate() if t.name.startswith(JOB_THREADS)]
 
 
