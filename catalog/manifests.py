@@ -59,12 +59,16 @@ def manifest_bytes(
     pass (``_sections.json_rows``): a compaction at 10,000 partitions writes 10,000 rows
     at its commit, after its job, in 3 ms rather than json's 13."""
     head = encode({"format": CATALOG_FORMAT, "id": file_id, "key": key, "written_ms": written_ms})
+    if len(_QUOTED) > _MAX_QUOTED:
+        _QUOTED.clear()
     rows = _sections.json_rows(list(sections), SECTION_FIELDS, _quote, _QUOTED)
     return b"".join((head[:-1], b',"sections":', rows, b"}"))
 
 
 _QUOTED: dict[str, bytes] = {}
-"""Topics as JSON strings, for ``manifest_bytes``: a process's topics are few."""
+"""Topics as JSON strings, for ``manifest_bytes``: a process's topics are few, and a
+long-lived one starts again past ``_MAX_QUOTED``."""
+_MAX_QUOTED = 4096
 _quote = json.encoder.encode_basestring_ascii  # what json.dumps quotes a str with
 
 
