@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
@@ -1817,6 +1818,64 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(entry_metas_doc,
+"entry_metas(cls, entries, position, length) -> list\n\n"
+"Each TableEntry of `entries` (a list) as a `cls` (SectionMeta) of a block at `position`,\n"
+"`length` bytes long: what block.entry_meta makes of each, its fields set directly in\n"
+"the instance's slots rather than through the frozen dataclass's __init__ (a call and\n"
+"twelve object.__setattr__s each). TypeError unless `cls` is a class whose fields are\n"
+"object slots of SectionMeta's names and each entry a TableEntry.");
+
+static PyObject *entry_metas(PyObject *self, PyObject *args) {
+    static const char *names[] = {"topic",          "partition",     "first_offset",
+                                  "last_offset",    "record_count",  "uncompressed_bytes",
+                                  "min_timestamp",  "max_timestamp", "tombstones",
+                                  "position",       "length",        "min_delete_horizon"};
+    /* Each field's place in a TableEntry; -1 for the block's position, -2 its length. */
+    static const int from[] = {8, 9, 0, 1, 2, 4, 5, 6, 3, -1, -2, 7};
+    enum { FIELDS = 12, ENTRY_WIDTH = 15 };
+    PyTypeObject *type;
+    PyObject *entries, *pos, *len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &type, &PyList_Type, &entries,
+                          &PyLong_Type, &pos, &PyLong_Type, &len))
+        return NULL;
+    Py_ssize_t slot_at[FIELDS];
+    for (int k = 0; k < FIELDS; k++) {
+        PyObject *d = type->tp_dict == NULL ? NULL
+                                            : PyDict_GetItemString(type->tp_dict, names[k]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+            (((PyMemberDescrObject *)d)->d_member->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "entry_metas: %s has no object slot %s", type->tp_name,
+                         names[k]);
+            return NULL;
+        }
+        slot_at[k] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_WIDTH) {
+            PyErr_Format(PyExc_TypeError, "entry_metas: entry %zd is no TableEntry", i);
+            goto fail;
+        }
+        PyObject *meta = type->tp_alloc(type, 0);
+        if (meta == NULL) goto fail;
+        for (int k = 0; k < FIELDS; k++) {
+            PyObject *v = from[k] == -1 ? pos : from[k] == -2 ? len : PyTuple_GET_ITEM(e, from[k]);
+            *(PyObject **)((char *)meta + slot_at[k]) = Py_NewRef(v);
+        }
+        PyList_SET_ITEM(out, i, meta);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 PyDoc_STRVAR(json_rows_doc,
 "json_rows(objects, names, quote, quoted) -> bytes\n\n"
 "The JSON array (as json.dumps writes it with separators (',', ':')) of one array per\n"
@@ -1949,6 +2008,7 @@ static PyMethodDef methods[] = {
     {"key_ranks", key_ranks, METH_VARARGS, key_ranks_doc},
     {"joined_read", joined_read, METH_VARARGS, joined_read_doc},
     {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
+    {"entry_metas", entry_metas, METH_VARARGS, entry_metas_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -193,7 +193,8 @@ def shared_table(entries: list[TableEntry], bitmaps: list[bytes]) -> bytes:
 
 def entry_meta(e: TableEntry, position: int, length: int) -> SectionMeta:
     """The metadata of the section of the table entry ``e`` in a block at ``position``,
-    ``length`` bytes long."""
+    ``length`` bytes long. (A writer makes a whole block's at once, in C:
+    ``_sections.entry_metas``, the same objects.)"""
     return SectionMeta(
         e.topic, e.partition, e[0], e[1], e[2], e[4], e[5], e[6], e[3], position, length, e[7]
     )

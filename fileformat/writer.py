@@ -23,7 +23,7 @@ from compactor.fileformat.batches import (
     section_figures,
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSet, OffsetSetBuilder, small_bitmap
-from compactor.fileformat.block import TableEntry, entry_meta, shared_table
+from compactor.fileformat.block import TableEntry, shared_table
 from compactor.fileformat.footer import encode_footer_entry, encode_tail, footer_payload
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
@@ -511,7 +511,7 @@ class FileWriter:
         self._emit(SECTION_END.pack(len(table), BLOCK_END_MAGIC))
         length = self._position - position
         self._block = _Block()
-        self._sections += (entry_meta(e, position, length) for e in block.entries)
+        self._sections += _sections.entry_metas(SectionMeta, block.entries, position, length)
         self._footer.append(_sections.footer_entries(block.entries, position, length))
         if self._index is not None:
             self._index.shared(block.entries, block.bitmaps, position, length)

@@ -7,8 +7,10 @@ every truncation of a small file, and the footer's tiling rules for shared range
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
+import pickle
 import random
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -1875,3 +1877,37 @@ def test_write_rows_frames_a_section_that_weighs_exactly_share_below() -> None:
     alone, runs = _write_both(sections, [], weight)
     assert runs == alone and isinstance(alone, tuple)
     assert [s.position for s in alone[1].sections].count(alone[1].sections[0].position) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(table_entries(), max_size=12), position=_uint64, length=_uint64)
+def test_compiled_entry_metas_are_the_python_ones(
+    entries: list[block_module.TableEntry], position: int, length: int
+) -> None:
+    """``_sections.entry_metas`` (a writer's block's sections, their slots set in C) makes
+    what ``block.entry_meta`` makes of each entry: equal, the delete horizon too (which
+    takes no part in equality), hashed, printed and pickled alike, and as frozen."""
+    made = _sections.entry_metas(SectionMeta, entries, position, length)
+    expected = [block_module.entry_meta(e, position, length) for e in entries]
+    assert made == expected
+    for m, x in zip(made, expected, strict=True):
+        assert type(m) is SectionMeta
+        assert m.to_json() == x.to_json()  # min_delete_horizon included
+        assert (hash(m), repr(m)) == (hash(x), repr(x))
+        assert pickle.loads(pickle.dumps(m)).to_json() == x.to_json()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            m.partition = 0  # type: ignore[misc]
+
+
+def test_entry_metas_refuse_what_is_not_a_slots_class_or_an_entry() -> None:
+    entry = block_module.TableEntry(0, 0, 1, 0, 20, 5, 5, None, "t", 0, (b"t", 0), 0, 1, -1, -1)
+    assert _sections.entry_metas(SectionMeta, [entry], 7, 9)[0].position == 7
+
+    @dataclasses.dataclass
+    class Plain:  # fields, but no slots
+        topic: str
+
+    with pytest.raises(TypeError, match="no object slot topic"):
+        _sections.entry_metas(Plain, [entry], 7, 9)
+    with pytest.raises(TypeError, match="entry 0 is no TableEntry"):
+        _sections.entry_metas(SectionMeta, [tuple(entry)[:10]], 7, 9)
