@@ -21,11 +21,14 @@ from compactor.fileformat import RECORD_SCHEMA, FileWriter, FormatError, reader
 from compactor.fileformat.block import parse_section_table
 from compactor.fileformat.footer import encode_footer, encode_tail, parse_footer
 from compactor.fileformat.framing import (
+    FILE_HEADER,
     FILE_TAIL,
     FRAME_HEADER,
+    SECTION_END,
     TAG_BATCH,
     TAG_FOOTER,
     TAG_SECTION_TABLE,
+    TAG_TRAILER,
     encode_frame,
     encode_frame_header,
 )
@@ -78,25 +81,27 @@ def _file(file: int, shared: bool = False) -> bytes:
     return sink.getvalue()
 
 
-def _batch_frames(data: bytes) -> list[tuple[int, int]]:
-    """(payload position, length) of every batch frame, found by walking the frames."""
-    frames, at = [], 16
-    while at + FRAME_HEADER.size <= len(data):
-        tag, length, _ = FRAME_HEADER.unpack_from(data, at)
-        if tag == TAG_BATCH:
-            frames.append((at + FRAME_HEADER.size, length))
+def _frames(data: bytes, tag: bytes) -> list[tuple[int, int]]:
+    """(frame position, payload length) of every frame tagged ``tag``, found by walking
+    the file's frames (a trailer's and a section table's are followed by the 8-byte
+    section or block end)."""
+    frames, at = [], FILE_HEADER.size
+    while True:
+        found, length, _ = FRAME_HEADER.unpack_from(data, at)
+        if found == tag:
+            frames.append((at, length))
+        if found == TAG_FOOTER:
+            return frames
         at += FRAME_HEADER.size + length
-        if tag == b"STRL":
-            at += 8  # the section end
-        elif tag == b"FOOT":
-            break
-    return frames
+        if found in (TAG_TRAILER, TAG_SECTION_TABLE):
+            at += SECTION_END.size
 
 
 def _value_only_corruption(data: bytes) -> bytes:
     """``data`` with one batch of the last partition changed so that phase 1 (offsets and
     keys only) decodes it and phase 2 (whole records) cannot; its frame CRC is valid."""
-    at, length = _batch_frames(data)[-2]
+    frame_at, length = _frames(data, TAG_BATCH)[-2]
+    at = frame_at + FRAME_HEADER.size
     payload = data[at : at + length]
     whole = reader.decode_fields(payload, at, "x", RECORD_SCHEMA.names)
     assert whole.num_rows
@@ -113,19 +118,6 @@ def _value_only_corruption(data: bytes) -> bytes:
             start = at - FRAME_HEADER.size
             return data[:start] + header + bad + data[at + length :]
     raise AssertionError("no value-only corruption found")
-
-
-def _frames(data: bytes, tag: bytes) -> list[tuple[int, int]]:
-    """(frame position, payload length) of every frame tagged ``tag`` of a file of shared
-    blocks, found by walking its frames."""
-    frames, at = [], 16
-    while True:
-        found, length, _ = FRAME_HEADER.unpack_from(data, at)
-        if found == tag:
-            frames.append((at, length))
-        if found == TAG_FOOTER:
-            return frames
-        at += FRAME_HEADER.size + length + (8 if found == TAG_SECTION_TABLE else 0)
 
 
 def _bitmap_corruption(data: bytes) -> bytes:
