@@ -20,6 +20,7 @@ from compactor.worker.kernel import (
     ENTRY_BYTES,
     HASH_IMPL,
     HASH_IMPLS,
+    HAVE_AVX2,
     HAVE_AVX512,
     HAVE_OPENSSL,
     START_SLOTS,
@@ -57,22 +58,38 @@ def test_sha512_256_matches_hashlib(impl: str) -> None:
 
 
 def test_default_impl_is_the_fastest_available() -> None:
-    assert ("avx512" if HAVE_AVX512 else "openssl" if HAVE_OPENSSL else "portable") == HASH_IMPL
+    fastest = (
+        "avx512"
+        if HAVE_AVX512
+        else "avx2"
+        if HAVE_AVX2
+        else "openssl"
+        if HAVE_OPENSSL
+        else "portable"
+    )
+    assert fastest == HASH_IMPL
     assert KeyBuffer(ENTRY_BYTES).hash_impl == HASH_IMPL
 
 
-def test_avx512_is_offered_exactly_where_the_cpu_runs_it() -> None:
+@pytest.mark.parametrize(
+    ("impl", "have", "flag", "name"),
+    [("avx512", HAVE_AVX512, "avx512f", "AVX-512"), ("avx2", HAVE_AVX2, "avx2", "AVX2")],
+)
+def test_simd_lanes_are_offered_exactly_where_the_cpu_runs_them(
+    impl: str, have: bool, flag: str, name: str
+) -> None:
     flags = ""
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "")
-    if HAVE_AVX512:
-        assert " avx512f" in flags or not flags
-        assert sha512_256(b"k" * 36, "avx512") == ref(b"k" * 36)
-        assert KeyBuffer(ENTRY_BYTES, hash_impl="avx512").hash_impl == "avx512"
+    if flags:
+        assert have == (flag in flags.split(":", 1)[1].split())
+    if have:
+        assert sha512_256(b"k" * 36, impl) == ref(b"k" * 36)
+        assert KeyBuffer(ENTRY_BYTES, hash_impl=impl).hash_impl == impl
     else:
-        with pytest.raises(ValueError, match="AVX-512"):
-            sha512_256(b"k", "avx512")
+        with pytest.raises(ValueError, match=name):
+            sha512_256(b"k", impl)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -63,6 +63,7 @@ __all__ = [
     "ENTRY_BYTES",
     "HASH_IMPL",
     "HASH_IMPLS",
+    "HAVE_AVX2",
     "HAVE_AVX512",
     "HAVE_OPENSSL",
     "STRATEGIES",
@@ -79,14 +80,19 @@ DEFAULT_CAPACITY_BYTES: int = 128 << 20
 #: The most slots a window starts on (``KeyBuffer(start_slots=)``).
 START_SLOTS: int = _keybuffer.START_SLOTS
 #: SHA-512/256 implementation used by default: "avx512" (eight keys of up to 111 bytes at
-#: once, on CPUs with AVX-512F; a longer key as "openssl" does), else "openssl", else
-#: "portable". All give the same hashes.
+#: once, on CPUs with AVX-512F; a longer key as "openssl" does), else "avx2" (the same
+#: keys four at a time, on CPUs with AVX2), else "openssl", else "portable". All give the
+#: same hashes.
 HASH_IMPL: str = _keybuffer.HASH_IMPL
 HAVE_OPENSSL: bool = _keybuffer.HAVE_OPENSSL
 HAVE_AVX512: bool = _keybuffer.HAVE_AVX512
+HAVE_AVX2: bool = _keybuffer.HAVE_AVX2
 #: Every implementation this build and CPU can run.
 HASH_IMPLS: tuple[str, ...] = (
-    ("portable",) + (("openssl",) if HAVE_OPENSSL else ()) + (("avx512",) if HAVE_AVX512 else ())
+    ("portable",)
+    + (("openssl",) if HAVE_OPENSSL else ())
+    + (("avx512",) if HAVE_AVX512 else ())
+    + (("avx2",) if HAVE_AVX2 else ())
 )
 STRATEGIES: dict[str, int] = {
     "offset": _keybuffer.STRATEGY_OFFSET,

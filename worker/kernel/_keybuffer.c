@@ -102,7 +102,7 @@
 #define PREFETCH_AHEAD 8
 
 enum { S_OFFSET = 0, S_TIMESTAMP = 1, S_HEADER = 2 };
-enum { IMPL_PORTABLE = 0, IMPL_OPENSSL = 1, IMPL_AVX512 = 2 };
+enum { IMPL_PORTABLE = 0, IMPL_OPENSSL = 1, IMPL_AVX512 = 2, IMPL_AVX2 = 3 };
 enum { PUT_OK = 0, PUT_FULL = 1, PUT_UNREPRESENTABLE = 2, PUT_NOMEM = 3 };
 enum { ERR_NONE = 0, ERR_NULL_TIMESTAMP = 1, ERR_NULL_OFFSET = 2 };
 
@@ -119,26 +119,39 @@ static inline void cpu_relax(void) {
 }
 
 /* The default: "avx512" when this build has the eight-lane path and the CPU runs it (set
-   at import, x8_usable), else "openssl" when the build has it, else "portable". */
+   at import, x8_usable), else "avx2" likewise (x4_usable), else "openssl" when the build
+   has it, else "portable". */
 #ifdef KB_HAVE_OPENSSL
 static int default_impl = IMPL_OPENSSL;
 #else
 static int default_impl = IMPL_PORTABLE;
 #endif
 static int x8_usable = 0;
+static int x4_usable = 0;
 
-/* The one-message compression an impl uses: "avx512" hashes a key of more than
+/* The one-message compression an impl uses: "avx512" and "avx2" hash a key of more than
    KB_X8_MAX_LEN bytes, or one key alone, as "openssl" (or "portable") does. */
 static kb_compress_fn compress_for(int impl) {
 #ifdef KB_HAVE_OPENSSL
-    if (impl == IMPL_OPENSSL || impl == IMPL_AVX512) return kb_compress_openssl_st;
+    if (impl != IMPL_PORTABLE) return kb_compress_openssl_st;
 #endif
     (void)impl;
     return kb_compress_portable_st;
 }
 
-/* "openssl" / "portable" / "avx512" / None (the default) -> impl code, or -1 with an
+/* "openssl" / "portable" / "avx512" / "avx2" / None (the default) -> impl code, or -1 with an
    error when this build or CPU lacks it. */
+#ifdef KB_HAVE_X8
+/* Up to eight keys of at most KB_X8_MAX_LEN bytes at once, in lanes (kb_sha512_256_x8's
+   signature), or NULL for an impl that hashes one key at a time. */
+typedef void (*kb_lanes_fn)(const uint8_t *const msg[8], const size_t len[8], int n,
+                            uint8_t *const out[8]);
+
+static kb_lanes_fn lanes_for(int impl) {
+    return impl == IMPL_AVX512 ? kb_sha512_256_x8 : impl == IMPL_AVX2 ? kb_sha512_256_x4x2 : NULL;
+}
+#endif
+
 static int parse_impl(PyObject *o) {
     if (o == NULL || o == Py_None) return default_impl;
     if (PyUnicode_Check(o)) {
@@ -158,14 +171,26 @@ static int parse_impl(PyObject *o) {
                             "with AVX-512F)");
             return -1;
         }
+        if (PyUnicode_CompareWithASCIIString(o, "avx2") == 0) {
+            if (x4_usable) return IMPL_AVX2;
+            PyErr_SetString(PyExc_ValueError,
+                            "this build or CPU has no AVX2 SHA-512/256 (it needs x86-64 "
+                            "with AVX2)");
+            return -1;
+        }
     }
     PyErr_Format(PyExc_ValueError,
-                 "hash implementation must be 'openssl', 'portable' or 'avx512', not %R", o);
+                 "hash implementation must be 'openssl', 'portable', 'avx512' or 'avx2', "
+                 "not %R",
+                 o);
     return -1;
 }
 
 static const char *impl_name(int impl) {
-    return impl == IMPL_AVX512 ? "avx512" : impl == IMPL_OPENSSL ? "openssl" : "portable";
+    return impl == IMPL_AVX512   ? "avx512"
+           : impl == IMPL_AVX2   ? "avx2"
+           : impl == IMPL_OPENSSL ? "openssl"
+                                  : "portable";
 }
 
 /* --- Arrow arrays through the C data interface ----------------------------------- */
@@ -328,7 +353,9 @@ typedef struct {
     const Col *keys;
     const Col *eligible;
     kb_compress_fn compress;
-    int x8;        /* keys of up to KB_X8_MAX_LEN bytes eight at a time (impl "avx512") */
+#ifdef KB_HAVE_X8
+    kb_lanes_fn lanes_fn; /* short keys in lanes ("avx512", "avx2"), or NULL */
+#endif
     int64_t first; /* record index of out[0] */
     int64_t n;
     int64_t block; /* records per block */
@@ -339,9 +366,9 @@ typedef struct {
     atomic_uchar done[NBLOCKS_MAX];
 } HashJob;
 
-/* Hashes block b's records into j->out. With impl "avx512", keys of up to KB_X8_MAX_LEN
-   bytes are gathered and hashed eight at a time (kb_sha512_256_x8), in record order; a
-   longer key, or any key with another impl, is hashed alone when it is reached. */
+/* Hashes block b's records into j->out. With impl "avx512" or "avx2", keys of up to
+   KB_X8_MAX_LEN bytes are gathered and hashed eight at a time (j->lanes_fn), in record
+   order; a longer key, or any key with another impl, is hashed alone when it is reached. */
 static void hash_block(HashJob *j, int64_t b) {
     int64_t lo = b * j->block, hi = lo + j->block < j->n ? lo + j->block : j->n;
 #ifdef KB_HAVE_X8
@@ -360,12 +387,12 @@ static void hash_block(HashJob *j, int64_t b) {
         size_t len;
         const uint8_t *key = col_key(j->keys, rec, &len);
 #ifdef KB_HAVE_X8
-        if (j->x8 && len <= KB_X8_MAX_LEN) {
+        if (j->lanes_fn && len <= KB_X8_MAX_LEN) {
             lane_key[lanes] = key;
             lane_len[lanes] = len;
             lane_out[lanes] = out;
             if (++lanes == 8) {
-                kb_sha512_256_x8(lane_key, lane_len, lanes, lane_out);
+                j->lanes_fn(lane_key, lane_len, lanes, lane_out);
                 lanes = 0;
             }
             continue;
@@ -374,7 +401,7 @@ static void hash_block(HashJob *j, int64_t b) {
         kb_sha512_256(j->compress, key, len, out);
     }
 #ifdef KB_HAVE_X8
-    if (lanes) kb_sha512_256_x8(lane_key, lane_len, lanes, lane_out);
+    if (lanes) j->lanes_fn(lane_key, lane_len, lanes, lane_out);
 #endif
 }
 
@@ -398,7 +425,9 @@ static void job_init(HashJob *j, const Col *keys, const Col *eligible, int impl,
     j->keys = keys;
     j->eligible = eligible;
     j->compress = compress_for(impl);
-    j->x8 = impl == IMPL_AVX512;
+#ifdef KB_HAVE_X8
+    j->lanes_fn = lanes_for(impl);
+#endif
     j->first = first;
     j->n = n;
     int64_t block = n / 32;
@@ -1497,7 +1526,7 @@ static PyGetSetDef kb_getset[] = {
     {"strategy", (getter)get_strategy, NULL, "strategy code of the current window", NULL},
     {"base_offset", (getter)get_base_offset, NULL, "the window's base offset, or None", NULL},
     {"threads", (getter)get_threads, (setter)set_threads, "threads hashing a batch", NULL},
-    {"hash_impl", (getter)get_hash_impl, NULL, "'avx512', 'openssl' or 'portable'", NULL},
+    {"hash_impl", (getter)get_hash_impl, NULL, "'avx512', 'avx2', 'openssl' or 'portable'", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef kb_methods[] = {
@@ -1814,11 +1843,12 @@ static PyObject *mod_sha512_256(PyObject *Py_UNUSED(m), PyObject *args, PyObject
     }
     uint8_t h[HASH_BYTES];
 #ifdef KB_HAVE_X8
-    if (impl == IMPL_AVX512 && (size_t)b.len <= KB_X8_MAX_LEN) {
+    kb_lanes_fn lanes_fn = lanes_for(impl);
+    if (lanes_fn && (size_t)b.len <= KB_X8_MAX_LEN) {
         const uint8_t *msg[8] = {b.buf};
         size_t len[8] = {(size_t)b.len};
         uint8_t *out[8] = {h};
-        kb_sha512_256_x8(msg, len, 1, out);
+        lanes_fn(msg, len, 1, out);
     } else
 #endif
         kb_sha512_256(compress_for(impl), b.buf, (size_t)b.len, h);
@@ -1849,7 +1879,8 @@ PyMODINIT_FUNC PyInit__keybuffer(void) {
 #endif
 #ifdef KB_HAVE_X8
     x8_usable = kb_x8_usable();
-    if (x8_usable) default_impl = IMPL_AVX512;
+    x4_usable = kb_x4_usable();
+    default_impl = x8_usable ? IMPL_AVX512 : x4_usable ? IMPL_AVX2 : default_impl;
 #endif
     if (PyType_Ready(&KeyBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
@@ -1867,6 +1898,7 @@ PyMODINIT_FUNC PyInit__keybuffer(void) {
         PyModule_AddIntConstant(m, "STRATEGY_HEADER", S_HEADER) < 0 ||
         PyModule_AddStringConstant(m, "HASH_IMPL", impl_name(default_impl)) < 0 ||
         PyModule_AddObjectRef(m, "HAVE_AVX512", x8_usable ? Py_True : Py_False) < 0 ||
+        PyModule_AddObjectRef(m, "HAVE_AVX2", x4_usable ? Py_True : Py_False) < 0 ||
 #ifdef KB_HAVE_OPENSSL
         PyModule_AddObjectRef(m, "HAVE_OPENSSL", Py_True) < 0
 #else

@@ -9,6 +9,7 @@ STRATEGY_HEADER: int
 HASH_IMPL: str
 HAVE_OPENSSL: bool
 HAVE_AVX512: bool
+HAVE_AVX2: bool
 
 def _sha512_256(data: bytes, impl: str | None = None) -> bytes: ...
 def hash_keys(keys: Any, threads: int = 2, hash_impl: str | None = None) -> bytes: ...
