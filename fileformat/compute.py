@@ -139,11 +139,6 @@ def binary_length(arr: pa.Array) -> pa.Array:
     return _call("binary_length", arr)
 
 
-def binary_join_element_wise(*arrays_and_separator: Any) -> pa.Array:
-    """Each row's values joined, the last argument the separator (a null emits a null)."""
-    return _call("binary_join_element_wise", *arrays_and_separator)
-
-
 def list_value_length(arr: pa.Array) -> pa.Array:
     return _call("list_value_length", arr)
 

@@ -29,7 +29,6 @@ def test_each_function_gives_what_pyarrow_compute_gives() -> None:
     mask = pa.array([True, False, True, None, False, True])
     lists = pa.array([[1, 2], None, [], [3]], pa.list_(pa.int64()))
     keys = pa.array([b"a", None, b"ccc"], pa.binary())
-    salts = pa.array([b"1", b"2", b"3"], pa.binary())
     pairs = [
         (compute.take(BATCH, idx), pc.take(BATCH, idx)),
         (compute.take(INTS, idx), INTS.take(idx)),
@@ -56,10 +55,6 @@ def test_each_function_gives_what_pyarrow_compute_gives() -> None:
         (compute.max(INTS), pc.max(INTS)),
         (compute.max(pa.array([], pa.int64())), pc.max(pa.array([], pa.int64()))),
         (compute.binary_length(keys), pc.binary_length(keys)),
-        (
-            compute.binary_join_element_wise(keys, salts, b""),
-            pc.binary_join_element_wise(keys, salts, b""),
-        ),
         (compute.list_value_length(lists), pc.list_value_length(lists)),
         (compute.list_flatten(lists), pc.list_flatten(lists)),
         (compute.list_parent_indices(lists), pc.list_parent_indices(lists)),

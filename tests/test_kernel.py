@@ -28,6 +28,7 @@ from compactor.worker.kernel import (
     hash_keys,
     member_bits,
     run_labels,
+    salted_keys,
     sha512_256,
     survivor_order,
 )
@@ -708,6 +709,47 @@ def test_run_labels_repeats_each_runs_ordinal(runs: list[tuple[int, int]], spare
     assert labels.type == pa.int32()
     assert labels.to_pylist() == [o for o, c in runs for _ in range(c)]
     assert totals == [sum(c for o, c in runs if o == p) for p in range(partitions)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.none() | st.binary(max_size=40), st.integers(-(2**31), 2**31 - 1))),
+    st.integers(0, 5),
+    st.sampled_from([pa.binary(), pa.large_binary(), pa.string()]),
+)
+def test_salted_keys_is_arrows_join_in_one_pass(
+    rows: list[tuple[bytes | None, int]], cut: int, typ: pa.DataType
+) -> None:
+    """The same values (and nulls) as Arrow's binary_join_element_wise of each key and its
+    label's four native bytes, for any key type, slices of both columns, and null keys."""
+    if typ == pa.string():
+        rows = [(None if k is None else k.hex().encode(), label) for k, label in rows]
+    pad = [(b"x", 7)] * cut
+    keys = pa.array(
+        [k if typ != pa.string() or k is None else k.decode() for k, _ in pad + rows], typ
+    )
+    labels = pa.array([label for _, label in pad + rows], pa.int32())
+    keys, labels = keys.slice(cut), labels.slice(cut)
+    salts = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4), len(labels), [None, labels.buffers()[1]], offset=labels.offset
+    ).cast(pa.binary())
+    expected = pc.binary_join_element_wise(keys.cast(pa.binary()), salts, b"")
+    salted = salted_keys(keys, labels)
+    assert salted.type == pa.binary()
+    assert salted.validate(full=True) is None
+    assert salted.equals(expected)
+    assert salted.null_count == sum(k is None for k, _ in rows)
+
+
+def test_salted_keys_rejects_what_it_cannot_salt() -> None:
+    with pytest.raises(ValueError, match="2 keys but 1 labels"):
+        salted_keys(pa.array([b"a", b"b"]), pa.array([0], pa.int32()))
+    with pytest.raises(ValueError, match="no nulls"):
+        salted_keys(pa.array([b"a"]), pa.array([None], pa.int32()))
+    with pytest.raises(TypeError, match="int32"):
+        salted_keys(pa.array([b"a"]), pa.array([0], pa.int64()))
+    with pytest.raises(TypeError, match="binary"):
+        salted_keys(pa.array([1]), pa.array([0], pa.int32()))
 
 
 def test_run_labels_rejects_what_it_cannot_label() -> None:

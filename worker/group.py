@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from compactor.fileformat import compute
 from compactor.fileformat.batches import take_batch, validity_bits
-from compactor.worker.kernel import survivor_order
+from compactor.worker.kernel import salted_keys, survivor_order
 from compactor.worker.masks import bool_bits
 from compactor.worker.merge import Key
 from compactor.worker.partition import KeepSet, KeyIndex, Verdict, decide, strategy_values
@@ -56,8 +56,6 @@ GROUP_BYTES = 2 << 20
 are held by both pointers until it is written. 2 MiB rather than 1: fewer, longer runs
 per input and group (bench/README.md, "Phase 1 in a process of its own"), for about 4 MiB
 more at the peak."""
-
-_EMPTY_SALT = pa.scalar(b"", pa.binary())
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,15 +110,6 @@ _ONE, _MINUS_ONE = pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64())
 _SEQUENCE = compute.cumulative_sum(pa.repeat(_ONE, 1 << 16), _MINUS_ONE)
 """0, 1, 2, ...: made in Arrow, ten times faster than from a ``range``. (``start`` as an
 Arrow scalar: a Python int would have pyarrow import dateutil, 2 ms.)"""
-
-
-def salted_keys(keys: pa.Array, labels: pa.Array) -> pa.Array:
-    """``keys`` each followed by its row's label (an int32: the partition's ordinal in
-    the group) as its 4 bytes, in the machine's order; null keys stay null."""
-    salts = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(4), len(labels), [None, labels.buffers()[1]], offset=labels.offset
-    )
-    return compute.binary_join_element_wise(keys, compute.cast(salts, pa.binary()), _EMPTY_SALT)
 
 
 def group_window(

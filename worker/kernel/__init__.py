@@ -70,6 +70,7 @@ __all__ = [
     "KeyBuffer",
     "Strategy",
     "hash_keys",
+    "salted_keys",
     "sha512_256",
 ]
 
@@ -118,6 +119,22 @@ def member_bits(members: pa.Array, offsets: pa.Array) -> int:
     nulls), as a Python int: bit i for offsets[i]. In C, without the GIL; O(n + log k)
     for ascending offsets."""
     return int.from_bytes(_keybuffer.member_mask(members, offsets), "little")
+
+
+def salted_keys(keys: pa.Array, labels: pa.Array) -> pa.Array:
+    """``keys`` (binary or string) each followed by its row's label (int32, no nulls) as
+    its 4 bytes in the machine's order, as a binary array (large_binary past 2 GiB); a
+    null key stays null. In C, one pass without the GIL."""
+    validity, offsets, data, large = _keybuffer.salted_keys(keys, labels)
+    return pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        len(keys),
+        [
+            None if validity is None else pa.py_buffer(validity),
+            pa.py_buffer(offsets),
+            pa.py_buffer(data),
+        ],
+    )
 
 
 def run_labels(
