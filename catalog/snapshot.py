@@ -12,12 +12,18 @@ planner decides from summaries, and the sections are read from the file's manife
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from compactor.catalog.config import TopicConfig
-from compactor.catalog.summary import TopicSummary, summarize
+from compactor.catalog.summary import (
+    PartitionRanges,
+    TopicSummary,
+    in_ranges,
+    summarize,
+    union_ranges,
+)
 from compactor.fileformat import SectionMeta
 
 CATALOG_FORMAT = 2
@@ -146,6 +152,10 @@ class Snapshot:
                 index.setdefault(t.topic, []).append(live)
         return index
 
+    def holders(self, topic: str) -> Sequence[LiveFile]:
+        """The files with a section of ``topic``, in live-sequence order."""
+        return self._holders.get(topic, ())
+
     def files_holding(self, topic: str, partition: int) -> list[LiveFile]:
         """The files with a section of the partition, in live-sequence order (so in offset
         order)."""
@@ -183,3 +193,44 @@ class Snapshot:
             if lease.active(now_ms)
             for i in lease.inputs
         }
+
+
+class InputEnds:
+    """Whether a set of live files (a job's inputs) holds a partition's oldest data and
+    its newest: the first and the last file in live order with a section of it
+    (``Snapshot.oldest_and_newest_holder``), asked for every partition of a job. Where
+    every file holding a topic is in the set (a full compaction, or a level's whole run),
+    both are exactly whether the set holds the partition: one bisect, not a scan of the
+    topic's files from both ends."""
+
+    __slots__ = ("_snap", "_ids", "_whole")
+
+    def __init__(self, snap: Snapshot, ids: Set[str]) -> None:
+        self._snap, self._ids = snap, ids
+        self._whole: dict[str, PartitionRanges | None] = {}
+        """Per topic, the partitions its files hold if every one of them is in the set,
+        else None."""
+
+    def __call__(self, topic: str, partition: int) -> tuple[bool, bool]:
+        if topic not in self._whole:
+            holders = self._snap.holders(topic)
+            whole = all(f.id in self._ids for f in holders)
+            self._whole[topic] = _held(holders, topic) if whole else None
+        held = self._whole[topic]
+        if held is not None:
+            inside = in_ranges(held, partition)
+            return inside, inside
+        ends = self._snap.oldest_and_newest_holder(topic, partition)
+        if ends is None:
+            return False, False
+        return ends[0].id in self._ids, ends[1].id in self._ids
+
+
+def _held(files: Sequence[LiveFile], topic: str) -> PartitionRanges:
+    """The partitions of ``topic`` that any of ``files`` holds."""
+    held: PartitionRanges = ()
+    for f in files:
+        summary = f.topic(topic)
+        if summary is not None:
+            held = union_ranges(held, summary.partitions)
+    return held

@@ -3,6 +3,8 @@
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot, TopicConfig
 from compactor.catalog.catalog import NewFiles
@@ -15,6 +17,7 @@ from compactor.catalog.changes import (
     replace_files,
 )
 from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_key, write_manifest
+from compactor.catalog.snapshot import InputEnds
 from compactor.fileformat import SectionMeta
 from compactor.objectstore import ObjectStore
 
@@ -207,3 +210,32 @@ def test_oldest_and_newest_holder_agree_with_files_holding() -> None:
         assert s.oldest_and_newest_holder("t", p) == (holders[0], holders[-1])
     assert s.oldest_and_newest_holder("t", 5) is None
     assert s.oldest_and_newest_holder("nope", 0) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 5)), max_size=4),
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_input_ends_agree_with_the_holders_scan(
+    held: list[list[tuple[str, int]]], data: st.DataObject
+) -> None:
+    """InputEnds answers as the scan of the partition's holders does, for any set of
+    files, whether the set holds every file of a topic (its one-bisect path) or not."""
+    files = [
+        LiveFile.of_sections(
+            f"f{i}", f"k{i}", 0, 10, 0, [_section(t, p, i, i) for t, p in sorted(set(parts))]
+        )
+        for i, parts in enumerate(held)
+    ]
+    snap = Snapshot(files=tuple(files))
+    ids = data.draw(st.sets(st.sampled_from([f.id for f in files]))) if files else set()
+    ends = InputEnds(snap, ids)
+    for topic in ("t", "u", "nope"):
+        for partition in range(7):
+            pair = snap.oldest_and_newest_holder(topic, partition)
+            expected = (False, False) if pair is None else (pair[0].id in ids, pair[1].id in ids)
+            assert ends(topic, partition) == expected, (topic, partition)

@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Literal
 
 from compactor.catalog import LiveFile, Snapshot
+from compactor.catalog.snapshot import InputEnds
 from compactor.planner.job import Job
 from compactor.worker.errors import WorkerError
 from compactor.worker.gather import GroupRows, Weighed, gathered, section_batches
@@ -188,6 +189,7 @@ class Phase1Walk:
         self._snap, self._job, self._pointer, self._buffer = snap, job, pointer, buffer
         self._now_ms = now_ms
         self._input_ids = {i.id for i in job.inputs}
+        self._ends = InputEnds(snap, self._input_ids)
         self._policies: dict[tuple[str, bool, bool], PartitionPolicy] = {}
         """A topic's policy by whether the inputs hold the partition's oldest and newest
         data: one object for all partitions alike, so a group's message to phase 2
@@ -280,9 +282,7 @@ class Phase1Walk:
                 "know (compactor verify names the file)",
                 job_id=job.id,
             )
-        ends = snap.oldest_and_newest_holder(*tp)
-        oldest = ends is not None and ends[0].id in self._input_ids
-        newest = ends is not None and ends[1].id in self._input_ids
+        oldest, newest = self._ends(*tp)
         policy = self._policies.get((tp[0], oldest, newest))
         if policy is None:
             policy = self._policies[(tp[0], oldest, newest)] = PartitionPolicy.for_partition(
