@@ -6,9 +6,10 @@ against the CPython API, as is the key-buffer kernel below.
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
 headers and library are found at build time (a test compile and link), else the bundled
-portable C implementation; on x86-64 it also has an AVX-512 path that hashes eight short
-keys at once, used where the CPU has AVX-512F (decided at import).
-``COMPACTOR_KERNEL_PORTABLE_SHA=1`` forces the portable one and leaves the AVX-512 path out.
+portable C implementation; on x86-64 it also has SIMD paths that hash short keys several
+at once: eight where the CPU has AVX-512F, else four where it has AVX2 (decided at
+import). ``COMPACTOR_KERNEL_PORTABLE_SHA=1`` forces the portable one and leaves both SIMD
+paths out.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
         self.announce(
             "compactor.worker.kernel: SHA-512/256 via "
             + ("OpenSSL" if use_openssl else "portable C")
-            + ("" if portable else ", eight keys at once on CPUs with AVX-512"),
+            + ("" if portable else ", several keys at once on CPUs with AVX-512 or AVX2"),
             level=2,
         )
         super().build_extensions()
