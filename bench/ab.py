@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,28 @@ def alternate(
             f"{name:{width}}: median {statistics.median(t.wall_s for t in timed):.2f} s wall "
             f"({walls}), {statistics.median(t.cpu_s for t in timed):.2f} s CPU"
         )
+    if len(seen) == 2:
+        print(pair_count(*seen.items()))
     return seen
+
+
+def pair_count(first: tuple[str, list[Timed]], second: tuple[str, list[Timed]]) -> str:
+    """How often the first run beat the second within a pair, in wall and in CPU time (to
+    the hundredth of a second printed): the count that a median alone hides on a machine
+    whose speed drifts."""
+
+    def tally(of: Callable[[Timed], float]) -> str:
+        diffs = [
+            round(of(a), 2) - round(of(b), 2) for a, b in zip(first[1], second[1], strict=True)
+        ]
+        faster = sum(d < 0 for d in diffs)
+        ties = sum(d == 0 for d in diffs)
+        return f"faster in {faster} of {len(diffs)}" + (f" ({ties} tied)" if ties else "")
+
+    return (
+        f"{first[0]} against {second[0]}, pair by pair: wall {tally(lambda t: t.wall_s)}, "
+        f"CPU {tally(lambda t: t.cpu_s)}"
+    )
 
 
 def run_in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
