@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.profile_job import cloned
+from bench.profile_job import cloned, phase1_inline
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("compactor.worker.merge", "SectionMerge.pending_shared"),
@@ -108,18 +108,14 @@ def one_job(
     """One job on a fresh clone of ``store``, phase 1 inline or (``inline`` false) as the
     worker chooses: its CPU time in this process, when it started and ended (wall), and
     the steps this process ran."""
-    from compactor.worker import runner
-
-    chosen = getattr(runner, "phase1_mode")  # noqa: B009 (patched by name: a private import)
-    if inline:
-        setattr(runner, "phase1_mode", lambda *args, **kwargs: "inline")  # noqa: B010
-    try:
-        with cloned(store, now_ms) as (compactor, _, _, at_ms), Steps() as steps:
-            start, wall = time.process_time(), time.perf_counter()
-            compactor.run_planned(at_ms, full=True)
-            return time.process_time() - start, (wall, time.perf_counter()), steps
-    finally:
-        setattr(runner, "phase1_mode", chosen)  # noqa: B010
+    with (
+        phase1_inline(inline),
+        cloned(store, now_ms) as (compactor, _, _, at_ms),
+        Steps() as steps,
+    ):
+        start, wall = time.process_time(), time.perf_counter()
+        compactor.run_planned(at_ms, full=True)
+        return time.process_time() - start, (wall, time.perf_counter()), steps
 
 
 def timeline(job: tuple[float, float], groups: list[tuple[float, float]]) -> str:

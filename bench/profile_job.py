@@ -14,7 +14,8 @@ as it was) in this process under cProfile, then prints:
 
 cProfile inflates Python calls against compiled ones, so compare profiles with each other,
 never with wall times from ``bench.run``. It also sees only the job's own thread (not
-phase 1's, when it has one, nor the encoder's). ``--plain`` runs the same job without it
+phase 1's, when it has one, nor the encoder's); ``--inline`` runs phase 1 on the job's
+thread, so that one profile holds both phases' calls. ``--plain`` runs the same job without it
 and prints only wall and CPU time, the CPU time of phase 1's helper process and the time
 the job's thread waited on phase 1 (which process bounds the job), ``--repeat`` times,
 for a sampling profiler that sees every thread and compiled code too (``bench/spy_job.sh``
@@ -76,13 +77,22 @@ def main(argv: list[str] | None = None) -> int:
         help="with --plain: jobs in turn, each on a fresh clone (phase 1's helper is "
         "started by the first, then kept, as a queue worker keeps it)",
     )
+    ap.add_argument(
+        "--inline",
+        action="store_true",
+        help="phase 1 on the job's thread, so that the profile sees both phases "
+        "(as bench.job_steps runs them)",
+    )
     args = ap.parse_args(argv)
     if args.plain:
         for _ in range(args.repeat):
             _plain(args.store, args.now_ms)
         return 0
 
-    with cloned(args.store, args.now_ms) as (compactor, files, sections, now_ms):
+    with (
+        phase1_inline(args.inline),
+        cloned(args.store, args.now_ms) as (compactor, files, sections, now_ms),
+    ):
         profile = cProfile.Profile()
         reports = profile.runcall(compactor.run_planned, now_ms, full=True)
     if args.save is not None:
@@ -109,6 +119,21 @@ def main(argv: list[str] | None = None) -> int:
     stats.sort_stats("tottime").print_stats(args.top)
     print(json.dumps({"sections": sections, "profiled_s": round(total, 2)}))
     return 0
+
+
+@contextmanager
+def phase1_inline(inline: bool = True) -> Iterator[None]:
+    """While inside, if ``inline``, every job runs phase 1 on the job's thread (the
+    worker's choice, ``runner.phase1_mode``, replaced), as a job without a helper does."""
+    from compactor.worker import runner
+
+    chosen = getattr(runner, "phase1_mode")  # noqa: B009 (patched by name: a private import)
+    if inline:
+        setattr(runner, "phase1_mode", lambda *args, **kwargs: "inline")  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(runner, "phase1_mode", chosen)  # noqa: B010
 
 
 @contextmanager
