@@ -211,6 +211,32 @@ static int kb_x8_usable(void) {
     return __builtin_cpu_supports("avx512f");
 }
 
+/* The padded one-block messages of a SIMD pass, transposed: word t of lane k at
+   cols[t * lanes + k], already big-endian-decoded; lanes n..lanes-1 repeat message 0. */
+static inline void kb_lanes_pad(const uint8_t *const msg[], const size_t len[], int n,
+                                int lanes, uint64_t *cols) {
+    for (int k = 0; k < lanes; k++) {
+        int src = k < n ? k : 0;
+        uint64_t words[16];
+        uint8_t *block = (uint8_t *)words;
+        size_t m = len[src], i = 0;
+        const uint8_t *p = msg[src];
+        memset(words, 0, sizeof words);
+        for (; i + 8 <= m; i += 8) memcpy(block + i, p + i, 8);
+        for (; i < m; i++) block[i] = p[i];
+        block[m] = 0x80;
+        for (int t = 0; t < 15; t++) cols[t * lanes + k] = kb_load_be64(block + 8 * t);
+        cols[15 * lanes + k] = (uint64_t)m << 3;
+    }
+}
+
+/* The digests of a pass's first n lanes: res[q * lanes + k] is word q of lane k's final
+   state, of which SHA-512/256 keeps the first four. */
+static inline void kb_lanes_store(const uint64_t *res, int n, int lanes, uint8_t *const out[]) {
+    for (int k = 0; k < n; k++)
+        for (int q = 0; q < 4; q++) kb_store_be64(out[k] + 8 * q, res[q * lanes + k]);
+}
+
 #define X8_ROR(x, n) _mm512_ror_epi64((x), (n))
 #define X8_XOR3(a, b, c) _mm512_ternarylogic_epi64((a), (b), (c), 0x96)
 #define X8_S0(x) X8_XOR3(X8_ROR(x, 28), X8_ROR(x, 34), X8_ROR(x, 39))
@@ -261,21 +287,8 @@ static int kb_x8_usable(void) {
    KB_X8_MAX_LEN. Lanes n..7 hash message 0 again and are not stored. */
 KB_X8_TARGET static void kb_sha512_256_x8(const uint8_t *const msg[8], const size_t len[8],
                                           int n, uint8_t *const out[8]) {
-    /* The padded blocks, word t of lane k at cols[t][k], already big-endian-decoded. */
     uint64_t cols[16][8] __attribute__((aligned(64)));
-    for (int k = 0; k < 8; k++) {
-        int src = k < n ? k : 0;
-        uint64_t words[16];
-        uint8_t *block = (uint8_t *)words;
-        size_t m = len[src], i = 0;
-        const uint8_t *p = msg[src];
-        memset(words, 0, sizeof words);
-        for (; i + 8 <= m; i += 8) memcpy(block + i, p + i, 8);
-        for (; i < m; i++) block[i] = p[i];
-        block[m] = 0x80;
-        for (int t = 0; t < 15; t++) cols[t][k] = kb_load_be64(block + 8 * t);
-        cols[15][k] = (uint64_t)m << 3;
-    }
+    kb_lanes_pad(msg, len, n, 8, &cols[0][0]);
     __m512i w[16];
     for (int t = 0; t < 16; t++) w[t] = _mm512_load_si512((const void *)cols[t]);
     __m512i a = _mm512_set1_epi64((long long)KB_SHA512_256_IV[0]);
@@ -297,8 +310,7 @@ KB_X8_TARGET static void kb_sha512_256_x8(const uint8_t *const msg[8], const siz
     for (int q = 0; q < 4; q++)
         _mm512_store_si512((void *)res[q],
                            X8_ADD(head[q], _mm512_set1_epi64((long long)KB_SHA512_256_IV[q])));
-    for (int k = 0; k < n; k++)
-        for (int q = 0; q < 4; q++) kb_store_be64(out[k] + 8 * q, res[q][k]);
+    kb_lanes_store(&res[0][0], n, 8, out);
 }
 /* --- four messages at once: AVX2 ----------------------------------------------------
    kb_sha512_256_x4x2 has kb_sha512_256_x8's signature and contract, for CPUs with AVX2
@@ -372,19 +384,7 @@ static int kb_x4_usable(void) {
 KB_X4_TARGET static void kb_sha512_256_x4_lanes(const uint8_t *const msg[], const size_t len[],
                                                 int n, uint8_t *const out[]) {
     uint64_t cols[16][4] __attribute__((aligned(32)));
-    for (int k = 0; k < 4; k++) {
-        int src = k < n ? k : 0;
-        uint64_t words[16];
-        uint8_t *block = (uint8_t *)words;
-        size_t m = len[src], i = 0;
-        const uint8_t *p = msg[src];
-        memset(words, 0, sizeof words);
-        for (; i + 8 <= m; i += 8) memcpy(block + i, p + i, 8);
-        for (; i < m; i++) block[i] = p[i];
-        block[m] = 0x80;
-        for (int t = 0; t < 15; t++) cols[t][k] = kb_load_be64(block + 8 * t);
-        cols[15][k] = (uint64_t)m << 3;
-    }
+    kb_lanes_pad(msg, len, n, 4, &cols[0][0]);
     __m256i w[16];
     for (int t = 0; t < 16; t++) w[t] = _mm256_load_si256((const __m256i *)cols[t]);
     __m256i a = _mm256_set1_epi64x((long long)KB_SHA512_256_IV[0]);
@@ -405,8 +405,7 @@ KB_X4_TARGET static void kb_sha512_256_x4_lanes(const uint8_t *const msg[], cons
     for (int q = 0; q < 4; q++)
         _mm256_store_si256((__m256i *)res[q],
                            X4_ADD(head[q], _mm256_set1_epi64x((long long)KB_SHA512_256_IV[q])));
-    for (int k = 0; k < n; k++)
-        for (int q = 0; q < 4; q++) kb_store_be64(out[k] + 8 * q, res[q][k]);
+    kb_lanes_store(&res[0][0], n, 4, out);
 }
 
 /* The eight-lane signature of kb_sha512_256_x8, as two passes of four. */
