@@ -139,8 +139,6 @@ static kb_compress_fn compress_for(int impl) {
     return kb_compress_portable_st;
 }
 
-/* "openssl" / "portable" / "avx512" / "avx2" / None (the default) -> impl code, or -1 with an
-   error when this build or CPU lacks it. */
 #ifdef KB_HAVE_X8
 /* Up to eight keys of at most KB_X8_MAX_LEN bytes at once, in lanes (kb_sha512_256_x8's
    signature), or NULL for an impl that hashes one key at a time. */
@@ -152,6 +150,8 @@ static kb_lanes_fn lanes_for(int impl) {
 }
 #endif
 
+/* "openssl" / "portable" / "avx512" / "avx2" / None (the default) -> impl code, or -1
+   with an error when this build or CPU lacks it. */
 static int parse_impl(PyObject *o) {
     if (o == NULL || o == Py_None) return default_impl;
     if (PyUnicode_Check(o)) {
