@@ -261,26 +261,29 @@ static inline void kb_lanes_store(const uint64_t *res, int n, int lanes, uint8_t
     (w[i] = X8_ADD(X8_ADD(w[i], X8_s1(w[((i) + 14) & 15])),                                 \
                    X8_ADD(w[((i) + 9) & 15], X8_s0(w[((i) + 1) & 15]))))
 
-/* Sixteen rounds from round t (a multiple of 16); `W` is w[i] or X8_W(i). */
-#define X8_SIXTEEN(t, W)                                                                    \
+/* Sixteen rounds from round t (a multiple of 16) with the round macro R, the working
+   variables renamed rather than moved; `W` is w[i] or the schedule's next word. The
+   SIMD passes' shared round order (X8_ROUND, X4_ROUND). */
+#define KB_SIXTEEN(R, t, W)                                                                 \
     do {                                                                                    \
-        X8_ROUND(a, b, c, d, e, f, g, h, (t) + 0, W(0));                                    \
-        X8_ROUND(h, a, b, c, d, e, f, g, (t) + 1, W(1));                                    \
-        X8_ROUND(g, h, a, b, c, d, e, f, (t) + 2, W(2));                                    \
-        X8_ROUND(f, g, h, a, b, c, d, e, (t) + 3, W(3));                                    \
-        X8_ROUND(e, f, g, h, a, b, c, d, (t) + 4, W(4));                                    \
-        X8_ROUND(d, e, f, g, h, a, b, c, (t) + 5, W(5));                                    \
-        X8_ROUND(c, d, e, f, g, h, a, b, (t) + 6, W(6));                                    \
-        X8_ROUND(b, c, d, e, f, g, h, a, (t) + 7, W(7));                                    \
-        X8_ROUND(a, b, c, d, e, f, g, h, (t) + 8, W(8));                                    \
-        X8_ROUND(h, a, b, c, d, e, f, g, (t) + 9, W(9));                                    \
-        X8_ROUND(g, h, a, b, c, d, e, f, (t) + 10, W(10));                                  \
-        X8_ROUND(f, g, h, a, b, c, d, e, (t) + 11, W(11));                                  \
-        X8_ROUND(e, f, g, h, a, b, c, d, (t) + 12, W(12));                                  \
-        X8_ROUND(d, e, f, g, h, a, b, c, (t) + 13, W(13));                                  \
-        X8_ROUND(c, d, e, f, g, h, a, b, (t) + 14, W(14));                                  \
-        X8_ROUND(b, c, d, e, f, g, h, a, (t) + 15, W(15));                                  \
+        R(a, b, c, d, e, f, g, h, (t) + 0, W(0));                                           \
+        R(h, a, b, c, d, e, f, g, (t) + 1, W(1));                                           \
+        R(g, h, a, b, c, d, e, f, (t) + 2, W(2));                                           \
+        R(f, g, h, a, b, c, d, e, (t) + 3, W(3));                                           \
+        R(e, f, g, h, a, b, c, d, (t) + 4, W(4));                                           \
+        R(d, e, f, g, h, a, b, c, (t) + 5, W(5));                                           \
+        R(c, d, e, f, g, h, a, b, (t) + 6, W(6));                                           \
+        R(b, c, d, e, f, g, h, a, (t) + 7, W(7));                                           \
+        R(a, b, c, d, e, f, g, h, (t) + 8, W(8));                                           \
+        R(h, a, b, c, d, e, f, g, (t) + 9, W(9));                                           \
+        R(g, h, a, b, c, d, e, f, (t) + 10, W(10));                                         \
+        R(f, g, h, a, b, c, d, e, (t) + 11, W(11));                                         \
+        R(e, f, g, h, a, b, c, d, (t) + 12, W(12));                                         \
+        R(d, e, f, g, h, a, b, c, (t) + 13, W(13));                                         \
+        R(c, d, e, f, g, h, a, b, (t) + 14, W(14));                                         \
+        R(b, c, d, e, f, g, h, a, (t) + 15, W(15));                                         \
     } while (0)
+#define X8_SIXTEEN(t, W) KB_SIXTEEN(X8_ROUND, t, W)
 #define X8_LOADED(i) w[i]
 
 /* SHA-512/256 of msg[k][0..len[k]) into out[k] for k < n (1 <= n <= 8), every len[k] <=
@@ -312,6 +315,7 @@ KB_X8_TARGET static void kb_sha512_256_x8(const uint8_t *const msg[8], const siz
                            X8_ADD(head[q], _mm512_set1_epi64((long long)KB_SHA512_256_IV[q])));
     kb_lanes_store(&res[0][0], n, 8, out);
 }
+
 /* --- four messages at once: AVX2 ----------------------------------------------------
    kb_sha512_256_x4x2 has kb_sha512_256_x8's signature and contract, for CPUs with AVX2
    but not AVX-512 (most AMD EPYC before Zen 4, Intel client parts): the same one-block
@@ -320,7 +324,7 @@ KB_X8_TARGET static void kb_sha512_256_x8(const uint8_t *const msg[8], const siz
    rotation is two shifts and an OR (a byte shuffle for ROTR 8), and the schedule spills
    to the stack. It is still faster than one key at a time through OpenSSL; two halves
    interleaved in one pass were no faster (more spills). Measured on an AMD EPYC (Zen 3),
-   36-byte keys, one core: see bench/README.md, "Four keys at once: SHA-512/256 on AVX2". */
+   36-byte keys, one core: see bench/README.md, "Four keys at once on AVX2". */
 #define KB_X4_TARGET __attribute__((target("avx2")))
 
 static int kb_x4_usable(void) {
@@ -358,25 +362,7 @@ static int kb_x4_usable(void) {
     (w[i] = X4_ADD(X4_ADD(w[i], X4_s1(w[((i) + 14) & 15])),                                 \
                    X4_ADD(w[((i) + 9) & 15], X4_s0(w[((i) + 1) & 15]))))
 
-#define X4_SIXTEEN(t, W)                                                                    \
-    do {                                                                                    \
-        X4_ROUND(a, b, c, d, e, f, g, h, (t) + 0, W(0));                                    \
-        X4_ROUND(h, a, b, c, d, e, f, g, (t) + 1, W(1));                                    \
-        X4_ROUND(g, h, a, b, c, d, e, f, (t) + 2, W(2));                                    \
-        X4_ROUND(f, g, h, a, b, c, d, e, (t) + 3, W(3));                                    \
-        X4_ROUND(e, f, g, h, a, b, c, d, (t) + 4, W(4));                                    \
-        X4_ROUND(d, e, f, g, h, a, b, c, (t) + 5, W(5));                                    \
-        X4_ROUND(c, d, e, f, g, h, a, b, (t) + 6, W(6));                                    \
-        X4_ROUND(b, c, d, e, f, g, h, a, (t) + 7, W(7));                                    \
-        X4_ROUND(a, b, c, d, e, f, g, h, (t) + 8, W(8));                                    \
-        X4_ROUND(h, a, b, c, d, e, f, g, (t) + 9, W(9));                                    \
-        X4_ROUND(g, h, a, b, c, d, e, f, (t) + 10, W(10));                                  \
-        X4_ROUND(f, g, h, a, b, c, d, e, (t) + 11, W(11));                                  \
-        X4_ROUND(e, f, g, h, a, b, c, d, (t) + 12, W(12));                                  \
-        X4_ROUND(d, e, f, g, h, a, b, c, (t) + 13, W(13));                                  \
-        X4_ROUND(c, d, e, f, g, h, a, b, (t) + 14, W(14));                                  \
-        X4_ROUND(b, c, d, e, f, g, h, a, (t) + 15, W(15));                                  \
-    } while (0)
+#define X4_SIXTEEN(t, W) KB_SIXTEEN(X4_ROUND, t, W)
 #define X4_LOADED(i) w[i]
 
 /* Four lanes: msg[0..n) (1 <= n <= 4, every len <= KB_X8_MAX_LEN); lanes n..3 hash
