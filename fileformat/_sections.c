@@ -74,6 +74,292 @@ static int int_fields(PyObject *e, const int *fields, int none_at) {
     return 1;
 }
 
+/* ------------------------------------------------------------------------------------
+ * A block's table entries, packed (SectionEntries).
+ *
+ * Every job reads every entry of every input's tables, once in each pointer, but almost
+ * never one entry as an object. A TableEntry (block.py) holds its fifteen fields as a
+ * dozen objects, and making and freeing them was most of a table's parse. A
+ * SectionEntries holds each entry as one C struct (Entry) and makes its TableEntry only
+ * when one is asked for (`entries[i]`). The passes below that read a table's entries
+ * (footer_entries, unsettled, table_columns, figures' compare, and the writer's
+ * table_payload and index_entries) take either one or a list of TableEntries (a
+ * writer's), through entry_at.
+ * ------------------------------------------------------------------------------------ */
+
+#define ENTRY_FIELDS 15
+
+/* Whether each of a TableEntry's stats (BatchStats's fields) is signed in the format. */
+static const int STAT_SIGNED[FIGURES] = {1, 1, 0, 0, 0, 1, 1, 1};
+
+/* One table entry: a TableEntry's fields as C values. */
+typedef struct {
+    uint64_t stats[FIGURES]; /* fields 0-7, as stored (a signed one's two's complement) */
+    int no_horizon;          /* field 7 is None (stats[7] is then NO_HORIZON) */
+    PyObject *topic, *raw;   /* field 8 (str) and the raw topic, the key's first item */
+    PyObject *key;           /* a TableEntry's key (field 10); NULL in a SectionEntries */
+    int64_t partition, start, kind, from, to; /* fields 9, 11, 12, 13, 14 */
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    Entry *items; /* each holds a reference to its topic and raw topic */
+    Py_ssize_t n, cap;
+    PyTypeObject *entry_type; /* TableEntry: what entries[i] makes */
+} SectionEntries;
+
+static PyTypeObject SectionEntriesType;
+#define SectionEntries_Check(o) Py_IS_TYPE((o), &SectionEntriesType)
+
+/* A new instance of the tuple subclass `type` (a NamedTuple) holding `items`, stolen. */
+static PyObject *new_entry(PyTypeObject *type, PyObject **items) {
+    PyObject *entry = type->tp_alloc(type, ENTRY_FIELDS);
+    if (entry == NULL) {
+        for (int k = 0; k < ENTRY_FIELDS; k++) Py_XDECREF(items[k]);
+        return NULL;
+    }
+    for (int k = 0; k < ENTRY_FIELDS; k++) PyTuple_SET_ITEM(entry, k, items[k]);
+    return entry;
+}
+
+/* Whether `type` is one new_entry can make: a tuple subclass with no fields of its own (a
+ * NamedTuple); TypeError otherwise. */
+static int check_entry_type(PyTypeObject *type) {
+    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
+        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
+        return -1;
+    }
+    return 0;
+}
+
+/* The int `v` as a 64-bit value, signed or not as the format has its field
+ * (OverflowError for a value out of that range). */
+static int field64(PyObject *v, int is_signed, uint64_t *out) {
+    if (is_signed) {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        *out = (uint64_t)x;
+    } else {
+        unsigned long long x = PyLong_AsUnsignedLongLong(v);
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        *out = x;
+    }
+    return 0;
+}
+
+/* The TableEntry tuple `e` (entry `i` of a list) as an Entry whose objects are borrowed
+ * from it; -1 with TypeError if it is not one, OverflowError for a field out of its
+ * range. */
+static int entry_from_tuple(PyObject *e, Py_ssize_t i, Entry *out) {
+    static const int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 13, 14, -1};
+    static const int other_at[5] = {9, 11, 12, 13, 14};
+    PyObject *key = PyTuple_Check(e) && PyTuple_GET_SIZE(e) == ENTRY_FIELDS
+                        ? PyTuple_GET_ITEM(e, 10)
+                        : NULL;
+    if (key == NULL || !int_fields(e, ints, 7) || !PyUnicode_Check(PyTuple_GET_ITEM(e, 8)) ||
+        !PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(key, 0))) {
+        PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
+        return -1;
+    }
+    out->no_horizon = PyTuple_GET_ITEM(e, 7) == Py_None;
+    for (int k = 0; k < FIGURES; k++) {
+        if (k == 7 && out->no_horizon) {
+            out->stats[7] = (uint64_t)NO_HORIZON;
+        } else if (field64(PyTuple_GET_ITEM(e, k), STAT_SIGNED[k], &out->stats[k]) < 0) {
+            return -1;
+        }
+    }
+    int64_t *other[5] = {&out->partition, &out->start, &out->kind, &out->from, &out->to};
+    for (int j = 0; j < 5; j++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(e, other_at[j]));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        *other[j] = v;
+    }
+    out->topic = PyTuple_GET_ITEM(e, 8);
+    out->raw = PyTuple_GET_ITEM(key, 0);
+    out->key = key;
+    return 0;
+}
+
+/* How many entries `entries` holds, a SectionEntries or a list (of TableEntries); -1
+ * with TypeError for anything else. */
+static Py_ssize_t entries_count(PyObject *entries) {
+    if (SectionEntries_Check(entries)) return ((SectionEntries *)entries)->n;
+    if (PyList_Check(entries)) return PyList_GET_SIZE(entries);
+    PyErr_SetString(PyExc_TypeError, "entries must be a SectionEntries or a list");
+    return -1;
+}
+
+/* Entry `i` of `entries` (entries_count accepted it, 0 <= i < its count): a
+ * SectionEntries' own, or a TableEntry's read into `scratch`, whose objects are borrowed
+ * (valid while no Python code runs); NULL with an error set. */
+static const Entry *entry_at(PyObject *entries, Py_ssize_t i, Entry *scratch) {
+    if (SectionEntries_Check(entries)) return &((SectionEntries *)entries)->items[i];
+    if (entry_from_tuple(PyList_GET_ITEM(entries, i), i, scratch) < 0) return NULL;
+    return scratch;
+}
+
+/* Field `k` of a TableEntry, for the fields that are ints; 1 (no error set) for another
+ * field, a None horizon or a stat past int64. */
+static int entry_int(const Entry *e, Py_ssize_t k, int64_t *v) {
+    if (k >= 0 && k < FIGURES) {
+        if ((k == 7 && e->no_horizon) || (!STAT_SIGNED[k] && e->stats[k] > INT64_MAX)) return 1;
+        *v = (int64_t)e->stats[k];
+        return 0;
+    }
+    switch (k) {
+    case 9: *v = e->partition; return 0;
+    case 11: *v = e->start; return 0;
+    case 12: *v = e->kind; return 0;
+    case 13: *v = e->from; return 0;
+    case 14: *v = e->to; return 0;
+    default: return 1;
+    }
+}
+
+/* Appends a copy of `e`, taking a reference to its topic and raw topic (not its key). */
+static int entries_push(SectionEntries *self, const Entry *e) {
+    if (self->n == self->cap) {
+        Py_ssize_t cap = self->cap ? 2 * self->cap : 64;
+        Entry *grown = PyMem_Realloc(self->items, (size_t)cap * sizeof(Entry));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->items = grown;
+        self->cap = cap;
+    }
+    Entry *slot = &self->items[self->n++];
+    *slot = *e;
+    slot->key = NULL;
+    Py_INCREF(slot->topic);
+    Py_INCREF(slot->raw);
+    return 0;
+}
+
+/* Entry `i`'s TableEntry, made now. */
+static PyObject *entry_object(SectionEntries *self, Py_ssize_t i) {
+    const Entry *e = &self->items[i];
+    PyObject *items[ENTRY_FIELDS];
+    for (int k = 0; k < FIGURES; k++) {
+        items[k] = k == 7 && e->no_horizon ? Py_NewRef(Py_None)
+                   : STAT_SIGNED[k]        ? PyLong_FromLongLong((int64_t)e->stats[k])
+                                           : PyLong_FromUnsignedLongLong(e->stats[k]);
+    }
+    items[8] = Py_NewRef(e->topic);
+    items[9] = PyLong_FromLongLong(e->partition);
+    items[10] = items[9] == NULL ? NULL : PyTuple_Pack(2, e->raw, items[9]);
+    items[11] = PyLong_FromLongLong(e->start);
+    items[12] = PyLong_FromLongLong(e->kind);
+    items[13] = PyLong_FromLongLong(e->from);
+    items[14] = PyLong_FromLongLong(e->to);
+    for (int k = 0; k < ENTRY_FIELDS; k++) {
+        if (items[k] == NULL) {
+            for (int j = 0; j < ENTRY_FIELDS; j++) Py_XDECREF(items[j]);
+            return NULL;
+        }
+    }
+    return new_entry(self->entry_type, items);
+}
+
+static PyObject *SectionEntries_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyTypeObject *entry_type;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "SectionEntries takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!:SectionEntries", &PyType_Type, &entry_type)) return NULL;
+    if (check_entry_type(entry_type) < 0) return NULL;
+    SectionEntries *self = (SectionEntries *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->entry_type = (PyTypeObject *)Py_NewRef(entry_type);
+    return (PyObject *)self;
+}
+
+static void SectionEntries_dealloc(SectionEntries *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        Py_DECREF(self->items[i].topic);
+        Py_DECREF(self->items[i].raw);
+    }
+    PyMem_Free(self->items);
+    Py_XDECREF(self->entry_type);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t SectionEntries_len(SectionEntries *self) { return self->n; }
+
+static PyObject *SectionEntries_item(SectionEntries *self, Py_ssize_t i) {
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "SectionEntries index out of range");
+        return NULL;
+    }
+    return entry_object(self, i);
+}
+
+static PyObject *SectionEntries_subscript(SectionEntries *self, PyObject *index) {
+    if (PySlice_Check(index)) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(index, &start, &stop, &step) < 0) return NULL;
+        Py_ssize_t n = PySlice_AdjustIndices(self->n, &start, &stop, step);
+        PyObject *out = PyList_New(n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t j = 0, i = start; j < n; j++, i += step) {
+            PyObject *e = entry_object(self, i);
+            if (e == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyList_SET_ITEM(out, j, e);
+        }
+        return out;
+    }
+    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    return SectionEntries_item(self, i < 0 ? i + self->n : i);
+}
+
+static PyObject *SectionEntries_append(SectionEntries *self, PyObject *entry) {
+    Entry e;
+    if (entry_from_tuple(entry, self->n, &e) < 0) return NULL;
+    if (entries_push(self, &e) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef SectionEntries_methods[] = {
+    {"append", (PyCFunction)SectionEntries_append, METH_O,
+     "append(entry)\n\nAppends the TableEntry `entry` (TypeError for anything else)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods SectionEntries_as_sequence = {
+    .sq_length = (lenfunc)SectionEntries_len,
+    .sq_item = (ssizeargfunc)SectionEntries_item,
+};
+
+static PyMappingMethods SectionEntries_as_mapping = {
+    .mp_length = (lenfunc)SectionEntries_len,
+    .mp_subscript = (binaryfunc)SectionEntries_subscript,
+};
+
+static PyTypeObject SectionEntriesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sections.SectionEntries",
+    .tp_basicsize = sizeof(SectionEntries),
+    .tp_dealloc = (destructor)SectionEntries_dealloc,
+    .tp_as_sequence = &SectionEntries_as_sequence,
+    .tp_as_mapping = &SectionEntries_as_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SectionEntries(entry_type)\n\n"
+              "A block's section table entries, packed: each as C values, made a TableEntry\n"
+              "(`entry_type`) only when asked for (entries[i]; a slice gives a list). Filled\n"
+              "by usual_entries and append; read by the passes over a table's entries.",
+    .tp_methods = SectionEntries_methods,
+    .tp_new = SectionEntries_new,
+};
+
+static int check_span(Py_ssize_t rows, Py_ssize_t i, Py_ssize_t start, Py_ssize_t count);
+
 /* One section's (start, count) from the tuple `item`'s fields `start_at` and `count_at`. */
 static int read_span(PyObject *item, Py_ssize_t start_at, Py_ssize_t count_at,
                      Py_ssize_t rows, Py_ssize_t i, Py_ssize_t *start, Py_ssize_t *count) {
@@ -88,9 +374,14 @@ static int read_span(PyObject *item, Py_ssize_t start_at, Py_ssize_t count_at,
     if (*start == -1 && PyErr_Occurred()) return -1;
     *count = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, count_at));
     if (*count == -1 && PyErr_Occurred()) return -1;
-    if (*start < 0 || *count < 1 || *start > rows - *count) {
+    return check_span(rows, i, *start, *count);
+}
+
+/* That a section's rows, `count` from `start`, are at least one and within the batch. */
+static int check_span(Py_ssize_t rows, Py_ssize_t i, Py_ssize_t start, Py_ssize_t count) {
+    if (start < 0 || count < 1 || start > rows - count) {
         PyErr_Format(PyExc_ValueError, "section %zd spans rows %zd+%zd of a %zd-row batch", i,
-                     *start, *count, rows);
+                     start, count, rows);
         return -1;
     }
     return 0;
@@ -120,12 +411,49 @@ static Py_ssize_t first_disagreeing(PyObject *seq, const int64_t *out, Py_ssize_
     return -1;
 }
 
+/* read_span for entry `i` of a SectionEntries: its TableEntry fields `start_at` and
+ * `count_at`. */
+static int entry_span(const Entry *e, Py_ssize_t start_at, Py_ssize_t count_at,
+                      Py_ssize_t rows, Py_ssize_t i, Py_ssize_t *start, Py_ssize_t *count) {
+    int64_t s, c;
+    if (entry_int(e, start_at, &s) != 0 || entry_int(e, count_at, &c) != 0 ||
+        s > PY_SSIZE_T_MAX || c > PY_SSIZE_T_MAX) {
+        PyErr_Format(PyExc_TypeError, "section %zd is not a tuple of ints at %zd and %zd", i,
+                     start_at, count_at);
+        return -1;
+    }
+    *start = (Py_ssize_t)s;
+    *count = (Py_ssize_t)c;
+    return check_span(rows, i, *start, *count);
+}
+
+/* first_disagreeing for the entries of a SectionEntries, read as TableEntries would be. */
+static Py_ssize_t first_disagreeing_entry(const SectionEntries *entries, const int64_t *out,
+                                          Py_ssize_t n, Py_ssize_t width) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Entry *e = &entries->items[i];
+        const int64_t *f = out + FIGURES * i;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            if (k == 7) {
+                if (f[7] == NO_HORIZON ? !e->no_horizon
+                                       : e->no_horizon || (int64_t)e->stats[7] != f[7])
+                    return i;
+                continue;
+            }
+            if ((!STAT_SIGNED[k] && e->stats[k] > INT64_MAX) || (int64_t)e->stats[k] != f[k])
+                return i;
+        }
+    }
+    return -1;
+}
+
 PyDoc_STRVAR(figures_doc,
 "figures(sections, start_at, count_at, offsets, timestamps=None, sizes=None,\n"
 "        values_validity=None, values_bit=0, horizons=None, horizons_validity=None,\n"
 "        horizons_bit=0) -> (descent, figures)\n\n"
 "Each section's figures, for sections given as tuples whose field `start_at` is the\n"
-"section's first row and `count_at` its rows (at least one, within the batch).\n\n"
+"section's first row and `count_at` its rows (at least one, within the batch), or as\n"
+"a SectionEntries (read as its TableEntries).\n\n"
 "`offsets`, `timestamps`, `sizes` (each record's logical bytes; None: each section's\n"
 "bytes are 0) and `horizons` are int64 buffers of the batch's rows (`horizons` None:\n"
 "every one null); a validity bitmap is a buffer and the bit of row 0 (None: no nulls).\n"
@@ -158,9 +486,12 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "field positions and bits out of range");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(sections, "sections must be a sequence");
+    const SectionEntries *packed =
+        SectionEntries_Check(sections) ? (const SectionEntries *)sections : NULL;
+    PyObject *seq = packed != NULL ? Py_NewRef(sections)
+                                   : PySequence_Fast(sections, "sections must be a sequence");
     if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = packed != NULL ? packed->n : PySequence_Fast_GET_SIZE(seq);
     Column off = {0}, ts = {0}, sz = {0}, vv = {0}, hz = {0}, hv = {0};
     Py_ssize_t *spans = NULL;
     int64_t *out = NULL;
@@ -182,8 +513,10 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (read_span(PySequence_Fast_GET_ITEM(seq, i), start_at, count_at, rows, i,
-                      &spans[2 * i], &spans[2 * i + 1]) < 0)
+        if ((packed != NULL ? entry_span(&packed->items[i], start_at, count_at, rows, i,
+                                         &spans[2 * i], &spans[2 * i + 1])
+                            : read_span(PySequence_Fast_GET_ITEM(seq, i), start_at, count_at,
+                                        rows, i, &spans[2 * i], &spans[2 * i + 1])) < 0)
             goto done;
     }
 
@@ -226,7 +559,9 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_END_ALLOW_THREADS
 
     if (compare) {
-        Py_ssize_t bad = first_disagreeing(seq, out, n, whole ? FIGURES : 2);
+        Py_ssize_t width = whole ? FIGURES : 2;
+        Py_ssize_t bad = packed != NULL ? first_disagreeing_entry(packed, out, n, width)
+                                        : first_disagreeing(seq, out, n, width);
         if (bad == -2) goto done;
         result = Py_BuildValue("nn", descent, bad);
         goto done;
@@ -281,33 +616,10 @@ static inline uint32_t le32(const uint8_t *p) {
  * fields (FORMAT.md 6.2: "<qqQQQqqIBB2x"), the delete horizon, one batch index entry. */
 #define TRAILER_FIXED 64
 #define USUAL_TRAILER (TRAILER_FIXED + 24)
-#define ENTRY_FIELDS 15
 #define FLAG_HORIZON 1
 #define KIND_ROARING32 1
 #define KIND_ROARING64 2
 #define RECORD_OVERHEAD 16
-
-/* A new instance of the tuple subclass `type` (a NamedTuple) holding `items`, stolen. */
-static PyObject *new_entry(PyTypeObject *type, PyObject **items) {
-    PyObject *entry = type->tp_alloc(type, ENTRY_FIELDS);
-    if (entry == NULL) {
-        for (int k = 0; k < ENTRY_FIELDS; k++) Py_XDECREF(items[k]);
-        return NULL;
-    }
-    for (int k = 0; k < ENTRY_FIELDS; k++) PyTuple_SET_ITEM(entry, k, items[k]);
-    return entry;
-}
-
-/* Whether `type` is one new_entry can make: a tuple subclass with no fields of its own (a
- * NamedTuple); TypeError otherwise. */
-static int check_entry_type(PyTypeObject *type) {
-    if (!PyType_IsSubtype(type, &PyTuple_Type) ||
-        type->tp_basicsize != PyTuple_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "entry_type must be a NamedTuple");
-        return -1;
-    }
-    return 0;
-}
 
 /* The order of two section keys (raw topic, partition) in a file's order
  * (meta.section_key): <0, 0 or >0. Topic bytes first, a prefix before what it prefixes,
@@ -345,9 +657,9 @@ static int key_parts(PyObject *key, int exact, const char **raw, Py_ssize_t *len
 }
 
 PyDoc_STRVAR(usual_entries_doc,
-"usual_entries(payload, offset, count, topics, previous, start, entry_type, entries)\n"
+"usual_entries(payload, offset, count, topics, previous, start, entries)\n"
 "    -> (offset, start)\n\n"
-"Appends to `entries` the table entries of `payload` from `offset` that are as this\n"
+"Appends to `entries` (a SectionEntries) the table entries of `payload` from `offset` that are as this\n"
 "system writes them, until `entries` holds `count` or an entry is not one: its topic\n"
 "not a key of `topics` (raw bytes to str), its key (raw topic, partition) not after\n"
 "`previous` (or the entry before), or its trailer not a layout-2 one with one index\n"
@@ -357,12 +669,11 @@ PyDoc_STRVAR(usual_entries_doc,
 static PyObject *usual_entries(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t offset, count, start;
-    PyObject *topics, *previous, *entries, *start_obj;
-    PyTypeObject *type;
+    PyObject *topics, *previous, *start_obj;
+    SectionEntries *entries;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nnO!OO!O!O!", &view, &offset, &count, &PyDict_Type, &topics,
-                          &previous, &PyLong_Type, &start_obj, &PyType_Type, &type,
-                          &PyList_Type, &entries))
+    if (!PyArg_ParseTuple(args, "y*nnO!OO!O!", &view, &offset, &count, &PyDict_Type, &topics,
+                          &previous, &PyLong_Type, &start_obj, &SectionEntriesType, &entries))
         return NULL;
     int big = 0;
     start = (Py_ssize_t)PyLong_AsLongLongAndOverflow(start_obj, &big);
@@ -375,7 +686,6 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
     const char *prev = NULL;
     Py_ssize_t size = view.len, prev_len = 0;
     int64_t prev_partition = 0;
-    if (check_entry_type(type) < 0) goto done;
     if (offset < 0 || offset > size) {
         PyErr_Format(PyExc_ValueError, "offset %zd outside a %zd-byte payload", offset, size);
         goto done;
@@ -385,7 +695,7 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         if (got > 0) PyErr_SetString(PyExc_TypeError, "previous must be (bytes, int) or None");
         if (got != 0) goto done;
     }
-    while (PyList_GET_SIZE(entries) < count) {
+    while (entries->n < count) {
         Py_ssize_t o = offset;
         if (o + 2 > size) break;
         Py_ssize_t topic_len = (Py_ssize_t)data[o] | (Py_ssize_t)data[o + 1] << 8;
@@ -431,39 +741,20 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
               kind == (span < ((uint64_t)1 << 32) ? KIND_ROARING32 : KIND_ROARING64) &&
               t[62] == 0 && t[63] == 0))
             break;
-        PyObject *items[ENTRY_FIELDS] = {
-            PyLong_FromLongLong(first),
-            PyLong_FromLongLong(last),
-            PyLong_FromUnsignedLongLong(records),
-            PyLong_FromUnsignedLongLong(tombstones),
-            PyLong_FromUnsignedLongLong(bytes),
-            PyLong_FromLongLong(min_ts),
-            PyLong_FromLongLong(max_ts),
-            horizon == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(horizon),
-            Py_NewRef(topic),
-            PyLong_FromLongLong(partition),
-            NULL,
-            PyLong_FromSsize_t(start),
-            PyLong_FromLong(kind),
-            PyLong_FromSsize_t(trailer_at + USUAL_TRAILER),
-            PyLong_FromSsize_t(end),
+        Entry entry = {
+            .stats = {(uint64_t)first, (uint64_t)last, records, tombstones, bytes,
+                      (uint64_t)min_ts, (uint64_t)max_ts, (uint64_t)horizon},
+            .no_horizon = horizon == NO_HORIZON,
+            .topic = topic,
+            .raw = raw,
+            .key = NULL,
+            .partition = partition,
+            .start = start,
+            .kind = kind,
+            .from = trailer_at + USUAL_TRAILER,
+            .to = end,
         };
-        items[10] = items[9] == NULL ? NULL : PyTuple_Pack(2, raw, items[9]);
-        for (int k = 0; k < ENTRY_FIELDS; k++) {
-            if (items[k] == NULL) {
-                for (int j = 0; j < ENTRY_FIELDS; j++) Py_XDECREF(items[j]);
-                goto done;
-            }
-        }
-        PyObject *entry = new_entry(type, items);
-        if (entry == NULL) goto done;
-        /* Neither holds a container: they can be in no cycle, so the collector need not
-         * walk them (it would untrack them itself, after walking them once). */
-        PyObject_GC_UnTrack(items[10]);
-        PyObject_GC_UnTrack(entry);
-        int appended = PyList_Append(entries, entry);
-        Py_DECREF(entry);
-        if (appended < 0) goto done;
+        if (entries_push(entries, &entry) < 0) goto done;
         prev = (const char *)topic_at;
         prev_len = topic_len;
         prev_partition = partition;
@@ -484,72 +775,38 @@ static inline void put64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Field `k` of the entry tuple `e` as a 64-bit value, signed or not as the format has it
- * (OverflowError for a value out of its range). */
-static int field64(PyObject *e, Py_ssize_t k, int is_signed, uint64_t *out) {
-    PyObject *v = PyTuple_GET_ITEM(e, k);
-    if (is_signed) {
-        long long x = PyLong_AsLongLong(v);
-        if (x == -1 && PyErr_Occurred()) return -1;
-        *out = (uint64_t)x;
-    } else {
-        unsigned long long x = PyLong_AsUnsignedLongLong(v);
-        if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-        *out = x;
-    }
-    return 0;
-}
-
 #define FOOTER_ENTRY_HEAD 84 /* "<iQQqqQQQqqq" (footer.py's FOOTER_ENTRY_HEAD) */
 
 PyDoc_STRVAR(footer_entries_doc,
 "footer_entries(entries, position, length) -> bytes\n\n"
-"The version-2 footer entries (footer.footer_entry) of the TableEntries of a block at\n"
+"The version-2 footer entries (footer.footer_entry) of the table entries (a\n"
+"SectionEntries or a list of TableEntries) of a block at\n"
 "`position`, `length` bytes long, one after another: each its topic length, raw topic,\n"
 "FOOTER_ENTRY_HEAD. OverflowError for a value out of its field's range (struct.error in\n"
 "footer_entry).");
 
-/* Entry `i` of a block's table as a footer entry needs: its raw topic, its length and
- * the partition; -1 with an error set if `e` is not a TableEntry or they are out of
- * range. */
-static int entry_head(PyObject *e, Py_ssize_t i, PyObject **raw, long *partition) {
-    static const int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, -1};
-    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS || !int_fields(e, ints, 7) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(e, 10)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(e, 10)) != 2 ||
-        !PyBytes_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0))) {
-        PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
-        return -1;
-    }
-    *raw = PyTuple_GET_ITEM(PyTuple_GET_ITEM(e, 10), 0);
-    if (PyBytes_GET_SIZE(*raw) > 0xFFFF) {
+/* Entry `i` of `entries` (entry_at), checked for what a footer entry holds of it: a
+ * topic of at most 0xFFFF bytes and an int32 partition; NULL with an error set. */
+static const Entry *entry_head(PyObject *entries, Py_ssize_t i, Entry *scratch) {
+    const Entry *e = entry_at(entries, i, scratch);
+    if (e == NULL) return NULL;
+    if (PyBytes_GET_SIZE(e->raw) > 0xFFFF) {
         PyErr_Format(PyExc_OverflowError, "entry %zd: a %zd-byte topic", i,
-                     PyBytes_GET_SIZE(*raw));
-        return -1;
+                     PyBytes_GET_SIZE(e->raw));
+        return NULL;
     }
-    *partition = PyLong_AsLong(PyTuple_GET_ITEM(e, 9));
-    if (*partition == -1 && PyErr_Occurred()) return -1;
-    if (*partition < INT32_MIN || *partition > INT32_MAX) {
-        PyErr_Format(PyExc_OverflowError, "entry %zd: partition %ld", i, *partition);
-        return -1;
+    if (e->partition < INT32_MIN || e->partition > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "entry %zd: partition %lld", i,
+                     (long long)e->partition);
+        return NULL;
     }
-    return 0;
+    return e;
 }
 
-/* The stats of the entry tuple `e` (fields 0-7) at `p`, 8 bytes each, in the order
- * `order` gives (field numbers), the delete horizon NO_HORIZON when it is None. */
-static int put_stats(uint8_t *p, PyObject *e, const int *order, int n) {
-    static const int is_signed[8] = {1, 1, 0, 0, 0, 1, 1, 1};
-    for (int j = 0; j < n; j++) {
-        int k = order[j];
-        uint64_t v;
-        if (k == 7 && PyTuple_GET_ITEM(e, 7) == Py_None) {
-            v = (uint64_t)NO_HORIZON;
-        } else if (field64(e, k, is_signed[k], &v) < 0) {
-            return -1;
-        }
-        put64(p + 8 * j, v);
-    }
-    return 0;
+/* The stats of `e` (TableEntry fields 0-7) at `p`, 8 bytes each, in the order `order`
+ * gives (field numbers), the delete horizon NO_HORIZON when it is None. */
+static void put_stats(uint8_t *p, const Entry *e, const int *order, int n) {
+    for (int j = 0; j < n; j++) put64(p + 8 * j, e->stats[order[j]]);
 }
 
 /* A topic's length and raw bytes at `p`; returns the bytes written. */
@@ -568,7 +825,7 @@ static inline void put32(uint8_t *p, uint32_t v) {
 /* What a footer entry and an offset index entry both start with: the topic's length and
  * raw bytes, the partition (i32), and the section's position and length (u64 each);
  * returns the bytes written. */
-static Py_ssize_t put_placed(uint8_t *p, PyObject *raw, long partition,
+static Py_ssize_t put_placed(uint8_t *p, PyObject *raw, int64_t partition,
                              unsigned long long position, unsigned long long length) {
     Py_ssize_t n = put_topic(p, raw);
     put32(p + n, (uint32_t)(int32_t)partition);
@@ -581,107 +838,104 @@ static const int ALL_STATS[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
 static PyObject *footer_entries(PyObject *self, PyObject *args) {
     PyObject *entries, *position_obj, *length_obj;
+    Entry scratch;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &entries, &PyLong_Type, &position_obj,
-                          &PyLong_Type, &length_obj))
+    if (!PyArg_ParseTuple(args, "OO!O!", &entries, &PyLong_Type, &position_obj, &PyLong_Type,
+                          &length_obj))
         return NULL;
     unsigned long long position = PyLong_AsUnsignedLongLong(position_obj);
     if (position == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     unsigned long long length = PyLong_AsUnsignedLongLong(length_obj);
     if (length == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries), total = 0;
-    PyObject *raw;
-    long partition;
+    Py_ssize_t n = entries_count(entries), total = 0;
+    if (n < 0) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (entry_head(PyList_GET_ITEM(entries, i), i, &raw, &partition) < 0) return NULL;
-        total += 2 + PyBytes_GET_SIZE(raw) + FOOTER_ENTRY_HEAD;
+        const Entry *e = entry_head(entries, i, &scratch);
+        if (e == NULL) return NULL;
+        total += 2 + PyBytes_GET_SIZE(e->raw) + FOOTER_ENTRY_HEAD;
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
     /* entry fields 0-7 are the stats, in the footer's order */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i); /* no Python code ran since the check */
-        if (entry_head(e, i, &raw, &partition) < 0) goto fail;
-        p += put_placed(p, raw, partition, position, length);
-        if (put_stats(p, e, ALL_STATS, 8) < 0) goto fail;
+        const Entry *e = entry_head(entries, i, &scratch); /* no Python code ran since */
+        if (e == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        p += put_placed(p, e->raw, e->partition, position, length);
+        put_stats(p, e, ALL_STATS, 8);
         p += FOOTER_ENTRY_HEAD - 20;
     }
     return out;
-
-fail:
-    Py_DECREF(out);
-    return NULL;
 }
 
 #define INDEX_ENTRY_FIXED 48 /* "<iQQqqIB3sI" (offset_index.py's _ENTRY_FIXED) */
 #define INDEX_BATCH 24       /* "<qQq" (offset_index.py's _BATCH) */
 
-/* Entry `i`'s head (entry_head), its bitmap's kind (field 12) and bitmap `bitmaps[i]`;
- * -1 with an error set if they are not what a writer's shared section has. */
-static int shared_head(PyObject *entries, PyObject *bitmaps, Py_ssize_t i, PyObject **raw,
-                       long *partition, long *kind, PyObject **bitmap) {
-    PyObject *e = PyList_GET_ITEM(entries, i);
-    if (entry_head(e, i, raw, partition) < 0) return -1;
-    PyObject *k = PyTuple_GET_ITEM(e, 12);
+/* Entry `i`'s head (entry_head) and its bitmap `bitmaps[i]`; NULL with an error set if
+ * they are not what a writer's shared section has (a bitmap's kind, field 12). */
+static const Entry *shared_head(PyObject *entries, PyObject *bitmaps, Py_ssize_t i,
+                                Entry *scratch, PyObject **bitmap) {
+    const Entry *e = entry_head(entries, i, scratch);
+    if (e == NULL) return NULL;
     *bitmap = PyList_GET_ITEM(bitmaps, i);
-    if (!PyLong_CheckExact(k) || !PyBytes_Check(*bitmap)) {
-        PyErr_Format(PyExc_TypeError, "entry %zd: a kind that is no int or a bitmap not bytes",
-                     i);
-        return -1;
+    if (!PyBytes_Check(*bitmap)) {
+        PyErr_Format(PyExc_TypeError, "entry %zd: a bitmap not bytes", i);
+        return NULL;
     }
-    *kind = PyLong_AsLong(k);
-    if (*kind != KIND_ROARING32 && *kind != KIND_ROARING64) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "entry %zd: bitmap kind %ld", i, *kind);
-        return -1;
+    if (e->kind != KIND_ROARING32 && e->kind != KIND_ROARING64) {
+        PyErr_Format(PyExc_ValueError, "entry %zd: bitmap kind %lld", i, (long long)e->kind);
+        return NULL;
     }
     if (PyBytes_GET_SIZE(*bitmap) > 0x7FFFFFFF - USUAL_TRAILER) {
         PyErr_Format(PyExc_OverflowError, "entry %zd: a %zd-byte bitmap", i,
                      PyBytes_GET_SIZE(*bitmap));
-        return -1;
+        return NULL;
     }
-    return 0;
+    return e;
 }
 
 /* The lists `entries` and `bitmaps` as table_payload and index_entries take them: of one
  * length, each entry passing shared_head; the bytes each needs beyond its topic and
  * bitmap are `fixed`, in all `*total` (with `head` bytes before the first). */
-static int shared_sizes(PyObject *entries, PyObject *bitmaps, Py_ssize_t head,
-                        Py_ssize_t fixed, Py_ssize_t *total) {
-    Py_ssize_t n = PyList_GET_SIZE(entries);
+static Py_ssize_t shared_sizes(PyObject *entries, PyObject *bitmaps, Py_ssize_t head,
+                               Py_ssize_t fixed, Py_ssize_t *total) {
+    Py_ssize_t n = entries_count(entries);
+    if (n < 0) return -1;
     if (PyList_GET_SIZE(bitmaps) != n) {
         PyErr_Format(PyExc_ValueError, "%zd entries but %zd bitmaps", n,
                      PyList_GET_SIZE(bitmaps));
         return -1;
     }
     *total = head;
-    PyObject *raw, *bitmap;
-    long partition, kind;
+    Entry scratch;
+    PyObject *bitmap;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) return -1;
-        *total += 2 + PyBytes_GET_SIZE(raw) + fixed + PyBytes_GET_SIZE(bitmap);
+        const Entry *e = shared_head(entries, bitmaps, i, &scratch, &bitmap);
+        if (e == NULL) return -1;
+        *total += 2 + PyBytes_GET_SIZE(e->raw) + fixed + PyBytes_GET_SIZE(bitmap);
     }
-    return 0;
+    return n;
 }
 
 PyDoc_STRVAR(table_payload_doc,
 "table_payload(entries, bitmaps) -> bytes\n\n"
 "The STBL payload (block.encode_section_table) of a block whose sections are the\n"
-"TableEntries `entries`, the i-th's offset bitmap `bitmaps[i]` (serialized, of the kind\n"
+"table entries `entries` (a SectionEntries or a list of TableEntries), the i-th's offset bitmap `bitmaps[i]` (serialized, of the kind\n"
 "its entry names): each entry's topic, partition and version-2 trailer (section.\n"
 "encode_trailer) with one batch index entry, at (its first offset, 0). OverflowError\n"
 "for a value out of its field's range.");
 
 static PyObject *table_payload(PyObject *self, PyObject *args) {
-    PyObject *entries, *bitmaps, *raw, *bitmap;
-    long partition, kind;
+    PyObject *entries, *bitmaps, *bitmap;
     Py_ssize_t total;
+    Entry scratch;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &entries, &PyList_Type, &bitmaps))
-        return NULL;
-    if (shared_sizes(entries, bitmaps, 4, 4 + 4 + USUAL_TRAILER, &total) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyList_Type, &bitmaps)) return NULL;
+    Py_ssize_t n = shared_sizes(entries, bitmaps, 4, 4 + 4 + USUAL_TRAILER, &total);
+    if (n < 0) return NULL;
     if (n > 0xFFFFFFFFLL) {
         PyErr_SetString(PyExc_OverflowError, "too many entries for one table");
         return NULL;
@@ -694,20 +948,20 @@ static PyObject *table_payload(PyObject *self, PyObject *args) {
     static const int trailer_stats[7] = {0, 1, 2, 3, 4, 5, 6};
     for (Py_ssize_t i = 0; i < n; i++) {
         /* no Python code ran since shared_sizes checked every entry */
-        if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) goto fail;
-        PyObject *e = PyList_GET_ITEM(entries, i);
+        const Entry *e = shared_head(entries, bitmaps, i, &scratch, &bitmap);
+        if (e == NULL) goto fail;
         Py_ssize_t nbitmap = PyBytes_GET_SIZE(bitmap);
-        p += put_topic(p, raw);
-        put32(p, (uint32_t)(int32_t)partition);
+        p += put_topic(p, e->raw);
+        put32(p, (uint32_t)(int32_t)e->partition);
         put32(p + 4, (uint32_t)(USUAL_TRAILER + nbitmap));
         p += 8;
-        if (put_stats(p, e, trailer_stats, 7) < 0) goto fail;
+        put_stats(p, e, trailer_stats, 7);
         put32(p + 56, 1); /* one batch */
-        p[60] = (uint8_t)kind;
+        p[60] = (uint8_t)e->kind;
         p[61] = FLAG_HORIZON;
         p[62] = p[63] = 0;
         static const int horizon_then_first[2] = {7, 0};
-        if (put_stats(p + TRAILER_FIXED, e, horizon_then_first, 2) < 0) goto fail;
+        put_stats(p + TRAILER_FIXED, e, horizon_then_first, 2);
         put64(p + TRAILER_FIXED + 16, 0); /* the batch's position in the section */
         memcpy(p + USUAL_TRAILER, PyBytes_AS_STRING(bitmap), nbitmap);
         p += USUAL_TRAILER + nbitmap;
@@ -722,26 +976,25 @@ fail:
 PyDoc_STRVAR(index_entries_doc,
 "index_entries(entries, bitmaps, position, length) -> bytes\n\n"
 "The offset index entries (offset_index.py, FORMAT.md section 12) of the sections of a\n"
-"block at `position`, `length` bytes long, whose TableEntries are `entries` and offset\n"
+"block at `position`, `length` bytes long, whose table entries are `entries` and offset\n"
 "bitmaps `bitmaps` (as table_payload takes them), one after another: each its topic,\n"
 "the fixed fields, its bitmap and its one batch (its first offset, at 0, and its\n"
 "largest timestamp). OverflowError for a value out of its field's range.");
 
 static PyObject *index_entries(PyObject *self, PyObject *args) {
-    PyObject *entries, *bitmaps, *raw, *bitmap, *position_obj, *length_obj;
-    long partition, kind;
+    PyObject *entries, *bitmaps, *bitmap, *position_obj, *length_obj;
     Py_ssize_t total;
+    Entry scratch;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &entries, &PyList_Type, &bitmaps,
-                          &PyLong_Type, &position_obj, &PyLong_Type, &length_obj))
+    if (!PyArg_ParseTuple(args, "OO!O!O!", &entries, &PyList_Type, &bitmaps, &PyLong_Type,
+                          &position_obj, &PyLong_Type, &length_obj))
         return NULL;
     unsigned long long position = PyLong_AsUnsignedLongLong(position_obj);
     if (position == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     unsigned long long length = PyLong_AsUnsignedLongLong(length_obj);
     if (length == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    if (shared_sizes(entries, bitmaps, 0, INDEX_ENTRY_FIXED + INDEX_BATCH, &total) < 0)
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries);
+    Py_ssize_t n = shared_sizes(entries, bitmaps, 0, INDEX_ENTRY_FIXED + INDEX_BATCH, &total);
+    if (n < 0) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
@@ -749,21 +1002,21 @@ static PyObject *index_entries(PyObject *self, PyObject *args) {
     static const int first[1] = {0};
     static const int latest[1] = {6};
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (shared_head(entries, bitmaps, i, &raw, &partition, &kind, &bitmap) < 0) goto fail;
-        PyObject *e = PyList_GET_ITEM(entries, i);
+        const Entry *e = shared_head(entries, bitmaps, i, &scratch, &bitmap);
+        if (e == NULL) goto fail;
         Py_ssize_t nbitmap = PyBytes_GET_SIZE(bitmap);
-        p += put_placed(p, raw, partition, position, length);
-        if (put_stats(p, e, first_last, 2) < 0) goto fail;
+        p += put_placed(p, e->raw, e->partition, position, length);
+        put_stats(p, e, first_last, 2);
         put32(p + 16, 1); /* one batch */
-        p[20] = (uint8_t)kind;
+        p[20] = (uint8_t)e->kind;
         p[21] = p[22] = p[23] = 0;
         put32(p + 24, (uint32_t)nbitmap);
         p += INDEX_ENTRY_FIXED - 20;
         memcpy(p, PyBytes_AS_STRING(bitmap), nbitmap);
         p += nbitmap;
-        if (put_stats(p, e, first, 1) < 0) goto fail;
+        put_stats(p, e, first, 1);
         put64(p + 8, 0);
-        if (put_stats(p + 16, e, latest, 1) < 0) goto fail;
+        put_stats(p + 16, e, latest, 1);
         p += INDEX_BATCH;
     }
     return out;
@@ -830,7 +1083,8 @@ static int one_container_agrees(const uint8_t *p, Py_ssize_t n, uint64_t top, ui
 
 PyDoc_STRVAR(unsettled_doc,
 "unsettled(entries, payload, dense) -> list[int]\n\n"
-"The indices of the TableEntry tuples whose bitmap this pass cannot settle: an entry\n"
+"The indices of the table entries (a SectionEntries or a list of TableEntries) whose\n"
+"bitmap this pass cannot settle: an entry\n"
 "parsed field by field (bitmap_from -1), or one whose bytes payload[bitmap_from:\n"
 "bitmap_to] are neither dense(count), the bitmap the writer makes of a dense section\n"
 "(section.is_dense_bitmap), nor a canonical one-container bitmap of kind\n"
@@ -840,25 +1094,22 @@ PyDoc_STRVAR(unsettled_doc,
 static PyObject *unsettled(PyObject *self, PyObject *args) {
     PyObject *entries, *dense;
     Py_buffer view;
+    Entry scratch;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!y*O", &PyList_Type, &entries, &view, &dense)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy*O", &entries, &view, &dense)) return NULL;
     PyObject *result = PyList_New(0), *cached = NULL;
     long long cached_count = -1;
     if (result == NULL) goto done;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i);
-        static const int ints[] = {0, 1, 2, 12, 13, 14, -1};
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS || !int_fields(e, ints, -1)) {
-            PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
-            goto fail;
-        }
-        int big = 0; /* a value past 64 bits: not a section this pass settles */
-        long long first = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 0), &big);
-        long long last = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 1), &big);
-        long long count = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 2), &big);
-        long long kind = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 12), &big);
-        long long from = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 13), &big);
-        long long to = big ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 14), &big);
+    for (Py_ssize_t i = 0;; i++) {
+        Py_ssize_t n = entries_count(entries); /* again: dense() may change a list */
+        if (n < 0) goto fail;
+        if (i >= n) break;
+        const Entry *e = entry_at(entries, i, &scratch);
+        if (e == NULL) goto fail;
+        int64_t first = (int64_t)e->stats[0], last = (int64_t)e->stats[1];
+        int64_t kind = e->kind, from = e->from, to = e->to;
+        int big = e->stats[2] > INT64_MAX; /* a count past int64: not settled here */
+        int64_t count = (int64_t)e->stats[2];
         int settled = 0;
         if (!big && from >= 0 && from <= to && to <= view.len && kind == KIND_ROARING32 &&
             last >= first && count >= 1) {
@@ -1508,32 +1759,40 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
  * the walk reads, and the partitions of several inputs' pending runs merged in key order
  * with their weights summed. */
 
-#define ENTRY_COUNT 2 /* TableEntry.record_count */
-#define ENTRY_SIZE 4  /* TableEntry.uncompressed_bytes */
-#define ENTRY_KEY 10  /* TableEntry.key */
-
 PyDoc_STRVAR(table_columns_doc,
 "table_columns(entries) -> (keys, counts, sizes)\n\n"
-"A block's TableEntries `entries` as the columns a job's walk reads of every section:\n"
-"each entry's key, record count and logical bytes. One pass; TypeError for an entry\n"
-"that is no TableEntry.");
+"A block's table entries (a SectionEntries or a list of TableEntries) as the columns\n"
+"a job's walk reads of every section: each entry's key, record count and logical\n"
+"bytes. One pass; TypeError for an entry that is no TableEntry.");
 
 static PyObject *table_columns(PyObject *self, PyObject *args) {
     PyObject *entries;
+    Entry scratch;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &entries)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (!PyArg_ParseTuple(args, "O", &entries)) return NULL;
+    Py_ssize_t n = entries_count(entries);
+    if (n < 0) return NULL;
     PyObject *keys = PyList_New(n), *counts = PyList_New(n), *sizes = PyList_New(n);
     if (keys == NULL || counts == NULL || sizes == NULL) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != ENTRY_FIELDS) {
-            PyErr_Format(PyExc_TypeError, "entry %zd is not a TableEntry", i);
-            goto fail;
+        const Entry *e = entry_at(entries, i, &scratch);
+        if (e == NULL) goto fail;
+        PyObject *key = e->key != NULL ? Py_NewRef(e->key) : NULL;
+        if (key == NULL) {
+            PyObject *partition = PyLong_FromLongLong(e->partition);
+            if (partition == NULL) goto fail;
+            key = PyTuple_Pack(2, e->raw, partition);
+            Py_DECREF(partition);
+            if (key == NULL) goto fail;
+            PyObject_GC_UnTrack(key); /* (bytes, int): in no cycle */
         }
-        PyList_SET_ITEM(keys, i, Py_NewRef(PyTuple_GET_ITEM(e, ENTRY_KEY)));
-        PyList_SET_ITEM(counts, i, Py_NewRef(PyTuple_GET_ITEM(e, ENTRY_COUNT)));
-        PyList_SET_ITEM(sizes, i, Py_NewRef(PyTuple_GET_ITEM(e, ENTRY_SIZE)));
+        PyList_SET_ITEM(keys, i, key);
+        PyObject *count = PyLong_FromUnsignedLongLong(e->stats[2]);
+        if (count == NULL) goto fail;
+        PyList_SET_ITEM(counts, i, count);
+        PyObject *size = PyLong_FromUnsignedLongLong(e->stats[4]);
+        if (size == NULL) goto fail;
+        PyList_SET_ITEM(sizes, i, size);
     }
     PyObject *out = PyTuple_Pack(3, keys, counts, sizes);
     Py_DECREF(keys);
@@ -2026,8 +2285,13 @@ static int add_int64(PyObject *m, const char *name, int64_t value) {
 }
 
 PyMODINIT_FUNC PyInit__sections(void) {
+    if (PyType_Ready(&SectionEntriesType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "SectionEntries", (PyObject *)&SectionEntriesType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "FIGURES", FIGURES) < 0 ||
         PyModule_AddIntConstant(m, "USUAL_TRAILER", USUAL_TRAILER) < 0 ||
         PyModule_AddIntConstant(m, "TRAILER_FIXED", TRAILER_FIXED) < 0 ||

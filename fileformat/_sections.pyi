@@ -1,7 +1,8 @@
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Literal, TypeVar, overload
 
 _T = TypeVar("_T")
+_E = TypeVar("_E")
 
 FIGURES: int
 USUAL_TRAILER: int
@@ -55,6 +56,17 @@ def figures(
     *,
     compare: Literal[True],
 ) -> tuple[int, int]: ...
+
+class SectionEntries(Generic[_E]):
+    def __init__(self, entry_type: type[_E]) -> None: ...
+    def append(self, entry: _E) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[_E]: ...
+    @overload
+    def __getitem__(self, i: int) -> _E: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[_E]: ...
+
 def usual_entries(
     payload: bytes,
     offset: int,
@@ -62,8 +74,7 @@ def usual_entries(
     topics: dict[bytes, str],
     previous: tuple[bytes, int] | None,
     start: int,
-    entry_type: type,
-    entries: list[Any],
+    entries: SectionEntries[Any],
 ) -> tuple[int, int]: ...
 def footer_entries(entries: Any, position: int, length: int) -> bytes: ...
 def table_payload(entries: Any, bitmaps: list[bytes]) -> bytes: ...
@@ -97,7 +108,7 @@ def small_sections(
 def usual_message(
     payload: Any, check_expansion: bool, max_decoded: int, max_expansion: int
 ) -> tuple[int, int, bool, int] | None: ...
-def table_columns(entries: list[Any]) -> tuple[list[Any], list[int], list[int]]: ...
+def table_columns(entries: Any) -> tuple[list[Any], list[int], list[int]]: ...
 def span_weights(
     spans: list[tuple[list[Any], list[int], int, int]], budget: int
 ) -> tuple[list[Any], list[int]]: ...

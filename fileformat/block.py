@@ -107,14 +107,16 @@ class TableEntry(NamedTuple):
 
 class SectionTable(Sequence[SharedSection]):
     """A block's checked section table (``parse_section_table``): ``entries`` for what is
-    read of every section, and each entry as a ``SharedSection`` (its trailer with the
-    bitmap's bytes) made when first asked for: a compaction asks for almost none."""
+    read of every section, packed (``_sections.SectionEntries``: C values, a
+    ``TableEntry`` made when one is asked for), and each entry as a ``SharedSection``
+    (its trailer with the bitmap's bytes) made when first asked for: a compaction asks
+    for almost none."""
 
     __slots__ = ("entries", "_payload", "_base", "_object_name", "_made")
 
     def __init__(
         self,
-        entries: list[TableEntry],
+        entries: _sections.SectionEntries[TableEntry],
         payload: bytes,
         base: int,
         object_name: str,
@@ -226,7 +228,7 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
     (count,) = cur.unpack(U32, "section table count")
     if count < 1 or count * MIN_TABLE_ENTRY > cur.remaining:
         raise cur.error(f"section table claims {count} sections, which cannot fit", base)
-    entries: list[TableEntry] = []
+    entries = _sections.SectionEntries(TableEntry)
     made: dict[int, SharedSection] = {}
     start = 0
     topics = _TOPICS  # blocks' sections mostly share a few topics: decode each once
@@ -235,7 +237,7 @@ def _parse_section_table(payload: bytes, base: int, object_name: str) -> Section
     while True:
         previous = entries[-1].key if entries else None
         cur.offset, start = _usual_entries(
-            payload, cur.offset, count, topics, previous, start, TableEntry, entries
+            payload, cur.offset, count, topics, previous, start, entries
         )
         if len(entries) == count:
             break
@@ -266,8 +268,9 @@ _MAX_TOPICS = 4096
 _usual_entries = _sections.usual_entries
 """Appends the entries that are as this system writes them (a topic already seen in the
 table, a layout-2 trailer with one index entry at (first offset, 0)) and pass every check
-``_any_entry`` makes, up to the first that is not, without a Cursor or an object per
-field (``_sections.c``): their trailers are made only if asked for (``SectionTable``).
+``_any_entry`` makes, up to the first that is not, without a Cursor or any object per
+entry (``_sections.c``): each is packed into the ``SectionEntries``, its ``TableEntry``
+and its trailer made only if asked for (``SectionTable``).
 The trailer up to its bitmap is the fixed fields, the delete horizon (layout 2) and the
 one batch index entry, ``_sections.USUAL_TRAILER`` bytes."""
 

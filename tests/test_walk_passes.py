@@ -143,15 +143,22 @@ def test_table_columns_are_the_entries_fields(parts: list[tuple[str, int, int]])
         TableEntry(0, 0, n + 1, 0, size, 0, 0, None, t, p, section_key(t, p), n, 1, -1, -1)
         for n, (t, p, size) in enumerate(parts)
     ]
-    keys, counts, sizes = _sections.table_columns(entries)
-    assert keys == [e.key for e in entries]
-    assert counts == [e.record_count for e in entries]
-    assert sizes == [e.uncompressed_bytes for e in entries]
+    table = _sections.SectionEntries(TableEntry)
+    for e in entries:
+        table.append(e)
+    for form in (entries, table):  # a writer's list, a parsed table's packed entries
+        keys, counts, sizes = _sections.table_columns(form)
+        assert keys == [e.key for e in entries]
+        assert counts == [e.record_count for e in entries]
+        assert sizes == [e.uncompressed_bytes for e in entries]
 
 
 def test_table_columns_refuses_what_is_no_table_entry() -> None:
+    entry = TableEntry(0, 0, 1, 0, 0, 0, 0, None, "t", 0, section_key("t", 0), 0, 1, -1, -1)
     with pytest.raises(TypeError, match="entry 1 is not a TableEntry"):
-        _sections.table_columns([tuple(range(15)), (1, 2)])
+        _sections.table_columns([entry, (1, 2)])
+    with pytest.raises(TypeError, match="entry 0 is not a TableEntry"):
+        _sections.table_columns([tuple(range(15))])
     with pytest.raises(TypeError):
         _sections.table_columns((tuple(range(15)),))  # type: ignore[arg-type]
 

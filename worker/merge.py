@@ -30,11 +30,11 @@ class _Table:
 
     __slots__ = ("keys", "counts", "sizes")
 
-    def __init__(self, entries: list[TableEntry]) -> None:
+    def __init__(self, entries: _sections.SectionEntries[TableEntry]) -> None:
         self.keys, self.counts, self.sizes = _sections.table_columns(entries)
 
 
-_NO_TABLE = _Table([])
+_NO_TABLE = _Table(_sections.SectionEntries(TableEntry))
 
 
 class SectionMerge:
