@@ -327,9 +327,22 @@ static PyObject *SectionEntries_append(SectionEntries *self, PyObject *entry) {
     Py_RETURN_NONE;
 }
 
+static PyObject *SectionEntries_start(SectionEntries *self, PyObject *index) {
+    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    if (i < 0) i += self->n;
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "SectionEntries index out of range");
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->items[i].start);
+}
+
 static PyMethodDef SectionEntries_methods[] = {
     {"append", (PyCFunction)SectionEntries_append, METH_O,
      "append(entry)\n\nAppends the TableEntry `entry` (TypeError for anything else)."},
+    {"start", (PyCFunction)SectionEntries_start, METH_O,
+     "start(i)\n\nEntry i's first row (its TableEntry's start), without making the entry."},
     {NULL, NULL, 0, NULL},
 };
 

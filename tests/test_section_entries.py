@@ -41,6 +41,12 @@ def test_packed_entries_are_the_entries_appended(entries: list[TableEntry], at: 
     assert len(table) == len(entries)
     assert list(table) == entries
     assert all(type(e) is TableEntry for e in table)
+    assert [table.start(i) for i in range(-len(table), len(table))] == [
+        e.start for e in entries + entries
+    ]
+    for beyond in (len(entries), -len(entries) - 1):
+        with pytest.raises(IndexError):
+            table.start(beyond)
     assert table[at : at + 3] == entries[at : at + 3]
     assert table[::-2] == entries[::-2]
     if -len(entries) <= at < len(entries):

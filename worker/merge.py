@@ -26,11 +26,13 @@ Key = tuple[bytes, int]
 class _Table:
     """A shared block's section table as columns: each section's key, rows and logical
     bytes, what a group's walk reads of every section, without an attribute chain each.
-    Made in one compiled pass (``_sections.table_columns``)."""
+    Made in one compiled pass (``_sections.table_columns``); a section's first row is
+    read from the packed entries (``entries.start``), no ``TableEntry`` made."""
 
-    __slots__ = ("keys", "counts", "sizes")
+    __slots__ = ("entries", "keys", "counts", "sizes")
 
     def __init__(self, entries: _sections.SectionEntries[TableEntry]) -> None:
+        self.entries = entries
         self.keys, self.counts, self.sizes = _sections.table_columns(entries)
 
 
@@ -119,18 +121,16 @@ class SectionMerge:
                     continue
                 at, table = self._at[i], self._tables[i]
                 end = bisect.bisect_right(table.keys, last, at)
-                sections = run.block.sections.entries
                 rows.add_run(
                     i,
                     run.block,
-                    sections[at].start,
+                    table.entries.start(at),
                     _ordinals(keys, table.keys, at, end),
                     table.counts[at:end],
                 )
-                if end < len(sections):
+                if end < len(table.keys):
                     self._at[i] = end
-                    shared = sections[end]
-                    self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
+                    self._head(i, table.keys[end])
                 else:
                     self._next_unit(i)
 
@@ -143,13 +143,16 @@ class SectionMerge:
 
     def _advance(self, i: int) -> None:
         """Moves input i past its head."""
-        run = self._runs[i]
-        if run is not None and self._at[i] + 1 < len(run.block.sections):
+        keys = self._tables[i].keys
+        if self._runs[i] is not None and self._at[i] + 1 < len(keys):
             self._at[i] += 1
-            shared = run.block.sections.entries[self._at[i]]
-            self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
+            self._head(i, keys[self._at[i]])
         else:
             self._next_unit(i)
+
+    def _head(self, i: int, key: Key) -> None:
+        """Input i's head is the section of ``key`` in its block."""
+        self._keys[i], self._parts[i] = key, (_topic(key[0]), key[1])
 
     def _next_unit(self, i: int) -> None:
         """Input i's next unit (a framed section or a block's run) becomes its head."""
@@ -161,9 +164,8 @@ class SectionMerge:
             self._keys[i] = self._parts[i] = None
         elif isinstance(unit, SharedRun):
             self._runs[i] = unit
-            self._tables[i] = _Table(unit.block.sections.entries)
-            shared = unit.block.sections.entries[0]
-            self._keys[i], self._parts[i] = shared.key, (shared.topic, shared.partition)
+            self._tables[i] = table = _Table(unit.block.sections.entries)
+            self._head(i, table.keys[0])
         else:
             self._framed[i] = unit
             self._keys[i], self._parts[i] = unit.key, (unit.topic, unit.partition)
