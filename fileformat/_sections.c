@@ -1772,11 +1772,73 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
  * the walk reads, and the partitions of several inputs' pending runs merged in key order
  * with their weights summed. */
 
+/* Section keys (raw topic, partition) that table_columns made, kept for the tables after:
+ * a job's inputs hold the same partitions, block after block and file after file, so a
+ * key is made once, not once a table. By raw topic, a list indexed by partition. Only
+ * partitions below KEY_CACHE_PARTITIONS are kept, and the lists hold at most
+ * KEY_CACHE_SLOTS slots in all (about 8 bytes a slot and 90 a key): a key that does not
+ * fit is made as it would be without the cache, and the cache is emptied before the
+ * next table, to hold that table's keys. */
+#define KEY_CACHE_PARTITIONS 65536
+#define KEY_CACHE_SLOTS (1 << 17)
+static PyObject *key_cache; /* dict: bytes -> list of keys (None where none is made yet) */
+static Py_ssize_t key_cache_slots;
+static int key_cache_full; /* a key did not fit */
+
+static PyObject *new_key(PyObject *raw, int64_t partition) {
+    PyObject *p = PyLong_FromLongLong(partition);
+    if (p == NULL) return NULL;
+    PyObject *key = PyTuple_Pack(2, raw, p);
+    Py_DECREF(p);
+    if (key != NULL) PyObject_GC_UnTrack(key); /* (bytes, int): in no cycle */
+    return key;
+}
+
+/* `e`'s key: the cached one, made and kept if none is. `*raw_seen` and `*keys` are the
+ * last topic looked up and its list (borrowed from the cache), NULL at first. */
+static PyObject *cached_key(const Entry *e, PyObject **raw_seen, PyObject **keys) {
+    if (e->partition < 0 || e->partition >= KEY_CACHE_PARTITIONS)
+        return new_key(e->raw, e->partition);
+    if (e->raw != *raw_seen) {
+        PyObject *list = PyDict_GetItemWithError(key_cache, e->raw);
+        if (list == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            list = PyList_New(0);
+            if (list == NULL) return NULL;
+            int added = PyDict_SetItem(key_cache, e->raw, list);
+            Py_DECREF(list); /* the cache holds it */
+            if (added < 0) return NULL;
+        }
+        *raw_seen = e->raw;
+        *keys = list;
+    }
+    PyObject *list = *keys;
+    Py_ssize_t p = (Py_ssize_t)e->partition, size = PyList_GET_SIZE(list);
+    if (p >= size) {
+        if (key_cache_slots + (p + 1 - size) > KEY_CACHE_SLOTS) {
+            key_cache_full = 1;
+            return new_key(e->raw, e->partition);
+        }
+        for (; size <= p; size++) {
+            if (PyList_Append(list, Py_None) < 0) return NULL;
+            key_cache_slots++;
+        }
+    }
+    PyObject *key = PyList_GET_ITEM(list, p);
+    if (key == Py_None) {
+        key = new_key(e->raw, e->partition);
+        if (key == NULL) return NULL;
+        if (PyList_SetItem(list, p, key) < 0) return NULL; /* takes `key`, drops None */
+    }
+    return Py_NewRef(key);
+}
+
 PyDoc_STRVAR(table_columns_doc,
 "table_columns(entries) -> (keys, counts, sizes)\n\n"
 "A block's table entries (a SectionEntries or a list of TableEntries) as the columns\n"
 "a job's walk reads of every section: each entry's key, record count and logical\n"
-"bytes. One pass; TypeError for an entry that is no TableEntry.");
+"bytes. One pass; TypeError for an entry that is no TableEntry. A TableEntry's key is\n"
+"its own; a packed entry's is made once for all tables (a cache of keys, bounded).");
 
 static PyObject *table_columns(PyObject *self, PyObject *args) {
     PyObject *entries;
@@ -1785,20 +1847,20 @@ static PyObject *table_columns(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O", &entries)) return NULL;
     Py_ssize_t n = entries_count(entries);
     if (n < 0) return NULL;
+    if (key_cache_full) {
+        PyDict_Clear(key_cache);
+        key_cache_slots = 0;
+        key_cache_full = 0;
+    }
+    PyObject *raw_seen = NULL, *topic_keys = NULL;
     PyObject *keys = PyList_New(n), *counts = PyList_New(n), *sizes = PyList_New(n);
     if (keys == NULL || counts == NULL || sizes == NULL) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         const Entry *e = entry_at(entries, i, &scratch);
         if (e == NULL) goto fail;
-        PyObject *key = e->key != NULL ? Py_NewRef(e->key) : NULL;
-        if (key == NULL) {
-            PyObject *partition = PyLong_FromLongLong(e->partition);
-            if (partition == NULL) goto fail;
-            key = PyTuple_Pack(2, e->raw, partition);
-            Py_DECREF(partition);
-            if (key == NULL) goto fail;
-            PyObject_GC_UnTrack(key); /* (bytes, int): in no cycle */
-        }
+        PyObject *key = e->key != NULL ? Py_NewRef(e->key)
+                                       : cached_key(e, &raw_seen, &topic_keys);
+        if (key == NULL) goto fail;
         PyList_SET_ITEM(keys, i, key);
         PyObject *count = PyLong_FromUnsignedLongLong(e->stats[2]);
         if (count == NULL) goto fail;
@@ -2299,6 +2361,7 @@ static int add_int64(PyObject *m, const char *name, int64_t value) {
 
 PyMODINIT_FUNC PyInit__sections(void) {
     if (PyType_Ready(&SectionEntriesType) < 0) return NULL;
+    if (key_cache == NULL && (key_cache = PyDict_New()) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "SectionEntries", (PyObject *)&SectionEntriesType) < 0) {

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from compactor.fileformat import _sections
 from compactor.fileformat import block as block_module
 from compactor.fileformat.block import TableEntry
+from compactor.fileformat.meta import section_key
 from compactor.fileformat.section import dense_bitmap
 from tests.test_shared_blocks import table_entries
 
@@ -158,3 +159,26 @@ def test_a_parsed_tables_entries_are_packed() -> None:
         ((b"t", 1), 0, None),
         ((b"t", 2), 1, 8),
     ]
+
+
+def entries_of(keys: list[tuple[str, int]]) -> list[TableEntry]:
+    return [
+        TableEntry(0, 0, 1, 0, 9, 0, 0, None, t, p, section_key(t, p), i, 1, -1, -1)
+        for i, (t, p) in enumerate(keys)
+    ]
+
+
+def test_packed_tables_share_their_keys_and_still_give_every_one() -> None:
+    """``table_columns`` makes a packed entry's key once for every table of the process
+    (keys are kept by topic and partition, bounded): two tables of the same partitions
+    give the same key objects; partitions past the kept ones, and more keys than are
+    kept, still give every key right."""
+    parts = [("a", p) for p in range(300)] + [("b", 2**31 - 1)]
+    first, again = (_sections.table_columns(packed(entries_of(parts)))[0] for _ in range(2))
+    assert first == again == [section_key(t, p) for t, p in parts]
+    assert all(x is y for x, y in zip(first[:300], again[:300], strict=True))
+    many = sorted((t, p) for t in ("c", "d", "e") for p in range(50_000))
+    for _ in range(2):  # past the cache's slots, then after it is emptied
+        keys, counts, sizes = _sections.table_columns(packed(entries_of(many)))
+        assert keys == [section_key(t, p) for t, p in many]
+        assert counts == [1] * len(many) and sizes == [9] * len(many)
