@@ -7,10 +7,18 @@
 #   .venv/bin/python -m bench.spy_summary <out>.helper
 #
 # The store is not changed (bench.profile_job compacts a hard-linked clone). Not a test.
+#
+# SPY_MODE=--nonblocking samples without stopping the processes (no native frames; the
+# default --native stops them at every sample, which stretches a 2 s job to 15 s), and
+# REPEAT=N runs N jobs in turn (the helper kept between them). The job runs the checkout
+# this file is in: to measure another, copy this file, bench/profile_job.py and
+# bench/spy_summary.py into it and give PYTHON=<this checkout's .venv/bin/python>.
 set -euo pipefail
 spy=$1 store=$2 out=$3
+mode=${SPY_MODE:---native} repeat=${REPEAT:-1}
 cd "$(dirname "$0")/.."
-.venv/bin/python -m bench.profile_job --store "$store" --plain &
+PYTHONPATH="$PWD" "${PYTHON:-.venv/bin/python}" -m bench.profile_job --store "$store" \
+    --plain --repeat "$repeat" &
 job=$!
 helper=""
 for _ in $(seq 1 500); do
@@ -23,6 +31,6 @@ if [ -z "$helper" ]; then
     wait "$job"
     exit 1
 fi
-"$spy" record --native --threads -r 200 -f raw -o "$out.helper" --pid "$helper" >/dev/null 2>&1 &
-"$spy" record --native --threads -r 200 -f raw -o "$out.worker" --pid "$job" >/dev/null 2>&1
+"$spy" record "$mode" --threads -r 200 -f raw -o "$out.helper" --pid "$helper" >/dev/null 2>&1 &
+"$spy" record "$mode" --threads -r 200 -f raw -o "$out.worker" --pid "$job" >/dev/null 2>&1
 wait

@@ -30,6 +30,9 @@ STEPS = (
     ("a group's window (small partitions)", "group_window"),
     ("reading the files", "LocalObjectStream.read"),
     ("a section table's parse", "_parse_section_table"),
+    ("a block's table read and checked", "StreamReader._block"),
+    ("the walk's rounds (the partitions ahead)", "SectionMerge.pending_shared"),
+    ("taking a group's runs (reading and decoding included)", "SectionMerge.take_upto"),
 )
 
 
