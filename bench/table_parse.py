@@ -78,8 +78,8 @@ def one_run(tables: list[tuple[bytes, int, str]]) -> tuple[dict[str, float], int
             lambda: held.extend(_sections.footer_entries(t.entries, 0, 1) for t in parsed),
         )
         step("merge columns", lambda: held.extend(_Table(t.entries) for t in parsed))
+        entries = sum(len(t.entries) for t in parsed)
         step("free", free)
-    entries = sum(len(parse_section_table(*t).entries) for t in tables)
     return spent, entries
 
 

@@ -290,12 +290,24 @@ static void SectionEntries_dealloc(SectionEntries *self) {
 
 static Py_ssize_t SectionEntries_len(SectionEntries *self) { return self->n; }
 
+/* 0 if `i` is an entry's index (IndexError otherwise). */
+static int entries_check_index(SectionEntries *self, Py_ssize_t i) {
+    if (i >= 0 && i < self->n) return 0;
+    PyErr_SetString(PyExc_IndexError, "SectionEntries index out of range");
+    return -1;
+}
+
+/* The entry index `index` (an int, negative from the end) as an index, or -1 with an
+ * error set. */
+static Py_ssize_t entries_index(SectionEntries *self, PyObject *index) {
+    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) return -1;
+    if (i < 0) i += self->n;
+    return entries_check_index(self, i) < 0 ? -1 : i;
+}
+
 static PyObject *SectionEntries_item(SectionEntries *self, Py_ssize_t i) {
-    if (i < 0 || i >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "SectionEntries index out of range");
-        return NULL;
-    }
-    return entry_object(self, i);
+    return entries_check_index(self, i) < 0 ? NULL : entry_object(self, i);
 }
 
 static PyObject *SectionEntries_subscript(SectionEntries *self, PyObject *index) {
@@ -315,9 +327,8 @@ static PyObject *SectionEntries_subscript(SectionEntries *self, PyObject *index)
         }
         return out;
     }
-    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
-    if (i == -1 && PyErr_Occurred()) return NULL;
-    return SectionEntries_item(self, i < 0 ? i + self->n : i);
+    Py_ssize_t i = entries_index(self, index);
+    return i < 0 ? NULL : entry_object(self, i);
 }
 
 static PyObject *SectionEntries_append(SectionEntries *self, PyObject *entry) {
@@ -328,14 +339,8 @@ static PyObject *SectionEntries_append(SectionEntries *self, PyObject *entry) {
 }
 
 static PyObject *SectionEntries_start(SectionEntries *self, PyObject *index) {
-    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
-    if (i == -1 && PyErr_Occurred()) return NULL;
-    if (i < 0) i += self->n;
-    if (i < 0 || i >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "SectionEntries index out of range");
-        return NULL;
-    }
-    return PyLong_FromLongLong(self->items[i].start);
+    Py_ssize_t i = entries_index(self, index);
+    return i < 0 ? NULL : PyLong_FromLongLong(self->items[i].start);
 }
 
 static PyMethodDef SectionEntries_methods[] = {

@@ -239,6 +239,10 @@ typedef struct {
 
 static const uint8_t empty_bytes[1] = {0};
 
+/* What a WANT_* asks for, with its article, for errors. */
+static const char *const col_wanted[] = {"a binary or string", "an int64", "a boolean",
+                                         "an int32"};
+
 static int col_import(PyObject *obj, int want, Col *c, const char *what) {
     memset(c, 0, sizeof *c);
     if (obj == NULL || obj == Py_None) return 0;
@@ -275,9 +279,8 @@ static int col_import(PyObject *obj, int want, Col *c, const char *what) {
     } else if (want == WANT_INT32 && strcmp(f, "i") == 0) {
         c->kind = COL_INT32;
     } else {
-        static const char *wanted[] = {"binary or string", "int64", "boolean", "int32"};
-        PyErr_Format(PyExc_TypeError, "%s must be a %s array, got Arrow format '%s'", what,
-                     wanted[want], f);
+        PyErr_Format(PyExc_TypeError, "%s must be %s array, got Arrow format '%s'", what,
+                     col_wanted[want], f);
         return -1;
     }
     if (arr->n_buffers != nbuf || arr->dictionary != NULL || arr->length < 0 || arr->offset < 0) {
@@ -297,6 +300,15 @@ static int col_import(PyObject *obj, int want, Col *c, const char *what) {
 }
 
 static void col_release(Col *c) { Py_CLEAR(c->owner); }
+
+/* col_import for an argument that must be an array, not None: TypeError naming `func`
+   for None. */
+static int col_require(PyObject *obj, int want, Col *c, const char *what, const char *func) {
+    if (col_import(obj, want, c, what) < 0) return -1;
+    if (c->kind != COL_NONE) return 0;
+    PyErr_Format(PyExc_TypeError, "%s: %s must be %s array", func, what, col_wanted[want]);
+    return -1;
+}
 
 static inline int bit_at(const uint8_t *bits, int64_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
 
@@ -1364,13 +1376,9 @@ static PyObject *kb_keep_mask(KeyBuffer *kb, PyObject *args, PyObject *kw) {
     memset(&off, 0, sizeof off);
     memset(&el, 0, sizeof el);
     PyObject *out = NULL;
-    if (col_import(offsets, WANT_INT64, &off, "offsets") < 0 ||
+    if (col_require(offsets, WANT_INT64, &off, "offsets", "keep_mask") < 0 ||
         col_import(eligible, WANT_BOOL, &el, "eligible") < 0)
         goto done;
-    if (off.kind == COL_NONE) {
-        PyErr_SetString(PyExc_TypeError, "keep_mask: offsets must be an int64 array");
-        goto done;
-    }
     if (el.kind && el.length != off.length) {
         PyErr_SetString(PyExc_ValueError, "keep_mask: eligible must have the offsets' length");
         goto done;
@@ -1638,13 +1646,9 @@ static PyObject *mod_member_mask(PyObject *Py_UNUSED(m), PyObject *args) {
     memset(&mem, 0, sizeof mem);
     memset(&off, 0, sizeof off);
     PyObject *out = NULL;
-    if (col_import(members_obj, WANT_INT64, &mem, "members") < 0 ||
-        col_import(offsets_obj, WANT_INT64, &off, "offsets") < 0)
+    if (col_require(members_obj, WANT_INT64, &mem, "members", "member_mask") < 0 ||
+        col_require(offsets_obj, WANT_INT64, &off, "offsets", "member_mask") < 0)
         goto done;
-    if (mem.kind == COL_NONE || off.kind == COL_NONE) {
-        PyErr_SetString(PyExc_TypeError, "member_mask: members and offsets must be int64 arrays");
-        goto done;
-    }
     int64_t m = mem.length, n = off.length;
     if (mem.validity != NULL) {
         PyErr_SetString(PyExc_ValueError, "member_mask: members must have no nulls");
@@ -1684,13 +1688,9 @@ static PyObject *mod_salted_keys(PyObject *Py_UNUSED(m), PyObject *args) {
     memset(&keys, 0, sizeof keys);
     memset(&lab, 0, sizeof lab);
     PyObject *validity = NULL, *offsets = NULL, *data = NULL, *out = NULL;
-    if (col_import(keys_obj, WANT_BINARY, &keys, "keys") < 0 ||
-        col_import(labels_obj, WANT_INT32, &lab, "labels") < 0)
+    if (col_require(keys_obj, WANT_BINARY, &keys, "keys", "salted_keys") < 0 ||
+        col_require(labels_obj, WANT_INT32, &lab, "labels", "salted_keys") < 0)
         goto done;
-    if (keys.kind == COL_NONE || lab.kind == COL_NONE) {
-        PyErr_SetString(PyExc_TypeError, "salted_keys: keys and labels must be Arrow arrays");
-        goto done;
-    }
     if (lab.validity != NULL) {
         PyErr_SetString(PyExc_ValueError, "salted_keys: labels must have no nulls");
         goto done;
@@ -1840,11 +1840,7 @@ static PyObject *mod_survivor_order(PyObject *Py_UNUSED(m), PyObject *args) {
     memset(&lab, 0, sizeof lab);
     PyObject *order = NULL, *counts_list = NULL, *out = NULL;
     int64_t *counts = NULL, *next = NULL;
-    if (col_import(labels_obj, WANT_INT32, &lab, "labels") < 0) goto done;
-    if (lab.kind == COL_NONE) {
-        PyErr_SetString(PyExc_TypeError, "survivor_order: labels must be an int32 array");
-        goto done;
-    }
+    if (col_require(labels_obj, WANT_INT32, &lab, "labels", "survivor_order") < 0) goto done;
     int64_t n = lab.length;
     if (lab.validity != NULL || parts < 0 || keep.len != (Py_ssize_t)((n + 7) / 8)) {
         PyErr_Format(PyExc_ValueError,
