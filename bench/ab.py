@@ -2,6 +2,7 @@
 the same workload, in turn.
 
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-10kp --against /tmp/old
+    .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/old --once
 
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
 a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
@@ -34,6 +35,9 @@ from .run import clone_store
 from .workload import MANIFEST, Params
 
 ROOT = Path(__file__).resolve().parent.parent
+PUT_OFF_MS = 10 * 365 * 86_400_000
+"""``--once``: full.compaction.interval.ms, ten years, so that the daily compaction,
+due at once on a fresh workload, leaves the level rules to plan."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +148,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workdir", type=Path, required=True, help="a bench.workload workdir")
     ap.add_argument("--against", type=Path, required=True, help="the other checkout's root")
     ap.add_argument("--pairs", type=int, default=4, help="runs of each, alternating")
+    ap.add_argument(
+        "--once",
+        action="store_true",
+        help="the first job the rules plan (compact --once, the daily compaction put off: "
+        "L0 -> L1 of the first 32 L0 files), not compact --full",
+    )
     args = ap.parse_args(argv)
     params = Params(**json.loads((args.workdir / MANIFEST).read_text())["params"])
     store = (args.workdir / "store").resolve()
@@ -152,7 +162,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, checkout in sides.items():
         print(f"{name}: {checkout} ({_imported(checkout)})")
     print(f"workload: {args.workdir}")
-    runs = {name: (checkout, store, ["--full"]) for name, checkout in sides.items()}
+    job = (
+        ["--once", "--set", f"full.compaction.interval.ms={PUT_OFF_MS}"]
+        if args.once
+        else ["--full"]
+    )
+    runs = {name: (checkout, store, job) for name, checkout in sides.items()}
     alternate(runs, now_ms, args.pairs)
 
 

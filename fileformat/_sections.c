@@ -1685,11 +1685,11 @@ static int fb_vector(const Fb *fb, const FbTable *t, int index, int elem, int64_
 #define MIN_ROW_BYTES 16
 
 /* The checks of ipc._check_message on `payload` (n bytes); 0 with the row count, decoded
- * body bytes, whether it is compressed and its field nodes when all pass, NOT_USUAL when
- * any fails. */
+ * body bytes, its body's codec (-1 for none) and its field nodes when all pass,
+ * NOT_USUAL when any fails. */
 static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansion,
                          int64_t max_decoded, int64_t max_expansion, int64_t *rows_out,
-                         int64_t *decoded_out, int *compressed_out, int64_t *nodes_out) {
+                         int64_t *decoded_out, int64_t *codec_out, int64_t *nodes_out) {
     if (n < 8) return NOT_USUAL;
     uint32_t marker = (uint32_t)le64(payload) & 0xFFFFFFFFu; /* le64 reads 8 bytes */
     int64_t meta_len = sext((le64(payload) >> 32) & 0xFFFFFFFFu, 4);
@@ -1715,9 +1715,10 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
         fb_vector(&fb, &batch, 4, 8, &variadic_at, &variadic) < 0 || variadic ||
         fb_ref(&fb, &batch, 3, &compression_at) < 0)
         return NOT_USUAL;
+    int64_t codec = -1;
     if (compression_at) {
         FbTable compression;
-        int64_t codec, method;
+        int64_t method;
         if (fb_table(&fb, compression_at, &compression) < 0 ||
             fb_scalar(&fb, &compression, 0, 1, 1, CODEC_LZ4_FRAME, &codec) < 0 ||
             fb_scalar(&fb, &compression, 1, 1, 1, 0, &method) < 0 ||
@@ -1742,17 +1743,18 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
     if (check_expansion && decoded > max_expansion * (int64_t)n) return NOT_USUAL;
     *rows_out = rows;
     *decoded_out = decoded;
-    *compressed_out = compression_at != 0;
+    *codec_out = codec;
     *nodes_out = nodes;
     return 0;
 }
 
 PyDoc_STRVAR(usual_message_doc,
 "usual_message(payload, check_expansion, max_decoded, max_expansion)\n"
-"    -> (rows, decoded, compressed, field_nodes) | None\n\n"
+"    -> (rows, decoded, codec, field_nodes) | None\n\n"
 "What ipc._check_message finds of an Arrow RecordBatch message it accepts, found in one\n"
-"compiled pass; None where any of its checks fails (the caller then runs it, and its\n"
-"error names what is wrong).");
+"compiled pass (codec: None, or Arrow's CompressionType, 0 for LZ4_FRAME and 1 for\n"
+"ZSTD); None where any of its checks fails (the caller then runs it, and its error\n"
+"names what is wrong).");
 
 static PyObject *usual_message(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -1761,16 +1763,17 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "y*pLL", &view, &check_expansion, &max_decoded, &max_expansion))
         return NULL;
-    int64_t rows, decoded, nodes;
-    int compressed;
+    int64_t rows, decoded, codec, nodes;
     int found = max_decoded > 0 && max_expansion > 0 && max_expansion < INT64_MAX / (view.len + 1)
                     ? check_message(view.buf, view.len, check_expansion, max_decoded,
-                                    max_expansion, &rows, &decoded, &compressed, &nodes)
+                                    max_expansion, &rows, &decoded, &codec, &nodes)
                     : NOT_USUAL;
     PyBuffer_Release(&view);
     if (found == NOT_USUAL) Py_RETURN_NONE;
-    return Py_BuildValue("LLOL", (long long)rows, (long long)decoded,
-                         compressed ? Py_True : Py_False, (long long)nodes);
+    if (codec < 0) return Py_BuildValue("LLOL", (long long)rows, (long long)decoded, Py_None,
+                                        (long long)nodes);
+    return Py_BuildValue("LLLL", (long long)rows, (long long)decoded, (long long)codec,
+                         (long long)nodes);
 }
 
 /* A job's walk over its inputs' blocks (worker/merge.py): a block's table as the columns

@@ -12,7 +12,7 @@ every byte it reads, once per pointer, and every byte it writes.
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from isal.isal_zlib import crc32
 
@@ -67,6 +67,16 @@ def encode_frame_header(tag: bytes, payload: bytes | memoryview) -> bytes:
     if n > MAX_FRAME_PAYLOAD:
         raise ValueError(f"frame payload of {n} bytes exceeds the {MAX_FRAME_PAYLOAD}-byte cap")
     return FRAME_HEADER.pack(tag, n, frame_crc(tag, n, payload))
+
+
+class EncodedFrame(NamedTuple):
+    """A batch frame as a reader read it: its payload (an encoded batch message) and the
+    CRC its header gives, which the reader has verified. A writer may write the same
+    payload as its own frame of the same records (``FileWriter.write_batch``): the CRC is
+    then the same too."""
+
+    payload: bytes
+    crc: int
 
 
 def encode_frame(tag: bytes, payload: bytes) -> bytes:

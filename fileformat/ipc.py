@@ -30,6 +30,8 @@ METADATA_V5: Final = 4
 HEADER_RECORD_BATCH: Final = 3
 CODEC_LZ4_FRAME: Final = 0
 CODEC_ZSTD: Final = 1
+CODEC_NAMES: Final = {CODEC_LZ4_FRAME: "lz4", CODEC_ZSTD: "zstd"}
+"""Arrow's codecs by their ``CompressionType``, named as ``COMPRESSIONS`` names them."""
 FIELD_NODES: Final = 9
 """offset, timestamp, key, value, headers (list), its struct, header key, header value,
 delete_horizon."""
@@ -108,12 +110,17 @@ class BatchEncoder:
     def __init__(self, compression: str | None, min_compress_bytes: int = 0) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        self._compression = compression
         self._compressing = None if compression is None else _StreamEncoder(compression)
         self._min_compress_bytes = min_compress_bytes
 
     def compresses(self, logical_bytes: int) -> bool:
         """Whether a batch of ``logical_bytes`` is compressed (if it gains)."""
         return self._compressing is not None and logical_bytes >= self._min_compress_bytes
+
+    def codec_for(self, logical_bytes: int) -> str | None:
+        """The codec a batch of ``logical_bytes`` is compressed with, if it gains."""
+        return self._compression if self.compresses(logical_bytes) else None
 
     def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
         if not self.compresses(logical_bytes):
@@ -194,9 +201,14 @@ class Message(NamedTuple):
     rows: int
     decoded: int
     """The body's bytes once decompressed."""
-    compressed: bool
+    codec: str | None
+    """The body's compression, one of ``COMPRESSIONS``."""
     schema: pa.Schema
     """RECORD_SCHEMA, or RECORD_SCHEMA_V1 for a version-1 batch without delete_horizon."""
+
+    @property
+    def compressed(self) -> bool:
+        return self.codec is not None
 
 
 _CHECKED_LIMIT = 4096
@@ -273,8 +285,10 @@ def _check_message(
     usual = _sections.usual_message(payload, check_expansion, MAX_DECODED_BATCH, MAX_EXPANSION)
     if usual is None:
         return _check_message_fields(payload, position, object_name, check_expansion)
-    rows, decoded, compressed, nodes = usual
-    return Message(rows, decoded, compressed, _SCHEMA_OF_NODES[nodes])
+    rows, decoded, codec, nodes = usual
+    return Message(
+        rows, decoded, None if codec is None else CODEC_NAMES[codec], _SCHEMA_OF_NODES[nodes]
+    )
 
 
 def _check_message_fields(
@@ -324,11 +338,12 @@ def _check_message_fields(
     if fb.vector(batch, 4, 8)[1]:
         raise fb.error("variadic buffer counts present; RECORD_SCHEMA has no view types")
     compression_at = fb.ref(batch, 3)
+    codec = None
     if compression_at:
         compression = fb.table(compression_at)
         codec = fb.scalar(compression, 0, _I8, CODEC_LZ4_FRAME)
         method = fb.scalar(compression, 1, _I8, 0)
-        if codec not in (CODEC_LZ4_FRAME, CODEC_ZSTD) or method != 0:
+        if codec not in CODEC_NAMES or method != 0:
             raise fb.error(f"unsupported body compression codec {codec} method {method}")
     decoded = 0
     spans = struct.unpack_from(f"<{2 * buffers}q", fb.data, buffers_at)
@@ -354,7 +369,7 @@ def _check_message_fields(
             f"decoded body of {decoded} bytes is more than {MAX_EXPANSION} times the "
             f"{len(payload)}-byte payload"
         )
-    return Message(int(rows), decoded, bool(compression_at), schema)
+    return Message(int(rows), decoded, None if codec is None else CODEC_NAMES[codec], schema)
 
 
 def _schema_message(schema: pa.Schema) -> bytes:

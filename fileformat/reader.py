@@ -44,6 +44,7 @@ from compactor.fileformat.framing import (
     TAG_TRAILER,
     U32,
     Cursor,
+    EncodedFrame,
     check_file_header,
     check_frame_length,
     describe_tag,
@@ -529,16 +530,27 @@ class SectionReader:
         if fields is not None and len(field_indices(fields)) == len(RECORD_SCHEMA):
             fields = None
         while not self._done:
-            batch = self._advance(decode=True, fields=fields)
-            if batch is not None:
-                yield batch
+            read = self._advance(decode=True, fields=fields)
+            if read is not None:
+                yield read[0]
+
+    def frames(self) -> Iterator[tuple[pa.RecordBatch, EncodedFrame | None]]:
+        """The rest of the section's batches, whole, each with its frame as read (None
+        where the batch is not a frame of its own: a shared section's rows)."""
+        while not self._done:
+            read = self._advance(decode=True)
+            if read is not None:
+                yield read
 
     def skip(self) -> None:
         while not self._done:
             self._advance(decode=False)
 
-    def _advance(self, decode: bool, fields: Sequence[str] | None = None) -> pa.RecordBatch | None:
-        """Reads the next frame: a batch (returned if decoded) or the trailer (then done)."""
+    def _advance(
+        self, decode: bool, fields: Sequence[str] | None = None
+    ) -> tuple[pa.RecordBatch, EncodedFrame] | None:
+        """Reads the next frame: a batch (returned with its frame, if decoded) or the
+        trailer (then done)."""
         inp = self._stream._input
         name = self._stream.object_name
         tag, length, crc, at = inp.frame_header("batch or trailer")
@@ -579,7 +591,7 @@ class SectionReader:
             self._all_decoded = False  # the trailer's stats cannot be checked
         self._last_offset = last
         self._firsts.append(first)
-        return batch
+        return batch, EncodedFrame(payload, crc)
 
     def _end(self, payload: bytes, length: int, at: int) -> None:
         inp = self._stream._input
@@ -713,6 +725,10 @@ class SharedSectionReader(SectionReader):
                     "in the records",
                 )
         yield batch
+
+    def frames(self) -> Iterator[tuple[pa.RecordBatch, EncodedFrame | None]]:
+        for batch in self.batches():
+            yield batch, None
 
     def skip(self) -> None:
         self._done = True

@@ -24,6 +24,7 @@ from compactor.fileformat.batches import (
 )
 from compactor.fileformat.bitmap import KIND_ROARING32, OffsetSet, OffsetSetBuilder, small_bitmap
 from compactor.fileformat.block import TableEntry, shared_table
+from compactor.fileformat.errors import FormatError
 from compactor.fileformat.footer import encode_footer_entry, encode_tail, footer_payload
 from compactor.fileformat.framing import (
     BLOCK_END_MAGIC,
@@ -37,12 +38,14 @@ from compactor.fileformat.framing import (
     TAG_SECTION_TABLE,
     TAG_SHARED_BATCH,
     TAG_TRAILER,
+    EncodedFrame,
     encode_file_header,
     encode_frame,
     encode_frame_header,
 )
-from compactor.fileformat.ipc import BatchEncoder
+from compactor.fileformat.ipc import BatchEncoder, inspect_message
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
+from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.section import (
     encode_section_end,
     encode_section_header,
@@ -240,10 +243,12 @@ class FileWriter:
         # Batches of the open section waiting for their frames to be written, in order:
         # (first offset, largest timestamp, payload being encoded or ready). end_section
         # drains it.
-        self._pending: deque[tuple[int, int, Future[bytes] | bytes]] = deque()
+        self._pending: deque[tuple[int, int, Future[bytes] | bytes | EncodedFrame]] = deque()
         self._index = index
         self.footer_crc: int | None = None
         """The footer frame's CRC (also in the tail), once ``finish`` has run."""
+        self.frames_reused = 0
+        """Batch frames written as a reader read them (``write_batch``'s ``frame``)."""
         self._in_flight = 0
         self._max_batch_bytes = max_batch_bytes
         self._position = 0
@@ -293,11 +298,16 @@ class FileWriter:
             )
         self._open = section
 
-    def write_batch(self, batch: pa.RecordBatch) -> None:
+    def write_batch(self, batch: pa.RecordBatch, frame: EncodedFrame | None = None) -> None:
         """Appends records of RECORD_SCHEMA to the open section, re-chunked to the size bound.
 
         Offsets must strictly increase within the batch and across the section (ValueError).
         An empty batch is accepted and writes nothing.
+
+        ``frame``: the batch's frame as a reader read it. Where this writer would write the
+        batch as one frame in the frame's codec, it writes the frame's payload as it is
+        (``reuses``) instead of encoding the batch again: the same records, the same
+        bytes, without the cost of the codec. The batch is checked and measured as any.
         """
         section = self._state(want_open=True)
         assert section is not None
@@ -323,7 +333,22 @@ class FileWriter:
                 section.held_weight += weight
                 return
             self._frame(section)
-        self._write_framed(section, batch)
+        self._write_framed(section, batch, frame)
+
+    def reuses(self, frame: EncodedFrame, rows: int, logical: int) -> bool:
+        """Whether ``frame`` is what this writer writes for a batch of ``rows`` records
+        and ``logical`` bytes in one frame, but for the encoder's choices: a message of
+        ``rows`` records of RECORD_SCHEMA, in the codec this writer gives a batch of that
+        size, within the expansion bound readers enforce (``ipc.inspect_message``)."""
+        try:
+            message = inspect_message(frame.payload, 0, self.object_name)
+        except FormatError:
+            return False
+        return (
+            message.rows == rows
+            and message.schema is RECORD_SCHEMA
+            and message.codec == self._encoder.codec_for(logical)
+        )
 
     def _frame(self, section: _OpenSection) -> None:
         """Gives up holding ``section`` for a block: writes the open block, then the
@@ -334,8 +359,12 @@ class FileWriter:
             self._write_framed(section, batch)
         section.held = []
 
-    def _write_framed(self, section: _OpenSection, batch: pa.RecordBatch) -> None:
+    def _write_framed(
+        self, section: _OpenSection, batch: pa.RecordBatch, frame: EncodedFrame | None = None
+    ) -> None:
         runs = plan_slices(batch, self._max_batch_bytes)
+        if frame is not None and (len(runs) > 1 or not self.reuses(frame, *runs[0][1:])):
+            frame = None
         if section.position is None:
             section.position = self._position
             section.offsets = OffsetSetBuilder(int64_view(batch.column(0))[0])
@@ -346,7 +375,11 @@ class FileWriter:
             stats = batch_stats(chunk, logical)
             section.offsets.add(chunk.column(0), stats.first_offset, stats.last_offset)
             section.stats = stats if section.stats is None else section.stats.then(stats)
-            encoded = self._encode(chunk, logical)
+            if frame is None:
+                encoded: Future[bytes] | bytes | EncodedFrame = self._encode(chunk, logical)
+            else:
+                encoded = frame
+                self.frames_reused += 1
             self._pending.append((stats.first_offset, stats.max_timestamp, encoded))
             self._flush(ENCODE_AHEAD)
 
@@ -365,18 +398,23 @@ class FileWriter:
         section = self._open
         while pending:
             first_offset, max_timestamp, payload = pending[0]
-            if not isinstance(payload, bytes):
-                if self._in_flight <= in_flight and not payload.done():
-                    return
-                payload = payload.result()
-                self._in_flight -= 1
+            if isinstance(payload, EncodedFrame):
+                header = FRAME_HEADER.pack(TAG_BATCH, len(payload.payload), payload.crc)
+                payload = payload.payload
+            else:
+                if not isinstance(payload, bytes):
+                    if self._in_flight <= in_flight and not payload.done():
+                        return
+                    payload = payload.result()
+                    self._in_flight -= 1
+                header = encode_frame_header(TAG_BATCH, payload)
             pending.popleft()
             assert section is not None and section.position is not None
             relative = self._position - section.position
             section.index.append((first_offset, relative))
             if self._index is not None:
                 self._index.batch(first_offset, relative, max_timestamp)
-            self._emit(encode_frame_header(TAG_BATCH, payload))
+            self._emit(header)
             self._emit(payload)
 
     def close(self) -> None:

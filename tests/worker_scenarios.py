@@ -35,6 +35,8 @@ def add_file(
     level: int = 0,
     share_below: int = 0,
     block_bytes: int = BLOCK_BYTES,
+    compression: str | None = "zstd",
+    max_batch_bytes: int = 4096,
 ) -> LiveFile:
     """Writes one live file holding ``sections`` and appends it to the live sequence
     (version 3, sections under ``share_below`` bytes sharing blocks, if that is not 0)."""
@@ -42,7 +44,8 @@ def add_file(
     writer = FileWriter(
         sink,
         object_name=file_id,
-        max_batch_bytes=4096,
+        compression=compression,
+        max_batch_bytes=max_batch_bytes,
         share_below=share_below,
         block_bytes=block_bytes,
     )

@@ -22,6 +22,9 @@ class CompactionStats:
     windows: int = 0
     max_buffer_utilization: float = 0.0
     partitions: int = 0
+    frames_reused: int = 0
+    """Input batch frames written to the output as they were read, not encoded again
+    (a copy without deduplication: ``worker.copy``)."""
 
     @property
     def dropped(self) -> dict[str, int]:
