@@ -53,6 +53,7 @@ from compactor.fileformat.framing import (
 from compactor.fileformat.ipc import decode_batch
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
+from compactor.fileformat.read_frames import keep_frame
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import Role
 from compactor.fileformat.section import (
@@ -530,27 +531,17 @@ class SectionReader:
         if fields is not None and len(field_indices(fields)) == len(RECORD_SCHEMA):
             fields = None
         while not self._done:
-            read = self._advance(decode=True, fields=fields)
-            if read is not None:
-                yield read[0]
-
-    def frames(self) -> Iterator[tuple[pa.RecordBatch, EncodedFrame | None]]:
-        """The rest of the section's batches, whole, each with its frame as read (None
-        where the batch is not a frame of its own: a shared section's rows)."""
-        while not self._done:
-            read = self._advance(decode=True)
-            if read is not None:
-                yield read
+            batch = self._advance(decode=True, fields=fields)
+            if batch is not None:
+                yield batch
 
     def skip(self) -> None:
         while not self._done:
             self._advance(decode=False)
 
-    def _advance(
-        self, decode: bool, fields: Sequence[str] | None = None
-    ) -> tuple[pa.RecordBatch, EncodedFrame] | None:
-        """Reads the next frame: a batch (returned with its frame, if decoded) or the
-        trailer (then done)."""
+    def _advance(self, decode: bool, fields: Sequence[str] | None = None) -> pa.RecordBatch | None:
+        """Reads the next frame: a batch (returned if decoded) or the trailer (then
+        done). A batch decoded whole leaves its frame for a writer (``read_frames``)."""
         inp = self._stream._input
         name = self._stream.object_name
         tag, length, crc, at = inp.frame_header("batch or trailer")
@@ -571,6 +562,7 @@ class SectionReader:
         assert version is not None
         if fields is None:
             batch = decode_batch(payload, at + FRAME_HEADER.size, name, version, role)
+            keep_frame(batch, EncodedFrame(payload, crc))
             stats = batch_stats(batch)
             first, last = stats.first_offset, stats.last_offset
         else:
@@ -591,7 +583,7 @@ class SectionReader:
             self._all_decoded = False  # the trailer's stats cannot be checked
         self._last_offset = last
         self._firsts.append(first)
-        return batch, EncodedFrame(payload, crc)
+        return batch
 
     def _end(self, payload: bytes, length: int, at: int) -> None:
         inp = self._stream._input
@@ -725,10 +717,6 @@ class SharedSectionReader(SectionReader):
                     "in the records",
                 )
         yield batch
-
-    def frames(self) -> Iterator[tuple[pa.RecordBatch, EncodedFrame | None]]:
-        for batch in self.batches():
-            yield batch, None
 
     def skip(self) -> None:
         self._done = True

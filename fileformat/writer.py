@@ -45,6 +45,7 @@ from compactor.fileformat.framing import (
 )
 from compactor.fileformat.ipc import BatchEncoder, inspect_message
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
+from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.section import (
     encode_section_end,
@@ -248,7 +249,7 @@ class FileWriter:
         self.footer_crc: int | None = None
         """The footer frame's CRC (also in the tail), once ``finish`` has run."""
         self.frames_reused = 0
-        """Batch frames written as a reader read them (``write_batch``'s ``frame``)."""
+        """Batch frames written as a reader read them (``write_batch``)."""
         self._in_flight = 0
         self._max_batch_bytes = max_batch_bytes
         self._position = 0
@@ -298,16 +299,16 @@ class FileWriter:
             )
         self._open = section
 
-    def write_batch(self, batch: pa.RecordBatch, frame: EncodedFrame | None = None) -> None:
+    def write_batch(self, batch: pa.RecordBatch) -> None:
         """Appends records of RECORD_SCHEMA to the open section, re-chunked to the size bound.
 
         Offsets must strictly increase within the batch and across the section (ValueError).
         An empty batch is accepted and writes nothing.
 
-        ``frame``: the batch's frame as a reader read it. Where this writer would write the
-        batch as one frame in the frame's codec, it writes the frame's payload as it is
-        (``reuses``) instead of encoding the batch again: the same records, the same
-        bytes, without the cost of the codec. The batch is checked and measured as any.
+        A batch a reader decoded from a frame it kept (``read_frames``), passed on as it
+        is, is written in that frame where this writer would write the batch as one frame
+        in the frame's codec (``reuses``): the same records, without encoding them again.
+        It is checked and measured as any batch.
         """
         section = self._state(want_open=True)
         assert section is not None
@@ -333,7 +334,7 @@ class FileWriter:
                 section.held_weight += weight
                 return
             self._frame(section)
-        self._write_framed(section, batch, frame)
+        self._write_framed(section, batch, frame_of(batch))
 
     def reuses(self, frame: EncodedFrame, rows: int, logical: int) -> bool:
         """Whether ``frame`` is what this writer writes for a batch of ``rows`` records

@@ -1,6 +1,8 @@
-"""Frames copied as they are: a writer given a batch with its frame as read writes that
-frame's bytes where it would encode the batch alike (``FileWriter.write_batch``), and a
-copy job (L0 -> L1) hands it every heavy enough batch's frame (``worker.copy``)."""
+"""Frames written as they were read: a writer handed the very batch a reader decoded
+from a kept frame (``fileformat.read_frames``) writes that frame's bytes where it would
+encode the batch alike (``FileWriter.write_batch``). A copy job (L0 -> L1) passes its
+inputs' batches on as they are; a deduplicating job, the batches of which every record
+survives unchanged. Both are checked against the Kafka model."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka_model import TopicRules, compact, view
 from worker_scenarios import add_file, make_topics, read_live
 
 from compactor.catalog import Catalog
@@ -20,16 +23,17 @@ from compactor.fileformat import FileWriter, Record, StreamReader, records_to_ba
 from compactor.fileformat.batches import batching_weight
 from compactor.fileformat.framing import EncodedFrame
 from compactor.fileformat.ipc import inspect_message
+from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
-from compactor.worker.copy import REUSE_FROM
-from compactor.worker.gather import weight
+from compactor.worker.gather import GATHER_BELOW, weight
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import run_job
 
 NOW = 1_700_000_000_000
 Sections = dict[tuple[str, int], list[Record]]
+Read = tuple[tuple[str, int], pa.RecordBatch, EncodedFrame | None]
 
 
 def _records(first: int, n: int, value_bytes: int, rng: random.Random) -> list[Record]:
@@ -49,32 +53,32 @@ def _write(sections: Sections, compression: str | None, **options: int) -> bytes
     return sink.getvalue()
 
 
-def _frames(data: bytes) -> list[tuple[tuple[str, int], pa.RecordBatch, EncodedFrame | None]]:
+def _frames(data: bytes) -> list[Read]:
+    """Each batch of ``data``, decoded whole, with the frame kept for it (held: a frame
+    is kept while its batch lives)."""
     stream = StreamReader(io.BytesIO(data), object_name="in", size=len(data))
     return [
-        ((s.topic, s.partition), batch, frame)
+        ((s.topic, s.partition), batch, frame_of(batch))
         for s in stream.sections()
-        for batch, frame in s.frames()
+        for batch in s.batches()
     ]
 
 
 def _payloads(data: bytes) -> list[bytes]:
+    """The payloads of ``data``'s batch frames that are kept when read."""
     return [frame.payload for _, _, frame in _frames(data) if frame is not None]
 
 
 def _copy(data: bytes, compression: str | None, **options: int) -> tuple[bytes, int]:
-    """``data``'s sections written again, each batch with its frame; the bytes and how
-    many frames the writer reused."""
+    """``data``'s sections written again, batch by batch as read; the bytes and how many
+    frames the writer reused."""
     sink = io.BytesIO()
     writer = FileWriter(sink, object_name="out", compression=compression, **options)
-    by_section: dict[tuple[str, int], list[tuple[pa.RecordBatch, EncodedFrame | None]]] = {}
-    for tp, batch, frame in _frames(data):
-        by_section.setdefault(tp, []).append((batch, frame))
+    by_section: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+    for tp, batch, _ in _frames(data):
+        by_section.setdefault(tp, []).append(batch)
     for (topic, partition), batches in by_section.items():
-        writer.begin_section(topic, partition)
-        for batch, frame in batches:
-            writer.write_batch(batch, frame)
-        writer.end_section()
+        writer.write_section(topic, partition, batches)
     writer.finish()
     return sink.getvalue(), writer.frames_reused
 
@@ -113,7 +117,7 @@ def test_a_frame_the_writer_would_cut_or_hold_is_encoded_again() -> None:
     data = _write(_big_sections(random.Random(3)), "lz4")
     cut, reused = _copy(data, "lz4", max_batch_bytes=64 << 10)  # the frames are ~1 MiB
     assert reused == 0
-    assert len(_payloads(cut)) > len(_payloads(data))
+    assert len(_frames(cut)) > len(_frames(data))
     assert _records_of(cut) == _records_of(data)
     held, reused = _copy(data, "lz4", share_below=4 << 20, block_bytes=8 << 20)
     assert reused == 0  # every section is lighter than share_below: held for a block
@@ -136,10 +140,25 @@ def test_a_frame_is_reused_only_for_its_own_records() -> None:
     assert writer.reuses(frame, batch.num_rows, logical)
     assert not writer.reuses(frame, batch.num_rows + 1, logical)
     assert not writer.reuses(EncodedFrame(frame.payload[:-8], frame.crc), batch.num_rows, logical)
-    if other.num_rows != batch.num_rows:  # a frame of other records is never written for these
-        writer.begin_section("t", 0)
-        writer.write_batch(other, frame)
-        assert writer.frames_reused == 0
+    writer.begin_section("t", 0)
+    writer.write_batch(batch.slice(0))  # equal records, another batch: encoded
+    writer.write_batch(pa.concat_batches([other]))
+    assert writer.frames_reused == 0
+
+
+def test_a_frame_is_kept_only_while_its_batch_lives() -> None:
+    data = _write(_big_sections(random.Random(6)), "lz4")
+    stream = StreamReader(io.BytesIO(data), object_name="in", size=len(data))
+    section = next(stream.sections())
+    batches = section.batches()
+    first = next(batches)
+    assert frame_of(first) is not None
+    assert frame_of(first.slice(0)) is None
+    del first
+    second = next(batches)
+    assert frame_of(second) is not None
+    light = records_to_batch(_records(0, 10, 10, random.Random(0)))
+    assert frame_of(light) is None
 
 
 def _copy_job(catalog: Catalog) -> Job:
@@ -213,11 +232,11 @@ def test_a_copy_job_writes_every_record_and_reuses_the_frames_it_may(
 
 
 def _reusable(data: bytes, codec: str | None) -> int:
-    """The frames of ``data`` a copy into ``codec`` may reuse: heavy enough, and in the
+    """The frames of ``data`` a copy into ``codec`` may reuse: kept when read, and in the
     codec the writer gives a batch of their size."""
     count = 0
     for _, batch, frame in _frames(data):
-        if frame is None or weight(batch) < REUSE_FROM:
+        if frame is None:
             continue
         logical = batching_weight(batch)[0]
         wanted = codec if logical >= MIN_COMPRESS_BYTES else None
@@ -246,3 +265,123 @@ def test_a_copy_job_of_heavy_frames_reuses_every_one(tmp_path: Path) -> None:
     assert sorted(_payloads(store.get(out.key)[0])) == sorted(payloads)  # byte for byte
     assert read_live(store, catalog) == before
     assert verify_store(catalog, catalog.snapshot()).ok
+
+
+def _unique_records(
+    first: int, n: int, rng: random.Random, hot: float, tombstones: float
+) -> list[Record]:
+    """Records of 600-byte values, each with a key of its own but ``hot`` of them, whose
+    keys come from ten; ``tombstones`` of them null."""
+    out = []
+    for i in range(n):
+        key = b"hot-%d" % rng.randrange(10) if rng.random() < hot else b"own-%d" % (first + i)
+        value = None if rng.random() < tombstones else rng.randbytes(300).hex().encode()
+        out.append(Record(first + i, NOW - 10_000 + i, key, value, ()))
+    return out
+
+
+def _dedup_job(catalog: Catalog) -> Job:
+    files = catalog.snapshot().files
+    return Job(tuple(JobInput(f.id, f.key, f.size) for f in files), 2, True)
+
+
+def _dedup_store(
+    tmp: str, seed: int, files: int, hot: float, tombstones: float
+) -> tuple[LocalStore, Catalog, dict[tuple[str, int], list[Record]]]:
+    rng = random.Random(seed)
+    store = LocalStore(tmp)
+    catalog = Catalog(store)
+    make_topics(catalog, {"t": (2, {"cleanup.policy": "compact"})})
+    written: dict[tuple[str, int], list[Record]] = {}
+    for i in range(files):
+        sections = {
+            ("t", p): _unique_records(i * 10_000, rng.choice([300, 2500]), rng, hot, tombstones)
+            for p in range(2)
+        }
+        for tp, records in sections.items():
+            written.setdefault(tp, []).extend(records)
+        add_file(
+            store, catalog, f"f{i}", sections, level=1, compression="lz4", max_batch_bytes=1 << 20
+        )
+    return store, catalog, written
+
+
+def _whole_survivors(data: bytes, winners: dict[tuple[str, int], set[int]]) -> tuple[int, int]:
+    """The batches of ``data`` a deduplicating job into lz4 may write as they were read:
+    kept when read, every record a winner and none a tombstone (a kept tombstone is
+    stamped with its horizon, which changes the batch); and how many of those it must
+    write so, those too heavy to be gathered with others (``worker.gather``)."""
+    may = must = 0
+    for tp, batch, frame in _frames(data):
+        offsets = batch.column("offset").to_pylist()
+        if (
+            frame is not None
+            and all(o in winners[tp] for o in offsets)
+            and not batch.column("value").null_count
+        ):
+            may += 1
+            must += weight(batch) >= GATHER_BELOW
+    return may, must
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    files=st.integers(1, 3),
+    hot=st.sampled_from([0.0, 0.001, 0.3]),
+    tombstones=st.sampled_from([0.0, 0.01]),
+)
+def test_a_deduplicating_job_writes_the_batches_that_survive_whole_as_they_were_read(
+    seed: int, files: int, hot: float, tombstones: float
+) -> None:
+    """What survives is the Kafka model's, and the materialized view is unchanged; only
+    batches of which every record survives unchanged are written in the frames they were
+    read in, and all of those too heavy to be gathered are (one window holds each
+    partition here)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store, catalog, written = _dedup_store(tmp, seed, files, hot, tombstones)
+        inputs = [store.get(f.key)[0] for f in catalog.snapshot().files]
+        rules = TopicRules()
+        expected = {
+            tp: compact(
+                records,
+                rules,
+                deduplicate=True,
+                now_ms=NOW,
+                includes_oldest=True,
+                includes_newest=True,
+            )
+            for tp, records in written.items()
+        }
+        winners = {tp: {r.offset for r in records} for tp, records in expected.items()}
+        counts = [_whole_survivors(data, winners) for data in inputs]
+        may, must = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        report = run_job(
+            store, catalog, _dedup_job(catalog), KeyBuffer(64 << 20), now_ms=NOW, compression="lz4"
+        )
+        assert report.committed and report.stats.windows == 2
+        after = read_live(store, catalog)
+        assert {tp: r for tp, r in after.items() if r} == {tp: r for tp, r in expected.items() if r}
+        for tp, records in written.items():
+            assert view(after.get(tp, []), rules) == view(records, rules)
+        assert verify_store(catalog, catalog.snapshot()).ok
+        assert must <= report.stats.frames_reused <= may
+
+
+def test_a_deduplicating_job_of_unique_keys_writes_every_heavy_frame_as_it_was_read(
+    tmp_path: Path,
+) -> None:
+    store, catalog, _ = _dedup_store(str(tmp_path), 7, 2, 0.0, 0.0)
+    heavy = [
+        f.payload
+        for live in catalog.snapshot().files
+        for _, b, f in _frames(store.get(live.key)[0])
+        if f is not None and weight(b) >= GATHER_BELOW
+    ]
+    report = run_job(
+        store, catalog, _dedup_job(catalog), KeyBuffer(64 << 20), now_ms=NOW, compression="lz4"
+    )
+    assert report.stats.frames_reused == len(heavy) > 0
+    assert report.stats.records_out == report.stats.records_in
+    (out,) = catalog.snapshot().files
+    assert set(heavy) <= set(_payloads(store.get(out.key)[0]))  # byte for byte

@@ -18,6 +18,7 @@ import pyarrow as pa
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat
 from compactor.fileformat.block import Block
+from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.writer import MAX_BATCH_BYTES
 from compactor.worker.kernel import run_labels
@@ -78,16 +79,23 @@ def section_batches(
 
 
 def gathered(
-    batches: Iterable[Weighed], limit: int = GATHER_BYTES, below: int = GATHER_BELOW
+    batches: Iterable[Weighed],
+    limit: int = GATHER_BYTES,
+    below: int = GATHER_BELOW,
+    keep_framed: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The batches less the empty ones, with consecutive batches lighter than ``below``
-    concatenated while together they weigh less than ``limit``."""
+    concatenated while together they weigh less than ``limit``. With ``keep_framed``, a
+    batch read in a frame kept for it (``read_frames``) is not gathered: passed on as it
+    is, it may be written in that frame."""
     below = min(below, limit)
     pending: list[pa.RecordBatch] = []
     total = 0
     for batch, w in batches:
         if not batch.num_rows:
             continue
+        if keep_framed and w < below and frame_of(batch) is not None:
+            w = below
         if pending and (total + w >= limit or w >= below):
             yield concat(pending)
             pending, total = [], 0
@@ -213,8 +221,9 @@ _HEADERS = RECORD_SCHEMA.get_field_index("headers")
 
 def coalesced(survivors: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A partition's survivor batches, consecutive ones concatenated while together they
-    hold fewer Arrow bytes than COALESCE_BYTES (whatever each one's size)."""
-    return gathered(weighed(survivors, _gathered_size), COALESCE_BYTES, COALESCE_BYTES)
+    hold fewer Arrow bytes than COALESCE_BYTES (whatever each one's size); a batch
+    passed on as it was read, in a frame kept for it, is not gathered."""
+    return gathered(weighed(survivors, _gathered_size), COALESCE_BYTES, COALESCE_BYTES, True)
 
 
 def _gathered_size(batch: pa.RecordBatch) -> int:

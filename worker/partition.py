@@ -195,7 +195,9 @@ class _Phase2Cursor:
                 except StopIteration:
                     raise PhaseMismatch("phase 2's pointer ended before phase 1's") from None
                 continue
-            part = self._pending.slice(0, n)
+            part = self._pending
+            if n < part.num_rows:  # else the batch itself: it may be written as it was read
+                part = part.slice(0, n)
             self._pending = self._pending.slice(part.num_rows)
             n -= part.num_rows
             yield part

@@ -38,7 +38,6 @@ from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.collector import rare_collections
-from compactor.worker.copy import Framed, copied_frames, unframed
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.gather import GroupRows, coalesced, gathered, section_batches
 from compactor.worker.group import Group, group_survivors
@@ -88,16 +87,18 @@ class _GroupOutput:
         self.writer: FileWriter | None = None
         self.index = IndexBuilder()
 
-    def write_partition(self, topic: str, partition: int, batches: Iterator[Framed]) -> int:
-        """A partition's section, of ``batches`` (none: no section); returns how many of
-        their frames the writer wrote as they were read."""
+    def write_partition(self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]) -> int:
+        """A partition's section, of ``batches`` gathered (``coalesced``; none: no
+        section); returns how many of them the writer wrote in the frames they were read
+        from (``FileWriter.write_batch``)."""
         writer = None
-        for batch, frame in batches:
+        reused = 0
+        for batch in coalesced(batches):
             if writer is None:
                 writer = self._writer()
                 writer.begin_section(topic, partition)
                 reused = writer.frames_reused
-            writer.write_batch(batch, frame)
+            writer.write_batch(batch)
         if writer is None:
             return 0
         writer.end_section()
@@ -457,14 +458,8 @@ def _run_partition(
         survivors = phase2_windows(
             gathered(section_batches(sections2)), phase1.windows(), part.policy, stats
         )
-    elif part.policy.retention_cutoff_ms is None:
-        stats.partitions += 1
-        frames = _polled(copied_frames(sections2, stats), progress)
-        stats.frames_reused += output.write_partition(part.topic, part.partition, frames)
-        progress.poll()
-        return
     else:
-        survivors = copy_partition(gathered(section_batches(sections2)), stats)
+        survivors = copy_partition(gathered(section_batches(sections2), keep_framed=True), stats)
     _write_survivors(part, survivors, output, stats, progress)
 
 
@@ -545,8 +540,8 @@ def _write_survivors(
     """A partition's survivors, less what retention.ms removes from its start, written to
     its output group."""
     survivors = _reaching_output(part, survivors, stats)
-    batches = unframed(coalesced(survivors))
-    output.write_partition(part.topic, part.partition, _polled(batches, progress))
+    written = _polled(survivors, progress)
+    stats.frames_reused += output.write_partition(part.topic, part.partition, written)
     progress.poll()
 
 
@@ -595,7 +590,9 @@ def _input_stats(job: Job, mine: Reads, elsewhere: Reads | None) -> list[FileSta
     ]
 
 
-def _polled(batches: Iterator[Framed], progress: ProgressReporter) -> Iterator[Framed]:
+def _polled(
+    batches: Iterator[pa.RecordBatch], progress: ProgressReporter
+) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         yield batch
         progress.poll()
