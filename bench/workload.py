@@ -79,6 +79,9 @@ class Params:
     keys_per_partition: int = 0
     """Key space per partition; 0 means half the records per partition."""
     skew: float = 3.0
+    unique_keys: bool = False
+    """Every record a key of its own (an append-only keyed topic: inserts, events with
+    ids), so deduplication drops nothing; ``keys_per_partition`` and ``skew`` unused."""
     tombstone_ratio: float = 0.01
     file_mb: int = 64
     """Logical MiB of records per file."""
@@ -193,10 +196,15 @@ def _chunk(p: Params, keys: pa.Array, first: int, n: int, index: int) -> _Chunk:
     order = pc.sort_indices(part)  # stable
     part = pc.take(part, order)
     timestamp = pc.add(pc.cast(order, pa.int64()), p.start_ms + first)
-    u = pc.random(n, initializer=seed + 7_777_777)
-    idx = pc.cast(pc.floor(pc.multiply(pc.power(u, p.skew), p.key_space)), pa.int64())
-    gid = pc.add(pc.multiply(pc.cast(part, pa.int64()), p.key_space), idx)
-    key = pc.take(keys, gid)
+    if p.unique_keys:  # the record's place in the stream, as 36 digits
+        gid = pc.add(pc.cast(order, pa.int64()), first)
+        key = pc.utf8_lpad(pc.cast(gid, pa.string()), width=KEY_BYTES, padding="0")
+        key = key.cast(pa.binary())
+    else:
+        u = pc.random(n, initializer=seed + 7_777_777)
+        idx = pc.cast(pc.floor(pc.multiply(pc.power(u, p.skew), p.key_space)), pa.int64())
+        gid = pc.add(pc.multiply(pc.cast(part, pa.int64()), p.key_space), idx)
+        key = pc.take(keys, gid)
     value = _values(n, p.value_bytes, rng)
     if p.tombstone_ratio > 0:
         dead = pc.less(pc.random(n, initializer=seed + 3_333_333), p.tombstone_ratio)
@@ -233,7 +241,11 @@ def generate(p: Params, workdir: Path, *, progress: bool | None = None) -> Workl
     catalog = Catalog(store)
     config = TopicConfig.parse({"cleanup.policy": "compact"})
     catalog.commit(lambda s: create_topic(s, TOPIC, p.partitions, config))
-    keys = _key_dictionary(p.partitions, p.key_space, p.seed)
+    keys = (
+        pa.array([], pa.binary())
+        if p.unique_keys
+        else _key_dictionary(p.partitions, p.key_space, p.seed)
+    )
     headers = _empty_headers(p.records_per_file)
     next_offset = [0] * p.partitions
     files: list[LiveFile] = []
@@ -372,6 +384,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="key space per partition (default: half the records per partition)",
     )
     ap.add_argument("--skew", type=float, default=d.skew)
+    ap.add_argument(
+        "--unique-keys",
+        action="store_true",
+        help="every record a key of its own: deduplication drops nothing",
+    )
     ap.add_argument("--tombstone-ratio", type=float, default=d.tombstone_ratio)
     ap.add_argument("--file-mb", type=int, default=d.file_mb, help="logical MiB per file")
     ap.add_argument("--level", type=int, default=d.level, choices=range(0, 4))
@@ -391,6 +408,7 @@ def params_from(args: argparse.Namespace) -> Params:
         partitions=args.partitions,
         keys_per_partition=args.keys_per_partition,
         skew=args.skew,
+        unique_keys=args.unique_keys,
         tombstone_ratio=args.tombstone_ratio,
         file_mb=args.file_mb,
         level=args.level,

@@ -8,10 +8,9 @@ the batch again (``FileWriter.write_batch``): the same records, without the cost
 codec. So a batch that passes through a job unchanged (a copy, L0 -> L1; a batch of
 which every record survives) is written in the frame it was read in.
 
-Only frames of at least ``KEPT_FROM`` payload bytes are kept: a writer gathers lighter
-batches into bigger ones, which it then encodes anyway. An entry goes when its batch is
-freed (a weak reference to it), so it holds the payload no longer than the batch holds
-its records, and a batch made later at the same address cannot find it.
+Only the frames of batches of at least ``KEPT_FROM`` Arrow bytes are kept. An entry goes
+when its batch is freed (a weak reference to it), so it holds the payload no longer than
+the batch holds its records, and a batch made later at the same address cannot find it.
 """
 
 from __future__ import annotations
@@ -23,15 +22,22 @@ import pyarrow as pa
 
 from compactor.fileformat.framing import EncodedFrame
 
-KEPT_FROM: Final = 64 << 10
-"""The least payload a kept frame has: one of hundreds of records or more."""
+KEPT_FROM: Final = 512 << 10
+"""The least a batch whose frame is kept holds in Arrow buffers: half a batch of the
+writer's size (``writer.MAX_BATCH_BYTES``). A job gathers lighter batches into batches of
+that size, encoded once (``worker.gather``), which costs less than writing each one's
+frame: a frame costs the writer its checks, stats and index entry on the job's thread,
+while the encoding it saves runs on the writer's own thread (a copy of L0 files of
+about 130 KiB sections at 64 partitions took 10% longer with their frames kept, one of
+1 MiB sections at 8 partitions 15% less time and a third less CPU;
+``bench/README.md``, "Frames written as they were read")."""
 
 _kept: dict[int, tuple[weakref.ref[pa.RecordBatch], EncodedFrame]] = {}
 
 
 def keep_frame(batch: pa.RecordBatch, frame: EncodedFrame) -> None:
     """Leaves ``frame`` as the one ``batch`` was decoded from (if it is heavy enough)."""
-    if len(frame.payload) < KEPT_FROM:
+    if batch.get_total_buffer_size() < KEPT_FROM:
         return
     key = id(batch)
 

@@ -91,7 +91,7 @@ def _records_of(data: bytes) -> dict[tuple[str, int], list[dict[str, object]]]:
 
 
 def _big_sections(rng: random.Random) -> Sections:
-    return {("t", p): _records(0, 6000, 100, rng) for p in range(3)}
+    return {("t", p): _records(0, 10_000, 100, rng) for p in range(3)}
 
 
 def test_a_frame_written_in_its_own_codec_is_written_as_it_was_read() -> None:
