@@ -51,6 +51,11 @@ class WorkerMetrics:
         self.get_resumes = Counter(
             p + "get_resumes", "GET streams re-opened after a broken connection", registry=r
         )
+        self.frames_reused = Counter(
+            p + "frames_reused",
+            "Batch frames of the inputs written to an output as they were read, not encoded again",
+            registry=r,
+        )
         self.max_buffer_utilization_percent = Gauge(
             p + "max_buffer_utilization_percent",
             "The key buffer's highest fill, in percent, during the last job",
@@ -79,6 +84,7 @@ class WorkerMetrics:
         self.bytes_out.inc(report.bytes_out)
         self.get_streams.inc(sum(f.gets - f.resumes for f in report.inputs))
         self.get_resumes.inc(sum(f.resumes for f in report.inputs))
+        self.frames_reused.inc(s.frames_reused)
         self.max_buffer_utilization_percent.set(100.0 * s.max_buffer_utilization)
         if report.bytes_in:
             self.recopy_percent.set(100.0 * report.bytes_out / report.bytes_in)

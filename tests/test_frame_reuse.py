@@ -25,6 +25,7 @@ from compactor.fileformat.framing import EncodedFrame
 from compactor.fileformat.ipc import inspect_message
 from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
+from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
 from compactor.worker.gather import GATHER_BELOW, weight
@@ -261,6 +262,9 @@ def test_a_copy_job_of_heavy_frames_reuses_every_one(tmp_path: Path) -> None:
         store, catalog, _copy_job(catalog), KeyBuffer(4096), now_ms=NOW, compression="lz4"
     )
     assert report.stats.frames_reused == len(payloads) == 9  # one frame a section
+    metrics = WorkerMetrics()
+    metrics.observe(report)
+    assert metrics.registry.get_sample_value("compactor_worker_frames_reused_total") == 9
     (out,) = catalog.snapshot().files
     assert sorted(_payloads(store.get(out.key)[0])) == sorted(payloads)  # byte for byte
     assert read_live(store, catalog) == before

@@ -225,6 +225,7 @@ def test_metrics_are_served_and_parse(s3_store: S3Store, job_queues: JobQueues) 
     assert value("compactor_worker_records_out_total") == 16 * 40
     assert value("compactor_worker_get_streams_total") == 2 * len(job.inputs)
     assert value("compactor_worker_get_resumes_total") == 0
+    assert value("compactor_worker_frames_reused_total") == 0  # frames too small to keep
     assert value("compactor_worker_bytes_in_total") == job.input_bytes
     assert value("compactor_worker_read_bytes_total") >= 2 * job.input_bytes
     assert 0 < value("compactor_worker_max_buffer_utilization_percent") <= 100
