@@ -23,8 +23,8 @@ class CompactionStats:
     max_buffer_utilization: float = 0.0
     partitions: int = 0
     frames_reused: int = 0
-    """Input batch frames written to the output as they were read, not encoded again
-    (a copy without deduplication: ``worker.copy``)."""
+    """Input batch frames written to an output as they were read, not encoded again: a
+    batch that passed through the job unchanged (``fileformat.read_frames``)."""
 
     @property
     def dropped(self) -> dict[str, int]:
