@@ -22,6 +22,7 @@ import compactor.fileformat.ipc as ipc
 import compactor.fileformat.reader as reader
 import compactor.worker.gather as gather
 import compactor.worker.masks as masks
+import compactor.worker.runner as runner
 from compactor.catalog import Catalog
 from compactor.fileformat import (
     FileWriter,
@@ -406,16 +407,16 @@ def test_coalesced_keeps_every_record_in_order() -> None:
         batch = records_to_batch(_records(rnd, rnd.randrange(0, 50), True))
         parts.append(batch)
     big = records_to_batch(
-        [Record(i, 0, b"k", b"x" * 1000, ()) for i in range(gather.COALESCE_BYTES // 1000 + 1)]
+        [Record(i, 0, b"k", b"x" * 1000, ()) for i in range(runner.COALESCE_BYTES // 1000 + 1)]
     )
     parts[30:30] = [big, big.slice(0, 0)]
-    out = list(gather.coalesced(iter(parts)))
+    out = list(runner.coalesced(iter(parts)))
     assert all(b.num_rows for b in out)
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert len(out) < len([p for p in parts if p.num_rows])
     for b in out:
         if b is not big:
-            assert gather._gathered_size(b) < gather.COALESCE_BYTES
+            assert runner._gathered_size(b) < runner.COALESCE_BYTES
 
 
 NOW = test_worker_model.NOW
@@ -455,7 +456,7 @@ def test_a_partitions_survivors_are_written_in_batches_of_the_writers_size(
         batches_out += section.batches()
     logical = sum(batches.logical_bytes(b) for b in batches_out)
     assert logical > files * per_file * 120
-    assert len(batches_out) == -(-logical // gather.COALESCE_BYTES)  # one per MiB, rounded up
+    assert len(batches_out) == -(-logical // runner.COALESCE_BYTES)  # one per MiB, rounded up
     offsets = [o for b in batches_out for o in b.column("offset").to_pylist()]
     assert offsets == list(range(files * per_file))
 
@@ -471,10 +472,10 @@ def test_coalesced_gathers_filtered_batches_without_headers() -> None:
             [Record(10 * i + j, 0, b"k%d" % j, b"v" * 10, ()) for j in range(8)]
         )
         parts.append(filter_batch(batch, pa.array([rnd.random() < 0.6 for _ in range(8)])))
-    out = list(gather.coalesced(iter(parts)))
+    out = list(runner.coalesced(iter(parts)))
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
-    assert sum(b.nbytes for b in parts) < gather.COALESCE_BYTES
-    assert sum(gather._gathered_size(b) for b in parts) < gather.COALESCE_BYTES
+    assert sum(b.nbytes for b in parts) < runner.COALESCE_BYTES
+    assert sum(runner._gathered_size(b) for b in parts) < runner.COALESCE_BYTES
     assert len(out) == 1
 
 

@@ -19,7 +19,6 @@ from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat
 from compactor.fileformat.block import Block
 from compactor.fileformat.read_frames import frame_of
-from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.writer import MAX_BATCH_BYTES
 from compactor.worker.kernel import run_labels
 
@@ -202,38 +201,3 @@ class GroupRows:
             counts += piece.counts
         labels, per_partition = run_labels(ordinals, counts, partitions)
         return concat(batches), labels, per_partition
-
-
-COALESCE_BYTES = MAX_BATCH_BYTES
-"""Survivor batches are gathered while together they hold fewer Arrow bytes than this
-(``_gathered_size``) and written as one: a partition otherwise yields one survivor batch
-per input batch, a third or less of it after deduplication, and each costs the writer a
-fixed amount (checks, stats, a frame and ~600 bytes of Arrow metadata) and the codec a
-context per buffer. Gathered up to the writer's own batch size (Arrow bytes exceed the
-weight the writer cuts at, so a gathered batch is never cut again), the output of a full
-compaction of L0 files at 64 partitions takes a third less CPU and 3% fewer bytes
-(``bench/README.md``, "Survivors written in batches of the writer's size"). A partition
-holds at most this much more while it is gathered, and a reader of one offset reads a
-batch of at most this size, as it already does in any large partition."""
-
-_HEADERS = RECORD_SCHEMA.get_field_index("headers")
-
-
-def coalesced(survivors: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A partition's survivor batches, consecutive ones concatenated while together they
-    hold fewer Arrow bytes than COALESCE_BYTES (whatever each one's size); a batch
-    passed on as it was read, in a frame kept for it, is not gathered."""
-    return gathered(weighed(survivors, _gathered_size), COALESCE_BYTES, COALESCE_BYTES, True)
-
-
-def _gathered_size(batch: pa.RecordBatch) -> int:
-    """A batch's Arrow bytes, cheaply: its buffers' sizes (a slice's whole buffers, which
-    at worst gathers less; ``nbytes`` is exact but costs ~25 times more), except that an
-    all-empty headers column counts 4 bytes a row. Survivors of a section without headers
-    carry a slice of one cached column of empty lists (``filter_batch``), whose whole
-    buffer would count 4 KiB each and keep them from ever being gathered."""
-    size: int = batch.get_total_buffer_size()
-    headers = batch.column(_HEADERS)
-    if not len(headers.values):  # no header in the whole column the batch may slice
-        size += 4 * batch.num_rows - headers.get_total_buffer_size()
-    return size
