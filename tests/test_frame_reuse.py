@@ -162,9 +162,14 @@ def test_a_frame_is_kept_only_while_its_batch_lives() -> None:
     assert frame_of(light) is None
 
 
-def _copy_job(catalog: Catalog) -> Job:
+def _job(catalog: Catalog, level: int, dedup: bool) -> Job:
+    """Every live file into ``level``."""
     files = catalog.snapshot().files
-    return Job(tuple(JobInput(f.id, f.key, f.size) for f in files), 1, False)
+    return Job(tuple(JobInput(f.id, f.key, f.size) for f in files), level, dedup)
+
+
+def _copy_job(catalog: Catalog) -> Job:
+    return _job(catalog, 1, False)
 
 
 @settings(max_examples=25, deadline=None)
@@ -285,8 +290,7 @@ def _unique_records(
 
 
 def _dedup_job(catalog: Catalog) -> Job:
-    files = catalog.snapshot().files
-    return Job(tuple(JobInput(f.id, f.key, f.size) for f in files), 2, True)
+    return _job(catalog, 2, True)
 
 
 def _dedup_store(
