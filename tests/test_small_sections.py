@@ -635,9 +635,11 @@ def test_pending_shared_stops_at_the_first_partition_that_reaches_the_budget(
     sections of its own sizes, in blocks of its own size, some framed), ``pending_shared``
     with a budget lists the shortest prefix of its unbounded answer that weighs the
     budget, or all of it if it weighs less; and the unbounded answer holds exactly the
-    partitions up to the first framed section or block end, each with its sections'
-    logical bytes over every input. Checked at every step of a walk that takes runs of
-    partitions, as a group's walk does."""
+    partitions from the head up to the first one with a framed section in any input,
+    however many blocks of each input that spans, each with its sections' logical bytes
+    over every input. Beyond the blocks at its heads, the pointer then holds only blocks
+    the budget reached into, and one more per input. Checked at every step of a walk
+    that takes runs of partitions, as a group's walk does."""
     rnd = random.Random(seed)
     files, sizes, framed = [], [], []
     for _ in range(inputs):
@@ -655,30 +657,45 @@ def test_pending_shared_stops_at_the_first_partition_that_reaches_the_budget(
         sections = [s for s in rd.sections() if s.skip() is None]
         sizes.append({s.partition: s.logical_bytes or 0 for s in sections})
         framed.append({s.partition for s in sections if s.logical_bytes is None})
-    merge = SectionMerge([StreamReader(io.BytesIO(d), object_name="f", size=len(d)) for d in files])
-    steps = 0
+    held = sorted({p for s in sizes for p in s})
+    everything = [(b"t", p) for p in range(60)]
+
+    def fresh() -> SectionMerge:
+        return SectionMerge(
+            [StreamReader(io.BytesIO(d), object_name="f", size=len(d)) for d in files]
+        )
+
+    merge, steps = fresh(), 0
     while (at := merge.next_partition()) is not None and steps < 40:
         steps += 1
-        unbounded = merge.pending_shared(1 << 62)
-        for _, _, p, size in unbounded:
-            assert size == sum(s.get(p, 0) for s in sizes)
-            assert not any(p in f for f in framed)
-        if unbounded:
-            assert unbounded[0][2] == at[1]
-        budget = data.draw(st.integers(0, sum(e[3] for e in unbounded) + 10), label="budget")
+        model = []
+        for p in (p for p in held if p >= at[1]):
+            if any(p in f for f in framed):
+                break
+            model.append(((b"t", p), "t", p, sum(s.get(p, 0) for s in sizes)))
+        budget = data.draw(st.integers(0, sum(e[3] for e in model) + 10), label="budget")
         total, expected = 0, []
-        for entry in unbounded:
+        for entry in model:
             if expected and total >= budget:
                 break
             expected.append(entry)
             total += entry[3]
-        got = merge.pending_shared(budget)
-        assert got == (expected if total >= budget else unbounded)
+        # a pointer that has not looked ahead yet, at the same place, with the budget
+        twin = fresh()
+        if at[1] > held[0]:
+            twin.take_upto((b"t", at[1] - 1), GroupRows(("offset", "key")), everything)
+        got = twin.pending_shared(budget)
+        assert got == (expected if total >= budget else model)
+        for ahead in twin._ahead:  # read ahead: blocks the answer reaches into, one more
+            assert all(t is not None and t.keys[-1] <= got[-1][0] for _, t in ahead[:-1])
+        unbounded = merge.pending_shared(1 << 62)
+        assert unbounded == model
+        assert merge.pending_shared(budget) == got
         if not unbounded:  # a framed section at the head: taken through its reader
             last = (b"t", at[1])
         else:
             last = unbounded[data.draw(st.integers(0, len(unbounded) - 1), label="take")][0]
-        merge.take_upto(last, GroupRows(("offset", "key")), [(b"t", p) for p in range(60)])
+        merge.take_upto(last, GroupRows(("offset", "key")), everything)
 
 
 @settings(max_examples=500, deadline=None)

@@ -139,11 +139,10 @@ class GroupRows:
     consecutive rows of its batch, so a run is one slice, whatever the number of sections
     in it (``add_run``), with each section's partition ordinal in the group and row count.
     A run that continues the input's last one in the same block extends it: a group's
-    walk takes its runs a round at a time, and each round stops at the first block end
-    of any input (``SectionMerge.pending_shared``), so an input's block comes in several
-    runs. Runs may come in any order of inputs; ``batch`` puts whole runs in the group's
-    order, slices the blocks and concatenates them. No Python runs per row, and per
-    section only a list entry."""
+    walk may take its runs in several rounds (``SectionMerge.pending_shared`` stops at a
+    framed section), so an input's block may come in several runs. Runs may come in any
+    order of inputs; ``batch`` puts whole runs in the group's order, slices the blocks
+    and concatenates them. No Python runs per row, and per section only a list entry."""
 
     def __init__(self, fields: Sequence[str] | None = None) -> None:
         self.fields = fields

@@ -49,7 +49,10 @@ class SectionMerge:
     ``_keys[i]``, ``_parts[i]`` are input i's head's key and (topic, partition), None once
     the input is done; ``_framed[i]`` is its head when that is a framed section, else
     ``_runs[i]`` and ``_at[i]`` are its block and index, and ``_tables[i]`` the block's
-    table as columns."""
+    table as columns. ``_ahead[i]`` holds input i's units read past its head's
+    (``pending_shared`` reads them), in stream order: shared blocks with their tables,
+    then possibly a framed section or the stream's end (None), after which nothing is
+    read ahead; the head takes them from there before reading on (``_next_unit``)."""
 
     def __init__(self, readers: Sequence[StreamReader]) -> None:
         n = len(readers)
@@ -60,6 +63,7 @@ class SectionMerge:
         self._tables = [_NO_TABLE] * n
         self._keys: list[Key | None] = [None] * n
         self._parts: list[tuple[str, int] | None] = [None] * n
+        self._ahead: list[list[_Unit]] = [[] for _ in range(n)]
         for i in range(n):
             self._next_unit(i)
 
@@ -68,32 +72,66 @@ class SectionMerge:
         return self._parts[min(live)[1]] if live else None
 
     def pending_shared(self, budget: int) -> list[tuple[Key, str, int, int]]:
-        """The partitions from the pointer's head on whose every pending section is a
-        shared one already read (in a block at an input's head), in order, each as (key,
-        topic, partition, its sections' logical bytes together): up to the first framed
-        section and to where an input's block ends, beyond which a partition may have
-        sections not yet seen; and no further than the first partition at which those
-        before it and itself weigh ``budget`` together, so a walk asks again only where a
-        block ends, and looks at no section past the budget. The inputs' runs up to there
-        are merged in one compiled pass (``_sections.span_weights``)."""
-        cap: Key | None = None
-        heads: list[tuple[_Table, int]] = []
+        """The partitions from the pointer's head on whose every section is a shared one,
+        in order, each as (key, topic, partition, its sections' logical bytes together):
+        up to the first partition with a framed section in any input, and no further than
+        the first partition at which those before it and itself weigh ``budget``
+        together. The tables of the blocks read so far are merged in one compiled pass
+        (``_sections.span_weights``) up to where the first of them ends (beyond it, that
+        input may hold sections not yet seen); while the budget is not reached there,
+        the inputs whose blocks end there read their next unit (``_ahead``) and the merge
+        goes on. So a group's walk takes its partitions in one ``take_upto``, however
+        many blocks they span, and the pointer holds, beyond the blocks at its heads, at
+        most the blocks its budget reaches into."""
+        found: list[tuple[Key, str, int, int]] = []
+        after: Key | None = None  # the last key merged so far
+        while True:
+            cap, spans, ending = self._known(after)
+            if spans:
+                keys, sizes = _sections.span_weights(spans, budget)
+                found += [(k, _topic(k[0]), k[1], w) for k, w in zip(keys, sizes, strict=True)]
+                budget -= sum(sizes)
+            if not spans or budget <= 0 or not ending:
+                return found
+            for i in ending:
+                self._read_ahead(i)
+            after = cap
+
+    def _known(self, after: Key | None) -> tuple[Key | None, list[_Span], list[int]]:
+        """What ``pending_shared`` may merge past ``after`` (from the heads if None) of the
+        units read so far: the last key it may merge (None: every one), each table's
+        entries after ``after`` up to it, and the inputs that may read on past it (their
+        blocks read so far end there)."""
+        bounds: list[tuple[Key, int, bool]] = []  # (last key input i may give, i, may read on)
+        tables: list[tuple[_Table, int]] = []
         for i, key in enumerate(self._keys):
             if key is None:
                 continue
             if self._runs[i] is None:  # a framed head: its partition and those after it wait
-                cap = _before(key) if cap is None else min(cap, _before(key))
+                bounds.append((_before(key), i, False))
                 continue
-            table = self._tables[i]
-            cap = table.keys[-1] if cap is None else min(cap, table.keys[-1])
-            heads.append((table, self._at[i]))
-        if cap is None:
-            return []
-        keys, sizes = _sections.span_weights(
-            [(t.keys, t.sizes, at, bisect.bisect_right(t.keys, cap, at)) for t, at in heads],
-            budget,
-        )
-        return [(k, _topic(k[0]), k[1], size) for k, size in zip(keys, sizes, strict=True)]
+            tables.append((self._tables[i], self._at[i]))
+            last: Key | None = self._tables[i].keys[-1]
+            more = True
+            for unit, table in self._ahead[i]:
+                if table is not None:
+                    tables.append((table, 0))
+                    last = table.keys[-1]
+                else:  # a framed section (its partition and those after it wait) or the end
+                    last = _before(unit.key) if isinstance(unit, SectionReader) else None
+                    more = False
+            if last is not None:
+                bounds.append((last, i, more))
+        cap = min(bounds)[0] if bounds else None
+        spans: list[_Span] = []
+        for table, at in tables:
+            keys = table.keys
+            if after is not None:
+                at = bisect.bisect_right(keys, after, at)
+            end = len(keys) if cap is None else bisect.bisect_right(keys, cap, at)
+            if at < end:
+                spans.append((keys, table.sizes, at, end))
+        return cap, spans, [i for last, i, more in bounds if more and last == cap]
 
     def take(self, topic: str, partition: int) -> Iterator[SectionReader]:
         """The inputs' sections of this partition, oldest input first; each is consumed
@@ -155,20 +193,38 @@ class SectionMerge:
         self._keys[i], self._parts[i] = key, (_topic(key[0]), key[1])
 
     def _next_unit(self, i: int) -> None:
-        """Input i's next unit (a framed section or a block's run) becomes its head."""
-        unit = next(self._units[i], None)
+        """Input i's next unit (a framed section or a block's run) becomes its head: the
+        first one read ahead, if any."""
+        unit, table = self._ahead[i].pop(0) if self._ahead[i] else self._unit(i)
         self._framed[i] = self._runs[i] = None
         self._at[i] = 0
         self._tables[i] = _NO_TABLE
         if unit is None:
             self._keys[i] = self._parts[i] = None
         elif isinstance(unit, SharedRun):
+            assert table is not None
             self._runs[i] = unit
-            self._tables[i] = table = _Table(unit.block.sections.entries)
+            self._tables[i] = table
             self._head(i, table.keys[0])
         else:
             self._framed[i] = unit
             self._keys[i], self._parts[i] = unit.key, (unit.topic, unit.partition)
+
+    def _unit(self, i: int) -> _Unit:
+        """Input i's next unit off its stream, a shared block's with its table."""
+        unit = next(self._units[i], None)
+        if isinstance(unit, SharedRun):
+            return unit, _Table(unit.block.sections.entries)
+        return unit, None
+
+    def _read_ahead(self, i: int) -> None:
+        self._ahead[i].append(self._unit(i))
+
+
+_Unit = tuple[SectionReader | SharedRun | None, _Table | None]
+"""An input's unit as read (None: the stream's end), with its table if it is a block."""
+_Span = tuple[list[Key], list[int], int, int]
+"""A table's keys and sizes, and the entries ``_sections.span_weights`` merges of them."""
 
 
 def _before(key: Key) -> Key:

@@ -224,10 +224,11 @@ class Phase1Walk:
         """Takes a run of small partitions from ``first`` on and yields their ``Group``
         (or, if one window cannot hold them, each partition's own windows); returns the
         partition after the run, None at the pointer's end. ``small`` is what
-        ``pending_shared`` gave, ``first``'s entry first. The run is taken a round of
-        ``pending_shared`` at a time, each input's part of a round as one run of its block
-        (``SectionMerge.take_upto``). The group's phase-1 rows are held until its window
-        closes (at most ``GROUP_BYTES``)."""
+        ``pending_shared`` gave, ``first``'s entry first (it reads the inputs' blocks
+        ahead as far as the budget reaches, so one round usually lists the whole run).
+        Each round's partitions are taken at once, each input's part as one run of each
+        of its blocks (``SectionMerge.take_upto``). The group's phase-1 rows are held
+        until its window closes (at most ``GROUP_BYTES``)."""
         assert small[0][1:3] == (first.topic, first.partition)
         parts: list[Partition] = []
         keys: list[Key] = []
