@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from conftest import S3Url
 from worker_scenarios import add_file, make_topics
@@ -26,7 +27,9 @@ from compactor.objectstore.s3 import S3Store
 from compactor.planner.job import Job, JobInput
 from compactor.worker import helper_pool
 from compactor.worker.errors import WorkerError
+from compactor.worker.group import Group
 from compactor.worker.kernel import KeyBuffer
+from compactor.worker.partition import KeepSet
 from compactor.worker.policy import Partition, PartitionPolicy
 from compactor.worker.runner import run_job
 
@@ -76,20 +79,34 @@ def test_the_helper_serves_job_after_job_and_counts_its_gets(local_store: LocalS
     assert second.stats.records_out == 4 * 7  # every partition's 7 keys, once each
 
 
-def test_a_partition_crosses_the_pipe_as_itself() -> None:
-    """``Partition`` pickles as its constructor's arguments (``__reduce__``): every field
-    arrives in its place, and partitions of one policy share it after the trip."""
+def test_a_group_crosses_the_pipe_as_itself() -> None:
+    """A ``Group`` pickles its partitions as columns (``Group.__reduce__``): every field
+    of every partition arrives in its place, partitions of one policy share it after the
+    trip, and the rest of the group is unchanged."""
     policy = PartitionPolicy.for_partition(
         TopicConfig(), deduplicate=True, now_ms=7, includes_oldest=True, includes_newest=False
     )
-    parts = (Partition("t-one", 3, policy, "compacted"), Partition("t-two", 4, policy, "plain"))
-    again = pickle.loads(pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL))
-    assert again == parts
-    assert [(p.topic, p.partition, p.group) for p in again] == [
+    other = PartitionPolicy.for_partition(
+        TopicConfig(), deduplicate=True, now_ms=7, includes_oldest=False, includes_newest=True
+    )
+    parts = (
+        Partition("t-one", 3, policy, "compacted"),
+        Partition("t-one", 5, other, "compacted"),
+        Partition("t-two", 4, policy, "plain"),
+    )
+    keys = ((b"t-one", 3), (b"t-one", 5), (b"t-two", 4))
+    group = Group(parts, (2, 0, 9), keys, KeepSet(pa.array([0, 4, 10], pa.int64())), 0.25)
+    again = pickle.loads(pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL))
+    assert again.parts == parts and all(type(p) is Partition for p in again.parts)
+    assert [(p.topic, p.partition, p.group) for p in again.parts] == [
         ("t-one", 3, "compacted"),
+        ("t-one", 5, "compacted"),
         ("t-two", 4, "plain"),
     ]
-    assert again[0].policy is again[1].policy
+    assert again.parts[0].policy is again.parts[2].policy
+    assert again.parts[1].policy == other
+    assert (again.counts, again.keys, again.utilization) == ((2, 0, 9), keys, 0.25)
+    assert again.keep.winners.to_pylist() == [0, 4, 10]
 
 
 def test_a_store_that_cannot_travel_keeps_phase_1_here(tmp_path: Path) -> None:

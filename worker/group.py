@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -74,6 +75,26 @@ class Group:
     """The winning sequence numbers."""
     utilization: float
     """The key buffer's utilization when the window closed."""
+
+    def __reduce__(self) -> tuple[Callable[..., Group], tuple[Any, ...]]:
+        """Pickled with its partitions as columns (phase 1's process sends one message a
+        group): a tuple of named tuples, one a partition, pickles each as a class and its
+        arguments, and a group of 140 partitions took 0.43 ms to unpickle as frozen
+        dataclasses; as four lists whose repeated topic, policy and output group the
+        pickle's memo refers to, and the tuples made again from them, a fifth of that."""
+        columns = [list(column) for column in zip(*self.parts, strict=True)]
+        return (_group_of, (columns, self.counts, self.keys, self.keep, self.utilization))
+
+
+def _group_of(
+    columns: list[list[Any]],
+    counts: tuple[int, ...],
+    keys: tuple[Key, ...],
+    keep: KeepSet,
+    utilization: float,
+) -> Group:
+    parts = tuple(map(Partition._make, zip(*columns, strict=True)))
+    return Group(parts, counts, keys, keep, utilization)
 
 
 def same_window(a: PartitionPolicy, b: PartitionPolicy) -> bool:
