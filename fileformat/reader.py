@@ -263,8 +263,11 @@ class StreamReader:
     def units(self) -> Iterator[SectionReader | SharedRun]:
         """The file's sections as ``sections()`` gives them, except that the sections of a
         shared block come as one ``SharedRun``: a reader that takes a block's sections by
-        their place in it (a job's pointers) makes no object per section. A unit is valid
-        until the next is asked for. Either iterator can be taken once, and only one."""
+        their place in it (a job's pointers) makes no object per section. A framed
+        section is valid until the next unit is asked for (that reads past its frames); a
+        ``SharedRun`` stays valid after (its block's bytes are read and checked), so a
+        reader may look at blocks ahead (``SectionMerge.pending_shared``). Either iterator
+        can be taken once, and only one."""
         if self._started:
             raise RuntimeError(
                 f"{self.object_name}: a stream's sections (or units) can be iterated once"
