@@ -122,6 +122,11 @@ class Params:
             raise ValueError("files this large overflow 32-bit binary offsets: lower file_mb")
         if not 0 <= self.tombstone_ratio <= 1:
             raise ValueError("tombstone ratio must be in [0, 1]")
+        if not self.unique_keys and self.partitions * self.key_space > MAX_KEYS:
+            raise ValueError(
+                f"{self.partitions:,} partitions of {self.key_space:,} keys are more than the "
+                f"{MAX_KEYS:,} keys a key dictionary holds: fewer, or --unique-keys"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +159,22 @@ class Workload:
         return out
 
 
+MAX_KEYS = (1 << 31) // 36 - 1
+"""The most keys a key dictionary holds: its 36-byte keys in one binary array (32-bit
+offsets)."""
+_RANDOM_CHUNK = 1 << 24
+"""Bytes per ``randbytes`` call: one call takes at most 2^31 - 1 bits. Chunks of a multiple
+of 4 bytes give the same bytes as one call, so a seed's keys do not depend on it."""
+
+
 def _key_dictionary(partitions: int, key_space: int, seed: int) -> pa.Array:
     """partitions * key_space UUID-shaped keys; key (p, i) is entry p * key_space + i."""
-    n = partitions * key_space
+    n = partitions * key_space  # at most MAX_KEYS (Params.check)
     rng = random.Random(seed ^ 0x5EED)
-    hex32 = rng.randbytes(16 * n).hex().encode()
+    hex32 = b"".join(
+        rng.randbytes(min(_RANDOM_CHUNK, 16 * n - at)).hex().encode()
+        for at in range(0, 16 * n, _RANDOM_CHUNK)
+    )
     text = pa.Array.from_buffers(pa.utf8(), n, [None, _fixed_offsets(n, 32), pa.py_buffer(hex32)])
     cuts = ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
     parts = [pc.utf8_slice_codeunits(text, a, b) for a, b in cuts]
@@ -423,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=Path("bench/out/work"))
     ap.add_argument("--regenerate", action="store_true")
     args = ap.parse_args(argv)
-    w = ensure(params_from(args), args.workdir, regenerate=args.regenerate)
+    try:
+        w = ensure(params_from(args), args.workdir, regenerate=args.regenerate)
+    except ValueError as exc:
+        ap.error(str(exc))
     print(json.dumps(w.to_json(), indent=2))
     return 0
 
