@@ -407,8 +407,11 @@ class LocalMultipartWriter(MultipartWriter):
         self._f: BinaryIO | None = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         self._etag: str | None = None
         self.writeback_started = 0
-        """The bytes whose write to disk was started before ``complete`` (a multiple of
-        ``WRITEBACK_BYTES`` or more, where the platform can)."""
+        """The bytes whose write to disk was started before ``complete``, where the
+        platform and file system can (``start_writeback``)."""
+        self._writeback_at: int | None = WRITEBACK_BYTES if writeback_possible() else None
+        """The bytes written at which the next writeback starts; None: never (the buffer
+        is then flushed only when full)."""
 
     def write(self, data: bytes | memoryview) -> None:
         f = self._f
@@ -417,10 +420,13 @@ class LocalMultipartWriter(MultipartWriter):
         try:
             f.write(data)
             self.bytes_written += len(data)
-            if self.bytes_written - self.writeback_started >= WRITEBACK_BYTES:
+            if self._writeback_at is not None and self.bytes_written >= self._writeback_at:
                 f.flush()
                 if start_writeback(f.fileno(), self.writeback_started, self.bytes_written):
                     self.writeback_started = self.bytes_written
+                    self._writeback_at = self.bytes_written + WRITEBACK_BYTES
+                else:  # this file system has none: no more flushes for it
+                    self._writeback_at = None
         except OSError as e:
             self.abort()
             raise self._store._error("write", self.key, e) from e
@@ -501,6 +507,11 @@ def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
 
 
 _SYNC_FILE_RANGE_WRITE = 2
+
+
+def writeback_possible() -> bool:
+    """Whether this platform can start a file's writeback (``start_writeback``)."""
+    return _sync_file_range() is not None
 
 
 def start_writeback(fd: int, start: int, end: int) -> bool:

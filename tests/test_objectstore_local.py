@@ -17,6 +17,7 @@ from compactor.objectstore import (
     StoreError,
     open_store,
 )
+from compactor.objectstore import local as local_module
 from compactor.objectstore.local import (
     LOCK_FILE,
     TMP_DIR,
@@ -202,3 +203,29 @@ def test_a_long_upload_starts_its_writeback_as_it_goes(local_store: LocalStore) 
         # 9 MiB written: the first 9 started; 18 MiB: all 18; the rest stays for fsync
         assert started == [0, 0, 9 << 20, 9 << 20, 9 << 20, 18 << 20, 18 << 20]
         assert WRITEBACK_BYTES == 8 << 20
+
+
+def test_an_upload_where_writeback_fails_writes_through_its_buffer(
+    local_store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the file system refuses to start a writeback, an upload asks once, then
+    writes on through its buffer (no flush per write), and its bytes are intact."""
+    asked: list[tuple[int, int]] = []
+
+    def refused(fd: int, start: int, end: int) -> bool:
+        asked.append((start, end))
+        return False
+
+    monkeypatch.setattr(local_module, "start_writeback", refused)
+    pieces = [bytes([i]) * (3 << 20) for i in range(8)]
+    w = local_store.open_multipart("refused")
+    assert isinstance(w, LocalMultipartWriter)
+    for piece in pieces:
+        w.write(piece)
+    w.complete()
+    assert local_store.get("refused")[0] == b"".join(pieces)
+    assert w.writeback_started == 0
+    if local_module.writeback_possible():
+        assert asked == [(0, 9 << 20)]
+    else:
+        assert asked == []
