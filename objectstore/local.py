@@ -55,9 +55,8 @@ _WRITE_BUFFER = 1 << 20
 WRITEBACK_BYTES = 8 << 20
 """A multipart upload asks the kernel to start writing its bytes to disk each time this
 many more are written (``start_writeback``), so that ``complete``'s fsync waits for the
-last few MiB only: the disk writes while the job still computes. On this project's
-benchmark machine, 100 MiB written in 1 MiB pieces: the final fsync 50 ms, or 3.4 ms after
-writeback was started every 8 MiB (5 ms of calls spread over the writes)."""
+last few MiB only: the disk writes while the job still computes (bench/README.md, "A
+group listed in one call, its partitions as columns, writeback as it goes")."""
 _A = TypeVar("_A")
 _R = TypeVar("_R")
 

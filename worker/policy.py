@@ -87,8 +87,8 @@ class Partition(NamedTuple):
     """A partition of a job as phase 1 starts it: its (topic, partition), policy and
     output group. A named tuple, not a frozen dataclass: a job at 10,000 partitions makes
     one per partition in phase 1 and again in phase 2 (a group's message carries its
-    partitions), and a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``, twice as slow to make (``Group.__reduce__``)."""
+    partitions, ``Group.__reduce__``), and a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``."""
 
     topic: str
     partition: int
