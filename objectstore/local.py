@@ -3,8 +3,7 @@
 Invariants:
 
 - Key ``a/b/c`` is the file ``<root>/a/b/c``; keys are validated by ``keys.check_key``.
-- Every write goes to a fresh temp file in ``<root>/.compactor-tmp/``, is fsynced (a
-  multipart upload starts its bytes' writeback as it goes: ``WRITEBACK_BYTES``), then
+- Every write goes to a fresh temp file in ``<root>/.compactor-tmp/``, is fsynced, then
   committed by ``os.replace`` (plain put) or ``os.link`` (if_none_match, which fails if
   the key exists), and the directory is fsynced. Readers see the old or the new file,
   never a mix, and every write produces a new inode.
@@ -19,12 +18,10 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import functools
 import io
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -52,11 +49,6 @@ LOCK_FILE = RESERVED_PREFIX + "lock"
 _UPLOAD_PREFIX = "u-"
 DEFAULT_ROOT = Path("./compactor-data")
 _WRITE_BUFFER = 1 << 20
-WRITEBACK_BYTES = 8 << 20
-"""A multipart upload asks the kernel to start writing its bytes to disk each time this
-many more are written (``start_writeback``), so that ``complete``'s fsync waits for the
-last few MiB only: the disk writes while the job still computes (bench/README.md, "A
-group listed in one call, its partitions as columns, writeback as it goes")."""
 _A = TypeVar("_A")
 _R = TypeVar("_R")
 
@@ -405,30 +397,16 @@ class LocalMultipartWriter(MultipartWriter):
         self._if_none_match = if_none_match
         self._f: BinaryIO | None = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         self._etag: str | None = None
-        self.writeback_started = 0
-        """The bytes whose write to disk was started before ``complete``, where the
-        platform and file system can (``start_writeback``)."""
-        self._writeback_at: int | None = WRITEBACK_BYTES if writeback_possible() else None
-        """The bytes written at which the next writeback starts; None: never (the buffer
-        is then flushed only when full)."""
 
     def write(self, data: bytes | memoryview) -> None:
-        f = self._f
-        if f is None:
+        if self._f is None:
             raise StoreError(f"write to a finished multipart writer for {self.key!r}")
         try:
-            f.write(data)
-            self.bytes_written += len(data)
-            if self._writeback_at is not None and self.bytes_written >= self._writeback_at:
-                f.flush()
-                if start_writeback(f.fileno(), self.writeback_started, self.bytes_written):
-                    self.writeback_started = self.bytes_written
-                    self._writeback_at = self.bytes_written + WRITEBACK_BYTES
-                else:  # this file system has none: no more flushes for it
-                    self._writeback_at = None
+            self._f.write(data)
         except OSError as e:
             self.abort()
             raise self._store._error("write", self.key, e) from e
+        self.bytes_written += len(data)
 
     def complete(self) -> str:
         if self._etag is not None:
@@ -489,36 +467,6 @@ class _CommitLock:
 def _raise_unless_missing(e: OSError) -> None:
     if not isinstance(e, FileNotFoundError):
         raise StoreError(f"cannot list {e.filename}: {e.strerror or e}") from e
-
-
-@functools.cache
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """Linux's ``sync_file_range`` (which ``os`` does not offer), or None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def writeback_possible() -> bool:
-    """Whether this platform can start a file's writeback (``start_writeback``)."""
-    return _sync_file_range() is not None
-
-
-def start_writeback(fd: int, start: int, end: int) -> bool:
-    """Asks the kernel to start writing bytes [start, end) of ``fd`` to disk, without
-    waiting for them (an fsync later still waits for whatever is not written yet);
-    whether it could. Advisory: a platform or file system without it changes nothing."""
-    fn = _sync_file_range()
-    return fn is not None and fn(fd, start, end - start, _SYNC_FILE_RANGE_WRITE) == 0
 
 
 def _fsync_dir(path: Path) -> None:

@@ -17,13 +17,7 @@ from compactor.objectstore import (
     StoreError,
     open_store,
 )
-from compactor.objectstore import local as local_module
-from compactor.objectstore.local import (
-    LOCK_FILE,
-    TMP_DIR,
-    WRITEBACK_BYTES,
-    LocalMultipartWriter,
-)
+from compactor.objectstore.local import LOCK_FILE, TMP_DIR
 from compactor.objectstore.s3 import S3Store
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -184,48 +178,3 @@ def test_open_store_rejects_bad_urls(url: str, message: str) -> None:
 def test_endpoint_url_only_for_s3(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="s3:// stores only"):
         open_store(str(tmp_path), endpoint_url="http://127.0.0.1:9")
-
-
-def test_a_long_upload_starts_its_writeback_as_it_goes(local_store: LocalStore) -> None:
-    """Each time ``WRITEBACK_BYTES`` more are written, a multipart upload asks the kernel
-    to start writing them to disk (Linux), so that ``complete``'s fsync waits only for
-    the rest; the object reads back byte for byte."""
-    pieces = [bytes([i]) * (3 << 20) for i in range(6)] + [b"tail" * 1000]
-    w = local_store.open_multipart("long")
-    assert isinstance(w, LocalMultipartWriter)
-    started = []
-    for piece in pieces:
-        w.write(piece)
-        started.append(w.writeback_started)
-    w.complete()
-    assert local_store.get("long")[0] == b"".join(pieces)
-    if sys.platform.startswith("linux"):
-        # 9 MiB written: the first 9 started; 18 MiB: all 18; the rest stays for fsync
-        assert started == [0, 0, 9 << 20, 9 << 20, 9 << 20, 18 << 20, 18 << 20]
-        assert WRITEBACK_BYTES == 8 << 20
-
-
-def test_an_upload_where_writeback_fails_writes_through_its_buffer(
-    local_store: LocalStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Where the file system refuses to start a writeback, an upload asks once, then
-    writes on through its buffer (no flush per write), and its bytes are intact."""
-    asked: list[tuple[int, int]] = []
-
-    def refused(fd: int, start: int, end: int) -> bool:
-        asked.append((start, end))
-        return False
-
-    monkeypatch.setattr(local_module, "start_writeback", refused)
-    pieces = [bytes([i]) * (3 << 20) for i in range(8)]
-    w = local_store.open_multipart("refused")
-    assert isinstance(w, LocalMultipartWriter)
-    for piece in pieces:
-        w.write(piece)
-    w.complete()
-    assert local_store.get("refused")[0] == b"".join(pieces)
-    assert w.writeback_started == 0
-    if local_module.writeback_possible():
-        assert asked == [(0, 9 << 20)]
-    else:
-        assert asked == []
