@@ -25,16 +25,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .bytecode import compile_checkout
 from .run import clone_store
 from .workload import MANIFEST, Params
 
 ROOT = Path(__file__).resolve().parent.parent
+_T = TypeVar("_T")
 PUT_OFF_MS = 10 * 365 * 86_400_000
 """``--once``: full.compaction.interval.ms, ten years, so that the daily compaction,
 due at once on a fresh workload, leaves the level rules to plan."""
@@ -121,6 +122,13 @@ def pair_count(first: tuple[str, list[Timed]], second: tuple[str, list[Timed]]) 
         f"{first[0]} against {second[0]}, pair by pair: wall {tally(lambda t: t.wall_s)}, "
         f"CPU {tally(lambda t: t.cpu_s)}"
     )
+
+
+def in_turn(items: Sequence[_T], runs: int) -> Iterator[_T]:
+    """``items`` ``runs`` times over, in turn, the order reversed every other time, so that
+    neither goes first in every round of a drifting machine."""
+    for i in range(runs):
+        yield from items if i % 2 == 0 else items[::-1]
 
 
 def run_in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:

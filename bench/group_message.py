@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .ab import run_in
+from .ab import in_turn, run_in
 from .bytecode import compile_checkout
 
 TIMED = """
@@ -66,13 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     for checkout in checkouts:
         compile_checkout(checkout)
     runs: dict[Path, list[list[float]]] = {c: [] for c in checkouts}
-    for i in range(args.runs):
-        for checkout in checkouts if i % 2 == 0 else checkouts[::-1]:
-            cmd = [sys.executable, "-c", TIMED, str(args.partitions)]
-            done = run_in(checkout, cmd)
-            if done.returncode != 0:
-                raise SystemExit(f"bench.group_message: {checkout}: {done.stderr.strip()}")
-            runs[checkout].append(json.loads(done.stdout))
+    for checkout in in_turn(checkouts, args.runs):
+        done = run_in(checkout, [sys.executable, "-c", TIMED, str(args.partitions)])
+        if done.returncode != 0:
+            raise SystemExit(f"bench.group_message: {checkout}: {done.stderr.strip()}")
+        runs[checkout].append(json.loads(done.stdout))
     print(f"a group of {args.partitions} partitions, µs, medians of {args.runs} runs")
     print("| checkout | " + " | ".join(STEPS) + " | together |")
     print("|---|" + "---:|" * (len(STEPS) + 1))

@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .ab import run_in
+from .ab import in_turn, run_in
 from .bytecode import compile_checkout
 
 TIMED = (
@@ -43,9 +43,8 @@ def main() -> int:
     for checkout in checkouts:
         compile_checkout(checkout)
     times: dict[Path, list[float]] = {c: [] for c in checkouts}
-    for i in range(args.runs):
-        for checkout in checkouts if i % 2 == 0 else checkouts[::-1]:
-            times[checkout].append(time_once(checkout))
+    for checkout in in_turn(checkouts, args.runs):
+        times[checkout].append(time_once(checkout))
     for checkout, values in times.items():
         ms = sorted(v * 1e3 for v in values)
         print(

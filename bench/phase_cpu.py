@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .ab import run_in
+from .ab import in_turn, run_in
 from .bytecode import compile_checkout
 
 JOB_LINE = re.compile(
@@ -58,9 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     for checkout in checkouts:
         compile_checkout(checkout)
     jobs: dict[Path, list[tuple[float, ...]]] = {c: [] for c in checkouts}
-    for i in range(args.runs):
-        for checkout in checkouts if i % 2 == 0 else checkouts[::-1]:
-            jobs[checkout] += warm_jobs(checkout, store)
+    for checkout in in_turn(checkouts, args.runs):
+        jobs[checkout] += warm_jobs(checkout, store)
     first, second = checkouts
     print(f"{len(jobs[first])} warm jobs each, {store}")
     print(f"| figure | {first} | {second} | the first lower in |")
