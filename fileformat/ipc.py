@@ -98,6 +98,14 @@ class _StreamEncoder:
         return payload
 
 
+MIN_SAVINGS: Final = 0.25
+"""A compressed batch's buffer is stored compressed only where its codec saves at least
+this share of its bytes; otherwise as it is, its length prefix -1 (FORMAT.md 6.2). Arrow
+compresses every buffer of a batch; on this system's own workloads lz4 saved nothing on
+random values and 14% on keys, and decoding those buffers was most of a job's decode
+(``bench.codecs``; bench/README.md, "Buffers compressed where it pays")."""
+
+
 class BatchEncoder:
     """Turns record batches into batch frame payloads (encapsulated IPC messages).
 
@@ -105,14 +113,24 @@ class BatchEncoder:
     compresses each buffer separately, which for a few records costs more time (a codec
     context per buffer) and space than it saves. A compressed batch whose decoded body would
     exceed MAX_EXPANSION times its payload (readers reject those) is stored uncompressed too.
+    In a compressed batch, a buffer that its codec shrinks by less than ``min_savings`` is
+    stored as it is (``where_it_pays``): readers then take it without decompressing it.
     """
 
-    def __init__(self, compression: str | None, min_compress_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        compression: str | None,
+        min_compress_bytes: int = 0,
+        min_savings: float = MIN_SAVINGS,
+    ) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        if not 0.0 <= min_savings <= 1.0:
+            raise ValueError(f"min_savings must be within [0, 1], not {min_savings!r}")
         self._compression = compression
         self._compressing = None if compression is None else _StreamEncoder(compression)
         self._min_compress_bytes = min_compress_bytes
+        self._min_savings = min_savings
 
     def compresses(self, logical_bytes: int) -> bool:
         """Whether a batch of ``logical_bytes`` is compressed (if it gains)."""
@@ -126,11 +144,79 @@ class BatchEncoder:
         if not self.compresses(logical_bytes):
             return _encode_plain(batch)
         assert self._compressing is not None
-        payload = self._compressing.encode(batch)
+        payload = where_it_pays(self._compressing.encode(batch), batch, self._min_savings)
         decoded = inspect_message(payload, 0, "<encoder>", check_expansion=False).decoded
         if decoded > MAX_EXPANSION * len(payload):
             return _encode_plain(batch)
         return payload
+
+
+class _Layout(NamedTuple):
+    """Where a message's parts are: its body's start, its ``bodyLength`` field's
+    position and its buffer vector's (``spans``, each buffer's offset and length in the
+    body), all in the payload."""
+
+    body_start: int
+    body_length_at: int
+    buffers_at: int
+    spans: tuple[int, ...]
+
+
+def _layout(payload: bytes) -> _Layout:
+    """The layout of a message this module's encoder wrote (trusted: not checked)."""
+    body_start = _PREFIX.size + _PREFIX.unpack_from(payload, 0)[1]
+    fb = _Flatbuffer(payload[_PREFIX.size : body_start], _PREFIX.size, "<encoder>")
+    message = fb.table(fb.read(_U32, 0))
+    batch = fb.table(fb.ref(message, 2))
+    at, count = fb.vector(batch, 2, 16)
+    spans = struct.unpack_from(f"<{2 * count}q", fb.data, at)
+    return _Layout(body_start, _PREFIX.size + fb.field(message, 3), _PREFIX.size + at, spans)
+
+
+def where_it_pays(compressed: bytes, batch: pa.RecordBatch, min_savings: float) -> bytes:
+    """``compressed`` (Arrow's message for ``batch``, every buffer compressed), with each
+    buffer that its codec shrank by less than ``min_savings`` of its bytes stored as it
+    is instead: the length prefix -1, then the bytes Arrow's uncompressed message of
+    ``batch`` holds for it, padded to 8 bytes. Arrow's buffer vector and body length
+    are rewritten in place; nothing else of the metadata changes. Returns ``compressed``
+    itself where every buffer pays."""
+    layout = _layout(compressed)
+    c_spans, body = layout.spans, layout.body_start
+    raw = {
+        i
+        for i in range(0, len(c_spans), 2)
+        if c_spans[i + 1]
+        and (declared := _I64.unpack_from(compressed, body + c_spans[i])[0]) >= 0
+        and c_spans[i + 1] - _I64.size > (1.0 - min_savings) * declared
+    }
+    if not raw:
+        return compressed
+    plain = _encode_plain(batch)
+    p_layout = _layout(plain)
+    p_spans, p_body = p_layout.spans, p_layout.body_start
+    head = bytearray(compressed[:body])
+    parts: list[bytes | bytearray | memoryview] = [head]
+    spans: list[int] = []
+    size = 0
+    for i in range(0, len(c_spans), 2):
+        if i in raw:
+            start, length = p_body + p_spans[i], p_spans[i + 1]
+            parts += (_STORED_AS_IS, memoryview(plain)[start : start + length])
+            length += _I64.size
+        else:
+            start, length = body + c_spans[i], c_spans[i + 1]
+            parts.append(memoryview(compressed)[start : start + length])
+        pad = -length % 8
+        if pad:
+            parts.append(bytes(pad))
+        spans += (size, length)
+        size += length + pad
+    struct.pack_into(f"<{len(spans)}q", head, layout.buffers_at, *spans)
+    _I64.pack_into(head, layout.body_length_at, size)
+    return b"".join(parts)
+
+
+_STORED_AS_IS = _I64.pack(-1)
 
 
 def _encode_plain(batch: pa.RecordBatch) -> bytes:

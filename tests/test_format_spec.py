@@ -1047,6 +1047,7 @@ class Golden:
 GOLDENS = [
     Golden("v2.kcf", 2, BASIC, 6, False, BASIC_BATCHES),
     Golden("v2-zstd.kcf", 2, ZSTD, 6, True, {("orders", 0): [0]}),
+    Golden("v2-zstd-as-is.kcf", 2, ZSTD, 6, True, {("orders", 0): [0]}),
     Golden("v1.kcf", 1, BASIC, 6, False, BASIC_BATCHES),
     Golden("v1-5col.kcf", 1, BASIC, 5, False, BASIC_BATCHES),
     Golden("v1-5col-zstd.kcf", 1, ZSTD, 5, True, {("orders", 0): [0]}),

@@ -1,0 +1,147 @@
+"""A compressed batch's buffers are compressed only where it pays (``ipc.where_it_pays``).
+
+The messages are read back by Arrow (the records must survive), and their buffers are
+walked here by a reader of Arrow's flatbuffer metadata of this file's own, against Arrow's
+messages for the same batch with every buffer compressed and with none: each buffer of the
+result must be one or the other, as the rule says.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.fileformat.ipc import MIN_SAVINGS, BatchEncoder, decode_batch, inspect_message
+from compactor.fileformat.records import Record, records_to_batch
+
+STORED_AS_IS = -1
+
+
+def _table(data: bytes, pos: int) -> tuple[int, list[int]]:
+    vtable = pos - struct.unpack_from("<i", data, pos)[0]
+    size = struct.unpack_from("<H", data, vtable)[0]
+    slots = struct.unpack_from(f"<{(size - 4) // 2}H", data, vtable + 4)
+    return pos, [pos + s if s else 0 for s in slots]
+
+
+def buffers(payload: bytes) -> list[bytes]:
+    """Each body buffer's bytes (empty ones too), found through the message's metadata."""
+    meta_len = struct.unpack_from("<i", payload, 4)[0]
+    meta, body = payload[8 : 8 + meta_len], payload[8 + meta_len :]
+    _, message = _table(meta, struct.unpack_from("<I", meta, 0)[0])
+    assert struct.unpack_from("<q", meta, message[3])[0] == len(body), "bodyLength"
+    header = message[2] + struct.unpack_from("<I", meta, message[2])[0]
+    _, batch = _table(meta, header)
+    vector = batch[2] + struct.unpack_from("<I", meta, batch[2])[0]
+    count = struct.unpack_from("<I", meta, vector)[0]
+    spans = struct.unpack_from(f"<{2 * count}q", meta, vector + 4)
+    out = []
+    for i in range(count):
+        off, length = spans[2 * i], spans[2 * i + 1]
+        assert off % 8 == 0 and off + length <= len(body)
+        out.append(body[off : off + length])
+    return out
+
+
+def prefix(buffer: bytes) -> int:
+    return int(struct.unpack_from("<q", buffer)[0])
+
+
+values = st.one_of(
+    st.none(),
+    st.binary(max_size=120),  # random: no codec shrinks these
+    st.sampled_from([b"", b"value " * 20, b"x" * 64, b'{"user": 1, "event": "click"}']),
+)
+keys = st.one_of(st.none(), st.binary(max_size=24), st.sampled_from([b"user-1", b"user-22"]))
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> pa.RecordBatch:
+    rows = draw(st.lists(st.tuples(keys, values, st.integers(1, 3)), min_size=1, max_size=300))
+    records, offset = [], draw(st.integers(0, 1 << 40))
+    for key, value, step in rows:
+        offset += step
+        headers = (("h", value[:4]),) if value and len(value) % 5 == 0 else ()
+        records.append(Record(offset, 1_700_000_000_000 + offset, key, value, headers))
+    return records_to_batch(records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batch=batches(),
+    codec=st.sampled_from(["lz4", "zstd"]),
+    min_savings=st.sampled_from([0.0, 0.1, MIN_SAVINGS, 0.6, 1.0]),
+)
+def test_each_buffer_is_compressed_only_where_it_pays(
+    batch: pa.RecordBatch, codec: str, min_savings: float
+) -> None:
+    payload = BatchEncoder(codec, 0, min_savings).encode(batch, 1 << 20)
+    assert decode_batch(payload, 0, "t").equals(batch)
+    every = buffers(BatchEncoder(codec, 0, 0.0).encode(batch, 1 << 20))
+    plain = buffers(BatchEncoder(None).encode(batch, 1 << 20))
+    got = buffers(payload)
+    assert len(got) == len(every) == len(plain)
+    as_is = 0
+    for mine, compressed, raw in zip(got, every, plain, strict=True):
+        if not compressed:
+            assert mine == compressed == raw == b""
+            continue
+        declared = prefix(compressed)
+        if declared == STORED_AS_IS:  # Arrow's own choice where the codec would grow it
+            assert mine == compressed and mine[8:] == raw
+            continue
+        assert declared == len(raw)
+        if len(compressed) - 8 > (1.0 - min_savings) * declared:
+            assert prefix(mine) == STORED_AS_IS
+            assert mine[8:] == raw
+            as_is += 1
+        else:
+            assert mine == compressed
+    decoded = inspect_message(payload, 0, "t").decoded
+    assert decoded == sum(len(raw) for raw in plain)
+    if not as_is:
+        assert payload == BatchEncoder(codec, 0, 0.0).encode(batch, 1 << 20)
+
+
+def test_random_values_are_stored_as_is_and_offsets_compressed() -> None:
+    """The shape of this system's benchmark workloads: lz4 cannot shrink random values,
+    and shrinks a batch's offsets and timestamps by far more than the threshold."""
+    rng = random.Random(7)
+    batch = records_to_batch(
+        [
+            Record(1000 + i, 1_700_000_000_000 + i, b"k%d" % i, rng.randbytes(100))
+            for i in range(2000)
+        ]
+    )
+    got = buffers(BatchEncoder("lz4", 0).encode(batch, 1 << 20))
+    offsets, value_data = got[1], got[9]  # the offset column's data, the value column's data
+    assert prefix(value_data) == STORED_AS_IS
+    assert prefix(offsets) == 2000 * 8 and len(offsets) < 2000 * 8 * (1 - MIN_SAVINGS)
+
+
+def test_a_threshold_outside_zero_to_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="min_savings"):
+        BatchEncoder("lz4", 0, 1.5)
+
+
+def test_the_as_is_golden_mixes_stored_and_compressed_buffers() -> None:
+    """``tests/golden/v2-zstd-as-is.kcf`` (the spec tests read it with pyarrow alone)
+    holds one batch whose long values are zstd frames and whose few-byte buffers, which
+    zstd would grow, are stored as is; ``v2-zstd.kcf``, the same records written before,
+    compresses every buffer."""
+    from test_format_spec import GOLDEN, walk
+
+    def kinds(name: str) -> set[str]:
+        (section,) = walk((GOLDEN / name).read_bytes()).sections
+        ((_, payload),) = section.batches
+        return {
+            "as is" if prefix(b) == STORED_AS_IS else "compressed" for b in buffers(payload) if b
+        }
+
+    assert kinds("v2-zstd-as-is.kcf") == {"as is", "compressed"}
+    assert kinds("v2-zstd.kcf") == {"compressed"}
