@@ -3,6 +3,8 @@ the same workload, in turn.
 
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-10kp --against /tmp/old
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/old --once
+    .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/old \
+        --against-workdir bench/out/v5-shape-ingest-64p
 
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
 a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
@@ -11,7 +13,10 @@ other, each first in every other pair, ``--pairs`` times, each on a fresh hard-l
 clone of the workload's store with its files in the page cache, and prints every wall
 and CPU time and the medians. The other checkout is imported through ``PYTHONPATH`` (its
 ``compactor`` package, and its compiled key buffer: copy ``worker/kernel/_keybuffer*.so``
-into it, or build it there). Not a test: the timings depend on the machine.
+into it, or build it there). ``--against-workdir`` gives the other checkout a workload
+of its own: the same records as its writer wrote them (a change of what the writer
+writes is measured with each checkout reading its own files). Not a test: the timings
+depend on the machine.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -147,6 +152,10 @@ def _imported(checkout: Path) -> str:
     return where
 
 
+def _params(workdir: Path) -> Params:
+    return Params(**json.loads((workdir / MANIFEST).read_text())["params"])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog="python -m bench.ab",
@@ -162,20 +171,31 @@ def main(argv: list[str] | None = None) -> None:
         help="the first job the rules plan (compact --once, the daily compaction put off: "
         "L0 -> L1 of the first 32 L0 files), not compact --full",
     )
+    ap.add_argument(
+        "--against-workdir",
+        type=Path,
+        help="the other checkout's workload, if not --workdir: the same records as another "
+        "checkout's bench.workload wrote them (its workload version may differ, nothing else)",
+    )
     args = ap.parse_args(argv)
-    params = Params(**json.loads((args.workdir / MANIFEST).read_text())["params"])
-    store = (args.workdir / "store").resolve()
+    params = _params(args.workdir)
+    other_workdir = args.against_workdir or args.workdir
+    if replace(_params(other_workdir), version=params.version) != params:
+        raise SystemExit(f"{other_workdir}: another workload than {args.workdir}'s")
     now_ms = params.compaction_now_ms
     sides = {"this": ROOT, "other": args.against.resolve()}
+    workdirs = {"this": args.workdir, "other": other_workdir}
     for name, checkout in sides.items():
-        print(f"{name}: {checkout} ({_imported(checkout)})")
-    print(f"workload: {args.workdir}")
+        print(f"{name}: {checkout} ({_imported(checkout)}), workload {workdirs[name]}")
     job = (
         ["--once", "--set", f"full.compaction.interval.ms={PUT_OFF_MS}"]
         if args.once
         else ["--full"]
     )
-    runs = {name: (checkout, store, job) for name, checkout in sides.items()}
+    runs = {
+        name: (checkout, (workdirs[name] / "store").resolve(), job)
+        for name, checkout in sides.items()
+    }
     alternate(runs, now_ms, args.pairs)
 
 

@@ -4,13 +4,14 @@
 
 Takes the first ``--batches`` batches of a store's live files as the writer wrote them
 (a framed section's batches, a shared block's one batch), decoded whole, encodes each as
-the writer does (``BatchEncoder``: zstd, lz4 or
-none, at the writer's threshold for compressing) and decodes it as a job does
-(``decode_batch``, whole), best of three, on this thread (a decode decompresses on the
-calling thread, as a job's does; an encode hands a batch's buffers to Arrow's thread
-pool). Prints, per codec: the bytes stored per logical byte,
-and encode and decode speed in logical MB/s of CPU time and of wall time. The question it
-answers is whether a cheaper codec below the top level pays in CPU for the bytes it adds
+the writer does (``BatchEncoder``: zstd, lz4 or none, at the writer's threshold for
+compressing) and decodes it as a job does, best of three, on this thread: whole
+(``decode_batch``, phase 2) and its offsets and keys (``decode_fields``, phase 1 under
+the offset strategy). Prints, per codec: the bytes stored per logical byte, and encode
+and decode speed in logical MB/s of CPU time and of wall time. Each codec runs twice:
+as the writer encodes (a buffer stored as it is where the codec shrinks it by less than
+``ipc.MIN_SAVINGS``) and with every buffer compressed, as Arrow does (``min_savings``
+0). The question it answers is whether a codec pays in CPU for the bytes it saves
 (ARCHITECTURE.md §9.1). Not a test: the timings depend on the machine.
 """
 
@@ -25,12 +26,15 @@ import pyarrow as pa
 
 from compactor.fileformat import StreamReader
 from compactor.fileformat.batches import batch_stats
-from compactor.fileformat.ipc import COMPRESSIONS, BatchEncoder, decode_batch
+from compactor.fileformat.field_decode import decode_fields
+from compactor.fileformat.ipc import COMPRESSIONS, MIN_SAVINGS, BatchEncoder, decode_batch
 from compactor.fileformat.reader import SharedRun
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import LocalStore
 
 from .contenders import live_files
+
+PHASE1_FIELDS = ("offset", "key")
 
 
 def _batches(store: LocalStore, limit: int) -> list[tuple[pa.RecordBatch, int]]:
@@ -77,11 +81,15 @@ def main(argv: list[str] | None = None) -> None:
         f"{len(batches)} batches, {sum(b.num_rows for b, _ in batches):,} records, "
         f"{logical / 1e6:.1f} MB logical"
     )
-    print("| codec | stored / logical | encode MB/s (CPU) | encode MB/s (wall) "
-          "| decode MB/s (CPU) | decode MB/s (wall) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
-    for codec in COMPRESSIONS:
-        encoder = BatchEncoder(codec, MIN_COMPRESS_BYTES)
+    print("| codec | buffers compressed | stored / logical | encode MB/s (CPU) "
+          "| encode MB/s (wall) | decode MB/s (CPU) | decode MB/s (wall) "
+          "| offsets and keys MB/s (CPU) |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    ways = [(None, MIN_SAVINGS)] + [
+        (codec, savings) for codec in COMPRESSIONS if codec for savings in (MIN_SAVINGS, 0.0)
+    ]
+    for codec, savings in ways:
+        encoder = BatchEncoder(codec, MIN_COMPRESS_BYTES, savings)
         payloads: list[bytes] = []
 
         def encode(encoder: BatchEncoder = encoder, payloads: list[bytes] = payloads) -> None:
@@ -91,13 +99,20 @@ def main(argv: list[str] | None = None) -> None:
             for p in payloads:
                 decode_batch(p, 0, "codecs", ordered=False)  # a block spans sections
 
+        def decode_keys(payloads: list[bytes] = payloads) -> None:
+            for p in payloads:
+                decode_fields(p, 0, "codecs", PHASE1_FIELDS, ordered=False)
+
         enc_cpu, enc_wall = _best(encode)
         dec_cpu, dec_wall = _best(decode)
+        keys_cpu, _ = _best(decode_keys)
         stored = sum(len(p) for p in payloads)
         mb = logical / 1e6
+        which = "-" if codec is None else "every one" if savings == 0 else "where it pays"
         print(
-            f"| {codec or 'none'} | {stored / logical:.3f} | {mb / enc_cpu:,.0f} | "
-            f"{mb / enc_wall:,.0f} | {mb / dec_cpu:,.0f} | {mb / dec_wall:,.0f} |"
+            f"| {codec or 'none'} | {which} | {stored / logical:.3f} | {mb / enc_cpu:,.0f} | "
+            f"{mb / enc_wall:,.0f} | {mb / dec_cpu:,.0f} | {mb / dec_wall:,.0f} "
+            f"| {mb / keys_cpu:,.0f} |"
         )
 
 
