@@ -8,10 +8,12 @@ the writer does (``BatchEncoder``: zstd, lz4 or none, at the writer's threshold 
 compressing) and decodes it as a job does, best of three, on this thread: whole
 (``decode_batch``, phase 2) and its offsets and keys (``decode_fields``, phase 1 under
 the offset strategy). Prints, per codec: the bytes stored per logical byte, and encode
-and decode speed in logical MB/s of CPU time and of wall time. Each codec runs twice:
-as the writer encodes (a buffer stored as it is where the codec shrinks it by less than
-``ipc.MIN_SAVINGS``) and with every buffer compressed, as Arrow does (``min_savings``
-0). The question it answers is whether a codec pays in CPU for the bytes it saves
+and decode speed in logical MB/s of CPU time and of wall time. Each codec runs two ways:
+buffer by buffer (a buffer stored as it is where the codec shrinks it by less than its
+share in ``ipc.MIN_SAVINGS``, lz4's for a codec without one, and not tried again until
+the encoder's next retry) and with every buffer compressed, as Arrow's IPC writer does
+it. The writer's way for each codec is marked. The question
+it answers is whether a codec pays in CPU for the bytes it saves
 (ARCHITECTURE.md §9.1). Not a test: the timings depend on the machine.
 """
 
@@ -21,20 +23,39 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
-from compactor.fileformat import StreamReader
+from compactor.fileformat import StreamReader, ipc
 from compactor.fileformat.batches import batch_stats
 from compactor.fileformat.field_decode import decode_fields
 from compactor.fileformat.ipc import COMPRESSIONS, MIN_SAVINGS, BatchEncoder, decode_batch
 from compactor.fileformat.reader import SharedRun
 from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.objectstore import LocalStore
+from compactor.worker.memory import use_lean_memory_pool
 
 from .contenders import live_files
 
 PHASE1_FIELDS = ("offset", "key")
+
+
+class Encoder(Protocol):
+    def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes: ...
+
+
+class ArrowsEncoder:
+    """The writer's encoder before buffers were stored as is: Arrow's IPC stream writer,
+    which compresses every buffer (batches under the writer's threshold uncompressed)."""
+
+    def __init__(self, codec: str) -> None:
+        self._arrows = ipc._StreamEncoder(codec)
+
+    def encode(self, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
+        if logical_bytes < MIN_COMPRESS_BYTES:
+            return BatchEncoder(None).encode(batch, logical_bytes)
+        return self._arrows.encode(batch)
 
 
 def _batches(store: LocalStore, limit: int) -> list[tuple[pa.RecordBatch, int]]:
@@ -75,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--store", type=Path, required=True, help="a bench.workload store")
     ap.add_argument("--batches", type=int, default=500, help="batches to take")
     args = ap.parse_args(argv)
+    use_lean_memory_pool()  # a job's pool and malloc settings (worker/memory.py)
     batches = _batches(LocalStore(args.store), args.batches)
     logical = sum(n for _, n in batches)
     print(
@@ -85,14 +107,19 @@ def main(argv: list[str] | None = None) -> None:
           "| encode MB/s (wall) | decode MB/s (CPU) | decode MB/s (wall) "
           "| offsets and keys MB/s (CPU) |")  # fmt: skip
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    ways = [(None, MIN_SAVINGS)] + [
-        (codec, savings) for codec in COMPRESSIONS if codec for savings in (MIN_SAVINGS, 0.0)
-    ]
-    for codec, savings in ways:
-        encoder = BatchEncoder(codec, MIN_COMPRESS_BYTES, savings)
+    ways: list[tuple[str | None, str, Encoder]] = [(None, "-", BatchEncoder(None))]
+    for codec in COMPRESSIONS:
+        if codec:
+            savings = MIN_SAVINGS.get(codec, MIN_SAVINGS["lz4"])
+            buffer_wise = BatchEncoder(codec, MIN_COMPRESS_BYTES, savings)
+            ways += [
+                (codec, f"where it pays ({savings:.0%})", buffer_wise),
+                (codec, "every one (Arrow's writer)", ArrowsEncoder(codec)),
+            ]
+    for codec, which, encoder in ways:
         payloads: list[bytes] = []
 
-        def encode(encoder: BatchEncoder = encoder, payloads: list[bytes] = payloads) -> None:
+        def encode(encoder: Encoder = encoder, payloads: list[bytes] = payloads) -> None:
             payloads[:] = [encoder.encode(b, n) for b, n in batches]
 
         def decode(payloads: list[bytes] = payloads) -> None:
@@ -108,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         keys_cpu, _ = _best(decode_keys)
         stored = sum(len(p) for p in payloads)
         mb = logical / 1e6
-        which = "-" if codec is None else "every one" if savings == 0 else "where it pays"
+        if codec is not None and (MIN_SAVINGS.get(codec) is None) == (which[0] == "e"):
+            which += ", the writer's"
         print(
             f"| {codec or 'none'} | {which} | {stored / logical:.3f} | {mb / enc_cpu:,.0f} | "
             f"{mb / enc_wall:,.0f} | {mb / dec_cpu:,.0f} | {mb / dec_wall:,.0f} "

@@ -98,12 +98,15 @@ class _StreamEncoder:
         return payload
 
 
-MIN_SAVINGS: Final = 0.25
-"""A compressed batch's buffer is stored compressed only where its codec saves at least
-this share of its bytes; otherwise as it is, its length prefix -1 (FORMAT.md 6.2). Arrow
-compresses every buffer of a batch; on this system's own workloads lz4 saved nothing on
-random values and 14% on keys, and decoding those buffers was most of a job's decode
-(``bench.codecs``; bench/README.md, "Buffers compressed where it pays")."""
+MIN_SAVINGS: Final = {"lz4": 0.25}
+"""The codecs whose batches are encoded buffer by buffer (``_BufferWise``), each with the
+share of a buffer's bytes it must save for the buffer to be stored compressed; otherwise
+the buffer is stored as it is, its length prefix -1 (FORMAT.md 6.2). lz4 is the codec
+chosen for CPU (below the top level): on this system's benchmark workloads it saved
+nothing on random values and 14% on keys, and took most of a job's decoding and most of
+its own encoding on them. zstd, chosen for bytes at the top level, is left to Arrow's
+IPC writer, which compresses every buffer: encoding buffer by buffer cost it 15-25% more
+CPU for the same bytes (``bench.codecs``; bench/README.md, "lz4 where it pays")."""
 
 
 class BatchEncoder:
@@ -113,24 +116,33 @@ class BatchEncoder:
     compresses each buffer separately, which for a few records costs more time (a codec
     context per buffer) and space than it saves. A compressed batch whose decoded body would
     exceed MAX_EXPANSION times its payload (readers reject those) is stored uncompressed too.
-    In a compressed batch, a buffer that its codec shrinks by less than ``min_savings`` is
-    stored as it is (``where_it_pays``): readers then take it without decompressing it.
+    With a ``min_savings`` (by default the codec's in ``MIN_SAVINGS``, if any), a
+    compressed batch is encoded buffer by buffer (``_BufferWise``): a buffer that its codec
+    shrinks by less than that share is stored as it is, and readers then take it without
+    decompressing it. Otherwise Arrow's IPC writer compresses every buffer.
     """
 
     def __init__(
         self,
         compression: str | None,
         min_compress_bytes: int = 0,
-        min_savings: float = MIN_SAVINGS,
+        min_savings: float | None = None,
     ) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
-        if not 0.0 <= min_savings <= 1.0:
+        if min_savings is None and compression is not None:
+            min_savings = MIN_SAVINGS.get(compression)
+        if min_savings is not None and not 0.0 <= min_savings <= 1.0:
             raise ValueError(f"min_savings must be within [0, 1], not {min_savings!r}")
         self._compression = compression
-        self._compressing = None if compression is None else _StreamEncoder(compression)
+        self._compressing: _StreamEncoder | _BufferWise | None = None
+        if compression is not None:
+            self._compressing = (
+                _StreamEncoder(compression)
+                if min_savings is None
+                else _BufferWise(compression, min_savings)
+            )
         self._min_compress_bytes = min_compress_bytes
-        self._min_savings = min_savings
 
     def compresses(self, logical_bytes: int) -> bool:
         """Whether a batch of ``logical_bytes`` is compressed (if it gains)."""
@@ -144,79 +156,132 @@ class BatchEncoder:
         if not self.compresses(logical_bytes):
             return _encode_plain(batch)
         assert self._compressing is not None
-        payload = where_it_pays(self._compressing.encode(batch), batch, self._min_savings)
+        payload = self._compressing.encode(batch)
         decoded = inspect_message(payload, 0, "<encoder>", check_expansion=False).decoded
         if decoded > MAX_EXPANSION * len(payload):
             return _encode_plain(batch)
         return payload
 
 
+RETRY_EVERY: Final = 16
+"""How often a ``_BufferWise`` encoder tries its codec again on the buffers that did not
+pay: the first batch and every 16th after it."""
+
+
 class _Layout(NamedTuple):
-    """Where a message's parts are: its body's start, its ``bodyLength`` field's
-    position and its buffer vector's (``spans``, each buffer's offset and length in the
-    body), all in the payload."""
+    """Where the parts of a batch message that the encoder writes are, as positions in
+    the payload: its body's start, the ``bodyLength`` field, the row count, the field
+    nodes' vector and the buffers' vector; and the buffers' (offset, length) pairs."""
 
     body_start: int
     body_length_at: int
+    rows_at: int
+    nodes_at: int
+    nodes: int
     buffers_at: int
     spans: tuple[int, ...]
 
 
 def _layout(payload: bytes) -> _Layout:
-    """The layout of a message this module's encoder wrote (trusted: not checked)."""
+    """The layout of a message of Arrow's IPC writer (trusted: not checked)."""
     body_start = _PREFIX.size + _PREFIX.unpack_from(payload, 0)[1]
     fb = _Flatbuffer(payload[_PREFIX.size : body_start], _PREFIX.size, "<encoder>")
     message = fb.table(fb.read(_U32, 0))
     batch = fb.table(fb.ref(message, 2))
-    at, count = fb.vector(batch, 2, 16)
-    spans = struct.unpack_from(f"<{2 * count}q", fb.data, at)
-    return _Layout(body_start, _PREFIX.size + fb.field(message, 3), _PREFIX.size + at, spans)
+    nodes_at, nodes = fb.vector(batch, 1, 16)
+    buffers_at, buffers = fb.vector(batch, 2, 16)
+    spans = struct.unpack_from(f"<{2 * buffers}q", fb.data, buffers_at)
+    at = _PREFIX.size
+    return _Layout(
+        body_start,
+        at + fb.field(message, 3),
+        at + fb.field(batch, 0),
+        at + nodes_at,
+        nodes,
+        at + buffers_at,
+        spans,
+    )
 
 
-def where_it_pays(compressed: bytes, batch: pa.RecordBatch, min_savings: float) -> bytes:
-    """``compressed`` (Arrow's message for ``batch``, every buffer compressed), with each
-    buffer that its codec shrank by less than ``min_savings`` of its bytes stored as it
-    is instead: the length prefix -1, then the bytes Arrow's uncompressed message of
-    ``batch`` holds for it, padded to 8 bytes. Arrow's buffer vector and body length
-    are rewritten in place; nothing else of the metadata changes. Returns ``compressed``
-    itself where every buffer pays."""
-    layout = _layout(compressed)
-    c_spans, body = layout.spans, layout.body_start
-    raw = {
-        i
-        for i in range(0, len(c_spans), 2)
-        if c_spans[i + 1]
-        and (declared := _I64.unpack_from(compressed, body + c_spans[i])[0]) >= 0
-        and c_spans[i + 1] - _I64.size > (1.0 - min_savings) * declared
-    }
-    if not raw:
-        return compressed
-    plain = _encode_plain(batch)
-    p_layout = _layout(plain)
-    p_spans, p_body = p_layout.spans, p_layout.body_start
-    head = bytearray(compressed[:body])
-    parts: list[bytes | bytearray | memoryview] = [head]
-    spans: list[int] = []
-    size = 0
-    for i in range(0, len(c_spans), 2):
-        if i in raw:
-            start, length = p_body + p_spans[i], p_spans[i + 1]
-            parts += (_STORED_AS_IS, memoryview(plain)[start : start + length])
-            length += _I64.size
-        else:
-            start, length = body + c_spans[i], c_spans[i + 1]
-            parts.append(memoryview(compressed)[start : start + length])
-        pad = -length % 8
-        if pad:
-            parts.append(bytes(pad))
-        spans += (size, length)
-        size += length + pad
-    struct.pack_into(f"<{len(spans)}q", head, layout.buffers_at, *spans)
-    _I64.pack_into(head, layout.body_length_at, size)
-    return b"".join(parts)
+class _BufferWise:
+    """Compressed batch messages, made buffer by buffer from Arrow's uncompressed message
+    of the batch: each buffer compressed with the codec (Arrow's own, as its IPC writer
+    calls it) where that saves at least ``min_savings`` of its bytes, else stored as it
+    is, its length prefix -1 (FORMAT.md 6.2).
+
+    The metadata is Arrow's for a compressed message of RECORD_SCHEMA in the codec: taken
+    once a process, from the stream writer's message for a first batch (``_template``),
+    then given each batch's row count, field nodes, buffers and body length. Its layout
+    does not depend on those values (fixed-size fields, vectors of fixed counts).
+
+    A buffer (by its place in the message) that did not pay is stored as it is without
+    trying the codec, until the next retry (``RETRY_EVERY``): lz4 spent most of its
+    time on the keys and values that it could not shrink by a quarter on this system's
+    benchmark workloads (``bench.codecs``), so the writer would pay for trying what the
+    readers are spared."""
+
+    def __init__(self, compression: str, min_savings: float) -> None:
+        self._compression = compression
+        self._codec = pa.Codec(compression)
+        self._keep_at_most = 1.0 - min_savings
+        self._pays = [True] * BUFFERS
+        self._batches = 0
+
+    def encode(self, batch: pa.RecordBatch) -> bytes:
+        plain = _encode_plain(batch)
+        p = _layout(plain)
+        template, t = _template(self._compression, batch)
+        if (p.nodes, len(p.spans)) != (t.nodes, len(t.spans)):
+            raise ValueError(f"a batch of {p.nodes} field nodes, not RECORD_SCHEMA's")
+        retry = self._batches % RETRY_EVERY == 0
+        self._batches += 1
+        view, pays = memoryview(plain), self._pays
+        head = bytearray(template)
+        parts: list[bytes | bytearray | memoryview] = [head]
+        spans: list[int] = []
+        size = 0
+        for k in range(len(p.spans) // 2):
+            start, length = p.body_start + p.spans[2 * k], p.spans[2 * k + 1]
+            if length:
+                raw = view[start : start + length]
+                packed = None
+                if retry or pays[k]:
+                    packed = self._codec.compress(raw, asbytes=True)
+                    pays[k] = len(packed) <= self._keep_at_most * length
+                if packed is not None and pays[k]:
+                    parts += (_I64.pack(length), packed)
+                    length = _I64.size + len(packed)
+                else:
+                    parts += (_STORED_AS_IS, raw)
+                    length += _I64.size
+                pad = -length % 8
+                if pad:
+                    parts.append(bytes(pad))
+            else:
+                pad = 0
+            spans += (size, length)
+            size += length + pad
+        head[t.rows_at : t.rows_at + 8] = view[p.rows_at : p.rows_at + 8]
+        nodes = 16 * p.nodes
+        head[t.nodes_at : t.nodes_at + nodes] = view[p.nodes_at : p.nodes_at + nodes]
+        struct.pack_into(f"<{len(spans)}q", head, t.buffers_at, *spans)
+        _I64.pack_into(head, t.body_length_at, size)
+        return b"".join(parts)
 
 
 _STORED_AS_IS = _I64.pack(-1)
+_templates: dict[str, tuple[bytes, _Layout]] = {}
+
+
+def _template(compression: str, batch: pa.RecordBatch) -> tuple[bytes, _Layout]:
+    """Arrow's metadata of a compressed message in ``compression`` (the payload up to its
+    body), with its layout; made from ``batch`` the first time it is asked for."""
+    found = _templates.get(compression)
+    if found is None:
+        arrow = _StreamEncoder(compression).encode(batch)
+        layout = _layout(arrow)
+        found = _templates[compression] = (arrow[: layout.body_start], layout)
+    return found
 
 
 def _encode_plain(batch: pa.RecordBatch) -> bytes:

@@ -2,7 +2,7 @@
 
 Usage, from the repository root, with the project's Python::
 
-    python tests/golden/make_goldens.py v2 v2-zstd-as-is        # the current tree
+    python tests/golden/make_goldens.py v2 v2-lz4-as-is         # the current tree
     PYTHONPATH=/tmp/v1 python tests/golden/make_goldens.py v1   # a checkout of c57a7dd
     GOLDEN_PACKAGE=fileformat PYTHONPATH=/tmp/v1a \
         python tests/golden/make_goldens.py v1-5col v1-5col-zstd  # a checkout of 06b6775
@@ -96,7 +96,7 @@ ZSTD: list[tuple[str, int, list[list[Row]]]] = [
 GOLDENS: dict[str, tuple[int, int, list[tuple[str, int, list[list[Row]]]], dict[str, Any]]] = {
     "v2": (2, 6, BASIC, {"compression": None, "max_batch_bytes": BASIC_MAX_BATCH_BYTES}),
     "v2-zstd": (2, 6, ZSTD, {"compression": "zstd", "min_compress_bytes": 0}),
-    "v2-zstd-as-is": (2, 6, ZSTD, {"compression": "zstd", "min_compress_bytes": 0}),
+    "v2-lz4-as-is": (2, 6, ZSTD, {"compression": "lz4", "min_compress_bytes": 0}),
     "v1": (1, 6, BASIC, {"compression": None, "max_batch_bytes": BASIC_MAX_BATCH_BYTES}),
     "v1-5col": (1, 5, BASIC, {"compression": None, "max_batch_bytes": BASIC_MAX_BATCH_BYTES}),
     "v1-5col-zstd": (1, 5, ZSTD, {"compression": "zstd", "min_compress_bytes": 0}),
