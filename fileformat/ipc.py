@@ -235,7 +235,7 @@ class _BufferWise:
             raise ValueError(f"a batch of {p.nodes} field nodes, not RECORD_SCHEMA's")
         retry = self._batches % RETRY_EVERY == 0
         self._batches += 1
-        view, pays = memoryview(plain), self._pays
+        view = memoryview(plain)
         head = bytearray(template)
         parts: list[bytes | bytearray | memoryview] = [head]
         spans: list[int] = []
@@ -243,30 +243,30 @@ class _BufferWise:
         for k in range(len(p.spans) // 2):
             start, length = p.body_start + p.spans[2 * k], p.spans[2 * k + 1]
             if length:
-                raw = view[start : start + length]
-                packed = None
-                if retry or pays[k]:
-                    packed = self._codec.compress(raw, asbytes=True)
-                    pays[k] = len(packed) <= self._keep_at_most * length
-                if packed is not None and pays[k]:
-                    parts += (_I64.pack(length), packed)
-                    length = _I64.size + len(packed)
-                else:
-                    parts += (_STORED_AS_IS, raw)
-                    length += _I64.size
-                pad = -length % 8
-                if pad:
-                    parts.append(bytes(pad))
-            else:
-                pad = 0
+                stored = self._buffer(k, view[start : start + length], retry)
+                length = sum(map(len, stored))
+                parts += stored
             spans += (size, length)
-            size += length + pad
+            size += length
+            if length % 8:
+                parts.append(bytes(8 - length % 8))
+                size += 8 - length % 8
         head[t.rows_at : t.rows_at + 8] = view[p.rows_at : p.rows_at + 8]
         nodes = 16 * p.nodes
         head[t.nodes_at : t.nodes_at + nodes] = view[p.nodes_at : p.nodes_at + nodes]
         struct.pack_into(f"<{len(spans)}q", head, t.buffers_at, *spans)
         _I64.pack_into(head, t.body_length_at, size)
         return b"".join(parts)
+
+    def _buffer(self, k: int, raw: memoryview, retry: bool) -> tuple[bytes, bytes | memoryview]:
+        """Buffer ``k`` of a message as stored: its length prefix and its bytes,
+        compressed where that pays, tried where it paid last time or at a retry."""
+        if retry or self._pays[k]:
+            packed = self._codec.compress(raw, asbytes=True)
+            self._pays[k] = len(packed) <= self._keep_at_most * len(raw)
+            if self._pays[k]:
+                return _I64.pack(len(raw)), packed
+        return _STORED_AS_IS, raw
 
 
 _STORED_AS_IS = _I64.pack(-1)
