@@ -7,14 +7,14 @@ Takes the first ``--batches`` batches of a store's live files as the writer wrot
 the writer does (``BatchEncoder``: zstd, lz4 or none, at the writer's threshold for
 compressing) and decodes it as a job does, best of three, on this thread: whole
 (``decode_batch``, phase 2) and its offsets and keys (``decode_fields``, phase 1 under
-the offset strategy). Prints, per codec: the bytes stored per logical byte, and encode
+the offset strategy). ``--buffers`` first prints what each codec saves on each of the
+record schema's buffers. Prints, per codec: the bytes stored per logical byte, and encode
 and decode speed in logical MB/s of CPU time and of wall time. Each codec runs two ways:
 buffer by buffer (a buffer stored as it is where the codec shrinks it by less than its
 share in ``ipc.MIN_SAVINGS``, lz4's for a codec without one, and not tried again until
 the encoder's next retry) and with every buffer compressed, as Arrow's IPC writer does
-it. The writer's way for each codec is marked. The question
-it answers is whether a codec pays in CPU for the bytes it saves
-(ARCHITECTURE.md §9.1). Not a test: the timings depend on the machine.
+it. The writer's way for each codec is marked. The question it answers is whether a
+codec pays in CPU for the bytes it saves (ARCHITECTURE.md §9.1). Not a test: the timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -77,6 +77,49 @@ def _batches(store: LocalStore, limit: int) -> list[tuple[pa.RecordBatch, int]]:
     return out
 
 
+BUFFER_NAMES = [
+    f"{column} {part}"
+    for column, parts in [
+        ("offset", ("validity", "data")),
+        ("timestamp", ("validity", "data")),
+        ("key", ("validity", "offsets", "data")),
+        ("value", ("validity", "offsets", "data")),
+        ("headers", ("validity", "offsets")),
+        ("header", ("validity",)),
+        ("header key", ("validity", "offsets", "data")),
+        ("header value", ("validity", "offsets", "data")),
+        ("delete_horizon", ("validity", "data")),
+    ]
+    for part in parts
+]
+"""RECORD_SCHEMA's buffers in message order (FORMAT.md 6.2: 21)."""
+
+
+def _buffer_savings(batches: list[tuple[pa.RecordBatch, int]]) -> None:
+    """Prints, for each of RECORD_SCHEMA's buffers, its bytes over the batches and what
+    each codec (``pa.Codec``, as Arrow's IPC writer calls it) saves of them. The buffers
+    are the decoded batches' own, in the message's order (a column's, then its
+    children's)."""
+    codecs = [c for c in COMPRESSIONS if c]
+    raw = [0] * len(BUFFER_NAMES)
+    packed = {c: [0] * len(BUFFER_NAMES) for c in codecs}
+    for batch, _ in batches:
+        buffers = [b for column in batch.columns for b in column.buffers()]
+        assert len(buffers) == len(BUFFER_NAMES)
+        for i, buffer in enumerate(buffers):
+            if buffer is not None and buffer.size:
+                raw[i] += buffer.size
+                for c in codecs:
+                    packed[c][i] += len(pa.Codec(c).compress(buffer, asbytes=True))
+    print("| buffer | bytes | " + " | ".join(f"{c} saves" for c in codecs) + " |")
+    print("|---|---:|" + "---:|" * len(codecs))
+    for i, name in enumerate(BUFFER_NAMES):
+        if raw[i]:
+            saved = " | ".join(f"{1 - packed[c][i] / raw[i]:.1%}" for c in codecs)
+            print(f"| {name} | {raw[i]:,} | {saved} |")
+    print()
+
+
 def _best(step: Callable[[], object]) -> tuple[float, float]:
     """The least CPU and wall seconds of three runs of ``step``."""
     cpu = wall = float("inf")
@@ -95,6 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--store", type=Path, required=True, help="a bench.workload store")
     ap.add_argument("--batches", type=int, default=500, help="batches to take")
+    ap.add_argument(
+        "--buffers",
+        action="store_true",
+        help="first, what each codec saves on each buffer of the batches' messages",
+    )
     args = ap.parse_args(argv)
     use_lean_memory_pool()  # a job's pool and malloc settings (worker/memory.py)
     batches = _batches(LocalStore(args.store), args.batches)
@@ -103,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{len(batches)} batches, {sum(b.num_rows for b, _ in batches):,} records, "
         f"{logical / 1e6:.1f} MB logical"
     )
+    if args.buffers:
+        _buffer_savings(batches)
     print("| codec | buffers compressed | stored / logical | encode MB/s (CPU) "
           "| encode MB/s (wall) | decode MB/s (CPU) | decode MB/s (wall) "
           "| offsets and keys MB/s (CPU) |")  # fmt: skip
