@@ -14,7 +14,8 @@ buffer by buffer (a buffer stored as it is where the codec shrinks it by less th
 share in ``ipc.MIN_SAVINGS``, lz4's for a codec without one, and not tried again until
 the encoder's next retry) and with every buffer compressed, as Arrow's IPC writer does
 it. The writer's way for each codec is marked. The question it answers is whether a
-codec pays in CPU for the bytes it saves (ARCHITECTURE.md §9.1). Not a test: the timings depend on the machine.
+codec pays in CPU for the bytes it saves (ARCHITECTURE.md §9.1). Not a test: the
+timings depend on the machine.
 """
 
 from __future__ import annotations

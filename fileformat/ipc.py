@@ -105,8 +105,9 @@ the buffer is stored as it is, its length prefix -1 (FORMAT.md 6.2). lz4 is the 
 chosen for CPU (below the top level): on this system's benchmark workloads it saved
 nothing on random values and 14% on keys, and took most of a job's decoding and most of
 its own encoding on them. zstd, chosen for bytes at the top level, is left to Arrow's
-IPC writer, which compresses every buffer: encoding buffer by buffer cost it 15-25% more
-CPU for the same bytes (``bench.codecs``; bench/README.md, "lz4 where it pays")."""
+IPC writer, which compresses every buffer: zstd halves keys and values alike, and made
+buffer by buffer it stored the same bytes for no steady gain in CPU (``bench.codecs``;
+bench/README.md, "lz4 where it pays")."""
 
 
 class BatchEncoder:
