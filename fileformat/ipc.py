@@ -192,11 +192,14 @@ def _layout(payload: bytes) -> _Layout:
     nodes_at, nodes = fb.vector(batch, 1, 16)
     buffers_at, buffers = fb.vector(batch, 2, 16)
     spans = struct.unpack_from(f"<{2 * buffers}q", fb.data, buffers_at)
+    body_length_at, rows_at = fb.field(message, 3), fb.field(batch, 0)
+    if not (body_length_at and rows_at and nodes_at and buffers_at):
+        raise ValueError("a message whose body length, row count, nodes or buffers are absent")
     at = _PREFIX.size
     return _Layout(
         body_start,
-        at + fb.field(message, 3),
-        at + fb.field(batch, 0),
+        at + body_length_at,
+        at + rows_at,
         at + nodes_at,
         nodes,
         at + buffers_at,
@@ -211,9 +214,11 @@ class _BufferWise:
     is, its length prefix -1 (FORMAT.md 6.2).
 
     The metadata is Arrow's for a compressed message of RECORD_SCHEMA in the codec: taken
-    once a process, from the stream writer's message for a first batch (``_template``),
-    then given each batch's row count, field nodes, buffers and body length. Its layout
-    does not depend on those values (fixed-size fields, vectors of fixed counts).
+    once a process, from the stream writer's message for a batch of one record
+    (``_template``), then given each batch's row count, field nodes, buffers and body
+    length. Its layout does not depend on those values (fixed-size fields, vectors of
+    fixed counts) as long as none is left out as a default: a row count of 0 would be,
+    so an empty batch is refused.
 
     A buffer (by its place in the message) that did not pay is stored as it is without
     trying the codec, until the next retry (``RETRY_EVERY``): lz4 spent most of its
@@ -229,9 +234,11 @@ class _BufferWise:
         self._batches = 0
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
+        if not batch.num_rows:
+            raise ValueError("a batch message needs at least one row (FORMAT.md 6.2)")
         plain = _encode_plain(batch)
         p = _layout(plain)
-        template, t = _template(self._compression, batch)
+        template, t = _template(self._compression)
         if (p.nodes, len(p.spans)) != (t.nodes, len(t.spans)):
             raise ValueError(f"a batch of {p.nodes} field nodes, not RECORD_SCHEMA's")
         retry = self._batches % RETRY_EVERY == 0
@@ -274,15 +281,21 @@ _STORED_AS_IS = _I64.pack(-1)
 _templates: dict[str, tuple[bytes, _Layout]] = {}
 
 
-def _template(compression: str, batch: pa.RecordBatch) -> tuple[bytes, _Layout]:
-    """Arrow's metadata of a compressed message in ``compression`` (the payload up to its
-    body), with its layout; made from ``batch`` the first time it is asked for."""
+def _template(compression: str) -> tuple[bytes, _Layout]:
+    """Arrow's metadata of a compressed message of one record in ``compression`` (the
+    payload up to its body), with its layout; made the first time it is asked for."""
     found = _templates.get(compression)
     if found is None:
-        arrow = _StreamEncoder(compression).encode(batch)
+        arrow = _StreamEncoder(compression).encode(_ONE_RECORD)
         layout = _layout(arrow)
         found = _templates[compression] = (arrow[: layout.body_start], layout)
     return found
+
+
+_ONE_RECORD = pa.RecordBatch.from_pylist(
+    [{"offset": 0, "timestamp": 0, "key": b"", "value": b"", "headers": []}],
+    schema=RECORD_SCHEMA,
+)
 
 
 def _encode_plain(batch: pa.RecordBatch) -> bytes:

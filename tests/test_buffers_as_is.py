@@ -189,3 +189,22 @@ def test_a_buffer_that_did_not_pay_is_tried_again_at_the_retry() -> None:
         kinds.append((prefix(got[1]) != STORED_AS_IS, prefix(got[9]) != STORED_AS_IS))
     assert kinds == [(True, False)] * RETRY_EVERY + [(True, True)] * RETRY_EVERY
     assert decode_batch(encoder.encode(text_values, 1 << 20), 0, "t").equals(text_values)
+
+
+def test_an_empty_batch_is_refused_and_the_encoder_still_works() -> None:
+    """A message of no rows is no batch frame (FORMAT.md 6.2), and its metadata leaves
+    the row count out: the encoder refuses it, whether or not the process has made its
+    metadata template yet, and goes on encoding the next batches right."""
+    empty = records_to_batch([])
+    batch = records_to_batch([Record(7, 7, b"k", b"value " * 30)] * 1)
+    for fresh in (True, False):
+        if fresh:
+            ipc._templates.clear()
+        encoder = BatchEncoder("lz4", 0)
+        with pytest.raises(ValueError, match="at least one row"):
+            encoder.encode(empty, 1 << 20)
+        payload = encoder.encode(batch, 1 << 20)
+        assert inspect_message(payload, 0, "t").rows == 1
+        assert decode_batch(payload, 0, "t").equals(batch)
+    with pytest.raises(ValueError, match="row count"):  # the layout is never guessed
+        ipc._layout(BatchEncoder(None).encode(empty, 0))
