@@ -175,7 +175,7 @@ def test_a_helper_whose_worker_dies_exits(tmp_path: Path) -> None:
 
 
 _FORK_SCRIPT = """
-import json, os, sys, threading
+import json, os, sys, threading, time
 import compactor.cli  # the entry point's memory settings, before pyarrow loads
 import compactor.worker.phase1_process
 from compactor.catalog import Catalog
@@ -184,12 +184,21 @@ from compactor.worker import helper_pool, helper_process
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import run_job
 
+def cmdline(pid):
+    # Popen returns once the child's exec has closed its error pipe, which the kernel does
+    # before it sets up the new arguments: until then /proc shows an empty command line.
+    deadline = time.monotonic() + 10
+    while True:
+        args = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
+        if args != [""] or time.monotonic() > deadline:
+            return args
+        time.sleep(0.01)
+
 def described(helper):
     pid = helper.process.pid
     fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
     return {"pid": pid, "forked": isinstance(helper.process, helper_process.ForkedProcess),
-            "cmdline": open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0"),
-            "fds": fds}
+            "cmdline": cmdline(pid), "fds": fds}
 
 out = {"threads": len(os.listdir("/proc/self/task"))}
 held = open(os.path.dirname(sys.argv[1]) + "/held", "w")  # not for the forked helper
