@@ -286,16 +286,14 @@ def _template(compression: str) -> tuple[bytes, _Layout]:
     payload up to its body), with its layout; made the first time it is asked for."""
     found = _templates.get(compression)
     if found is None:
-        arrow = _StreamEncoder(compression).encode(_ONE_RECORD)
+        one = pa.RecordBatch.from_pylist(
+            [{"offset": 0, "timestamp": 0, "key": b"", "value": b"", "headers": []}],
+            schema=RECORD_SCHEMA,
+        )
+        arrow = _StreamEncoder(compression).encode(one)
         layout = _layout(arrow)
         found = _templates[compression] = (arrow[: layout.body_start], layout)
     return found
-
-
-_ONE_RECORD = pa.RecordBatch.from_pylist(
-    [{"offset": 0, "timestamp": 0, "key": b"", "value": b"", "headers": []}],
-    schema=RECORD_SCHEMA,
-)
 
 
 def _encode_plain(batch: pa.RecordBatch) -> bytes:
