@@ -121,7 +121,7 @@ def _buffer_savings(batches: list[tuple[pa.RecordBatch, int]]) -> None:
     print()
 
 
-def _best(step: Callable[[], object]) -> tuple[float, float]:
+def least_of_three(step: Callable[[], object]) -> tuple[float, float]:
     """The least CPU and wall seconds of three runs of ``step``."""
     cpu = wall = float("inf")
     for _ in range(3):
@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> None:
             for p in payloads:
                 decode_fields(p, 0, "codecs", PHASE1_FIELDS, ordered=False)
 
-        enc_cpu, enc_wall = _best(encode)
-        dec_cpu, dec_wall = _best(decode)
-        keys_cpu, _ = _best(decode_keys)
+        enc_cpu, enc_wall = least_of_three(encode)
+        dec_cpu, dec_wall = least_of_three(decode)
+        keys_cpu, _ = least_of_three(decode_keys)
         stored = sum(len(p) for p in payloads)
         mb = logical / 1e6
         print(

@@ -20,18 +20,16 @@ the timings depend on the machine.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
 from compactor.fileformat.ipc import BatchEncoder
 
-from .codecs import BUFFER_NAMES
+from .codecs import BUFFER_NAMES, least_of_three
 from .profile_job import cloned
 
 CODEC = "zstd"
@@ -59,15 +57,6 @@ def kept_batches() -> Iterator[list[tuple[pa.RecordBatch, int]]]:
 def _compress_all(codec: pa.Codec, buffers: list[pa.Buffer]) -> None:
     for buffer in buffers:
         codec.compress(buffer)
-
-
-def best_of_three(step: Callable[[], Any]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        started = time.process_time()
-        step()
-        best = min(best, time.process_time() - started)
-    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, buffers in zip(BUFFER_NAMES, columns, strict=True):
         if buffers:
-            seconds = best_of_three(partial(_compress_all, codec, buffers))
+            seconds = least_of_three(partial(_compress_all, codec, buffers))[0]
             raw = sum(b.size for b in buffers)
             packed = sum(codec.compress(b).size for b in buffers)
             rows.append((name, len(buffers), raw, packed, seconds))
@@ -111,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
               f"| {seconds * 1e3:.1f} | {seconds / total:.0%} | {speed:,.0f} |")  # fmt: skip
     calls = sum(r[1] for r in rows)
     tiny = pa.py_buffer(b"\0\0\0\0")
-    per_call = best_of_three(lambda: [codec.compress(tiny) for _ in range(10_000)]) / 10_000
+    per_call = least_of_three(lambda: [codec.compress(tiny) for _ in range(10_000)])[0] / 10_000
     encoder = BatchEncoder(CODEC)
-    whole = best_of_three(lambda: [encoder.encode(b, n) for b, n in batches])
+    whole = least_of_three(lambda: [encoder.encode(b, n) for b, n in batches])[0]
     print()
     print(f"buffer by buffer: {total * 1e3:.1f} ms; one call on 4 bytes "
           f"{per_call * 1e6:.1f} µs, over the {calls:,} calls {calls * per_call * 1e3:.1f} ms; "
