@@ -183,10 +183,10 @@ class _Layout(NamedTuple):
     spans: tuple[int, ...]
 
 
-def _layout(payload: bytes) -> _Layout:
+def _layout(payload: bytes | memoryview) -> _Layout:
     """The layout of a message of Arrow's IPC writer (trusted: not checked)."""
     body_start = _PREFIX.size + _PREFIX.unpack_from(payload, 0)[1]
-    fb = _Flatbuffer(payload[_PREFIX.size : body_start], _PREFIX.size, "<encoder>")
+    fb = _Flatbuffer(bytes(payload[_PREFIX.size : body_start]), _PREFIX.size, "<encoder>")
     message = fb.table(fb.read(_U32, 0))
     batch = fb.table(fb.ref(message, 2))
     nodes_at, nodes = fb.vector(batch, 1, 16)
@@ -236,14 +236,13 @@ class _BufferWise:
     def encode(self, batch: pa.RecordBatch) -> bytes:
         if not batch.num_rows:
             raise ValueError("a batch message needs at least one row (FORMAT.md 6.2)")
-        plain = _encode_plain(batch)
-        p = _layout(plain)
+        view = memoryview(batch.serialize())  # Arrow's uncompressed message, read in place
+        p = _layout(view)
         template, t = _template(self._compression)
         if (p.nodes, len(p.spans)) != (t.nodes, len(t.spans)):
             raise ValueError(f"a batch of {p.nodes} field nodes, not RECORD_SCHEMA's")
         retry = self._batches % RETRY_EVERY == 0
         self._batches += 1
-        view = memoryview(plain)
         head = bytearray(template)
         parts: list[bytes | bytearray | memoryview] = [head]
         spans: list[int] = []
