@@ -162,15 +162,15 @@ def main(argv: list[str] | None = None) -> None:
     for codec in COMPRESSIONS:
         if codec:
             savings = MIN_SAVINGS.get(codec, MIN_SAVINGS["lz4"])
-            buffer_wise = BatchEncoder(codec, MIN_COMPRESS_BYTES, savings)
-            writers = ", the writer's"
-            buffer_wise_is_writers = codec in MIN_SAVINGS
+            pays, every = f"where it pays ({savings:.0%})", "every one (Arrow's writer)"
+            if codec in MIN_SAVINGS:
+                pays += ", the writer's"
+            else:
+                every += ", the writer's"
             ways += [
-                (codec, f"where it pays ({savings:.0%})" + writers * buffer_wise_is_writers,
-                 buffer_wise),
-                (codec, "every one (Arrow's writer)" + writers * (not buffer_wise_is_writers),
-                 ArrowsEncoder(codec)),
-            ]  # fmt: skip
+                (codec, pays, BatchEncoder(codec, MIN_COMPRESS_BYTES, savings)),
+                (codec, every, ArrowsEncoder(codec)),
+            ]
     for codec, which, encoder in ways:
         payloads: list[bytes] = []
 
