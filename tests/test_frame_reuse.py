@@ -28,7 +28,6 @@ from compactor.fileformat.writer import MIN_COMPRESS_BYTES
 from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
-from compactor.worker.gather import GATHER_BELOW, weight
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import run_job
 
@@ -314,22 +313,21 @@ def _dedup_store(
     return store, catalog, written
 
 
-def _whole_survivors(data: bytes, winners: dict[tuple[str, int], set[int]]) -> tuple[int, int]:
-    """The batches of ``data`` a deduplicating job into lz4 may write as they were read:
-    kept when read, every record a winner and none a tombstone (a kept tombstone is
-    stamped with its horizon, which changes the batch); and how many of those it must
-    write so, those too heavy to be gathered with others (``worker.gather``)."""
-    may = must = 0
+def _whole_survivors(data: bytes, winners: dict[tuple[str, int], set[int]]) -> int:
+    """How many batches of ``data`` a deduplicating job into the inputs' codec writes as
+    they were read: kept when read, every record a winner and none a tombstone (a kept
+    tombstone is stamped with its horizon, which changes the batch). A batch in a frame
+    its output may write is never gathered with others (``worker.gather``), so each of
+    them is."""
+    whole = 0
     for tp, batch, frame in _frames(data):
         offsets = batch.column("offset").to_pylist()
-        if (
+        whole += (
             frame is not None
             and all(o in winners[tp] for o in offsets)
             and not batch.column("value").null_count
-        ):
-            may += 1
-            must += weight(batch) >= GATHER_BELOW
-    return may, must
+        )
+    return whole
 
 
 @settings(max_examples=15, deadline=None)
@@ -344,8 +342,7 @@ def test_a_deduplicating_job_writes_the_batches_that_survive_whole_as_they_were_
 ) -> None:
     """What survives is the Kafka model's, and the materialized view is unchanged; only
     batches of which every record survives unchanged are written in the frames they were
-    read in, and all of those too heavy to be gathered are (one window holds each
-    partition here)."""
+    read in, and every one of them is (one window holds each partition here)."""
     with tempfile.TemporaryDirectory() as tmp:
         store, catalog, written = _dedup_store(tmp, seed, files, hot, tombstones)
         inputs = [store.get(f.key)[0] for f in catalog.snapshot().files]
@@ -362,8 +359,7 @@ def test_a_deduplicating_job_writes_the_batches_that_survive_whole_as_they_were_
             for tp, records in written.items()
         }
         winners = {tp: {r.offset for r in records} for tp, records in expected.items()}
-        counts = [_whole_survivors(data, winners) for data in inputs]
-        may, must = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        whole = sum(_whole_survivors(data, winners) for data in inputs)
         report = run_job(
             store, catalog, _dedup_job(catalog), KeyBuffer(64 << 20), now_ms=NOW, compression="lz4"
         )
@@ -373,10 +369,10 @@ def test_a_deduplicating_job_writes_the_batches_that_survive_whole_as_they_were_
         for tp, records in written.items():
             assert view(after.get(tp, []), rules) == view(records, rules)
         assert verify_store(catalog, catalog.snapshot()).ok
-        assert must <= report.stats.frames_reused <= may
+        assert report.stats.frames_reused == whole
 
 
-def test_a_deduplicating_job_of_unique_keys_writes_every_heavy_frame_as_it_was_read(
+def test_a_deduplicating_job_of_unique_keys_writes_every_kept_frame_as_it_was_read(
     tmp_path: Path,
 ) -> None:
     store, catalog, _ = _dedup_store(str(tmp_path), 7, 2, 0.0, 0.0)
@@ -384,7 +380,7 @@ def test_a_deduplicating_job_of_unique_keys_writes_every_heavy_frame_as_it_was_r
         f.payload
         for live in catalog.snapshot().files
         for _, b, f in _frames(store.get(live.key)[0])
-        if f is not None and weight(b) >= GATHER_BELOW
+        if f is not None
     ]
     report = run_job(
         store, catalog, _dedup_job(catalog), KeyBuffer(64 << 20), now_ms=NOW, compression="lz4"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ from worker_scenarios import add_file, make_topics
 import compactor.fileformat.batches as batches
 import compactor.fileformat.bitmap as bitmap
 import compactor.fileformat.ipc as ipc
+import compactor.fileformat.read_frames as read_frames
 import compactor.fileformat.reader as reader
 import compactor.worker.gather as gather
 import compactor.worker.masks as masks
@@ -36,7 +37,12 @@ from compactor.fileformat import (
 )
 from compactor.fileformat.batches import RECORD_OVERHEAD, filter_batch
 from compactor.fileformat.bitmap import OffsetSetBuilder
-from compactor.fileformat.framing import FRAME_HEADER, MAX_DECODED_BATCH, MAX_EXPANSION
+from compactor.fileformat.framing import (
+    FRAME_HEADER,
+    MAX_DECODED_BATCH,
+    MAX_EXPANSION,
+    EncodedFrame,
+)
 from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
 from compactor.objectstore import LocalStore
 from compactor.planner.job import Job, JobInput
@@ -400,6 +406,42 @@ def test_gathered_copies_only_batches_lighter_than_its_bound() -> None:
     assert all(weight(b) < gather.GATHER_BYTES for b in out)
 
 
+def _any_frame(frame: EncodedFrame) -> bool:
+    return True
+
+
+def test_gathered_passes_a_batch_in_a_frame_its_output_may_write_as_it_is() -> None:
+    """A batch lighter than GATHER_BELOW, read in a frame kept for it, is gathered with
+    its neighbours unless ``as_read`` accepts the frame (its output may write it as it
+    was read)."""
+    value = b"v" * 1000
+
+    def batch(first: int, n: int) -> pa.RecordBatch:
+        return records_to_batch([Record(first + i, 0, b"k", value, ()) for i in range(n)])
+
+    framed = batch(10_000, read_frames.KEPT_FROM // 1000 + 1)
+    assert weight(framed) < gather.GATHER_BELOW
+    frame = EncodedFrame(b"the frame it was read in", 7)
+    read_frames.keep_frame(framed, frame)
+    parts = [batch(0, 10), framed, batch(20_000, 10)]
+    seen: list[EncodedFrame] = []
+
+    def as_read(answer: bool) -> Callable[[EncodedFrame], bool]:
+        def accepts(f: EncodedFrame) -> bool:
+            seen.append(f)
+            return answer
+
+        return accepts
+
+    kept = list(gathered(weighed(iter(parts)), as_read=as_read(True)))
+    assert [b.num_rows for b in kept] == [10, framed.num_rows, 10]
+    assert kept[1] is framed and seen == [frame]
+    mixed = list(gathered(weighed(iter(parts)), as_read=as_read(False)))
+    assert [b.num_rows for b in mixed] == [framed.num_rows + 20]
+    assert pa.Table.from_batches(mixed).equals(pa.Table.from_batches(parts))
+    assert [b.num_rows for b in gathered(weighed(iter(parts)))] == [framed.num_rows + 20]
+
+
 def test_coalesced_keeps_every_record_in_order() -> None:
     rnd = random.Random(6)
     parts = []
@@ -410,7 +452,7 @@ def test_coalesced_keeps_every_record_in_order() -> None:
         [Record(i, 0, b"k", b"x" * 1000, ()) for i in range(runner.COALESCE_BYTES // 1000 + 1)]
     )
     parts[30:30] = [big, big.slice(0, 0)]
-    out = list(runner.coalesced(iter(parts)))
+    out = list(runner.coalesced(iter(parts), _any_frame))
     assert all(b.num_rows for b in out)
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert len(out) < len([p for p in parts if p.num_rows])
@@ -472,7 +514,7 @@ def test_coalesced_gathers_filtered_batches_without_headers() -> None:
             [Record(10 * i + j, 0, b"k%d" % j, b"v" * 10, ()) for j in range(8)]
         )
         parts.append(filter_batch(batch, pa.array([rnd.random() < 0.6 for _ in range(8)])))
-    out = list(runner.coalesced(iter(parts)))
+    out = list(runner.coalesced(iter(parts), _any_frame))
     assert pa.Table.from_batches(out).equals(pa.Table.from_batches(parts))
     assert sum(b.nbytes for b in parts) < runner.COALESCE_BYTES
     assert sum(runner._gathered_size(b) for b in parts) < runner.COALESCE_BYTES

@@ -18,21 +18,27 @@ import pyarrow as pa
 from compactor.fileformat import SectionReader
 from compactor.fileformat.batches import RECORD_OVERHEAD, concat
 from compactor.fileformat.block import Block
+from compactor.fileformat.framing import EncodedFrame
 from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.writer import MAX_BATCH_BYTES
 from compactor.worker.kernel import run_labels
 
-GATHER_BYTES = MAX_BATCH_BYTES
+GATHER_BYTES = 4 * MAX_BATCH_BYTES
 """Batches are gathered while together they weigh less than this (``weight``). Up to
-64 KiB at first; raised to the writer's batch size once survivors were written in
-batches of that size, which left each phase's fixed costs per batch (an insert, a
-keep-set lookup, masks, a filter, a window's bookkeeping) the biggest part of a job of
-framed sections of hundreds of records (``bench/README.md``, "Input batches gathered up
-to 1 MiB"). Each pointer holds at most this much more while it gathers."""
-GATHER_BELOW = 256 << 10
-"""Only batches lighter than this are gathered: a batch of thousands of records pays its
-fixed costs over enough rows already, and copying it into a bigger one costs more than
-it saves (measured on 64 MiB L1 files of 4,000 records a section)."""
+64 KiB at first, then the writer's batch size (``bench/README.md``, "Input batches
+gathered up to 1 MiB"), then four times that: each phase still paid about a millisecond
+per gathered batch (an insert; a keep-set lookup, masks, a filter of six columns, a
+tombstone's horizon), and a full compaction of L0 files of hundreds of records a
+section took 7-9% less time with batches of 4 MiB, the same with 8 (``bench/README.md``,
+"Gathered up to 4 MiB"). A gathered batch's survivors are cut at the writer's size
+where they are written. Each pointer holds at most this much more while it gathers, and
+as much again while a gathered batch is made."""
+GATHER_BELOW = MAX_BATCH_BYTES
+"""Only batches lighter than this are gathered: the writer's batch size. At 256 KiB
+before, so that a 64 MiB L1 file's sections of 4,000 records (about 640 KiB) were not
+copied once more; gathered into batches of 4 MiB they took 4-5% less time in a full
+compaction. A batch whose frame its output may write as it was read is never gathered
+(``gathered``'s ``as_read``)."""
 _BINARY = ("key", "value")
 
 
@@ -81,20 +87,22 @@ def gathered(
     batches: Iterable[Weighed],
     limit: int = GATHER_BYTES,
     below: int = GATHER_BELOW,
-    keep_framed: bool = False,
+    as_read: Callable[[EncodedFrame], bool] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The batches less the empty ones, with consecutive batches lighter than ``below``
-    concatenated while together they weigh less than ``limit``. With ``keep_framed``, a
-    batch read in a frame kept for it (``read_frames``) is not gathered: passed on as it
-    is, it may be written in that frame."""
+    concatenated while together they weigh less than ``limit``. A batch read in a frame
+    kept for it (``read_frames``) that ``as_read`` accepts (one its output may write as
+    it was read) is not gathered: passed on as it is, it may be written in that frame."""
     below = min(below, limit)
     pending: list[pa.RecordBatch] = []
     total = 0
     for batch, w in batches:
         if not batch.num_rows:
             continue
-        if keep_framed and w < below and frame_of(batch) is not None:
-            w = below
+        if as_read is not None and w < below:
+            frame = frame_of(batch)
+            if frame is not None and as_read(frame):
+                w = below
         if pending and (total + w >= limit or w >= below):
             yield concat(pending)
             pending, total = [], 0

@@ -27,9 +27,12 @@ from compactor.fileformat import (
     RECORD_SCHEMA,
     FileMeta,
     FileWriter,
+    FormatError,
     SectionMeta,
     read_footer,
 )
+from compactor.fileformat.framing import EncodedFrame
+from compactor.fileformat.ipc import inspect_message
 from compactor.fileformat.meta import section_key
 from compactor.fileformat.offset_index import IndexBuilder, index_key
 from compactor.fileformat.second_read import Role
@@ -88,11 +91,22 @@ class _GroupOutput:
         self.writer: FileWriter | None = None
         self.index = IndexBuilder()
 
+    def writes_as_read(self, frame: EncodedFrame) -> bool:
+        """Whether a batch read in ``frame`` may be written here in that frame: one in
+        this output's codec. Such a batch is not gathered with others (``gathered``),
+        which would make it a new batch to encode; the writer makes the whole check
+        where it writes it (``FileWriter.reuses``)."""
+        try:
+            codec = inspect_message(frame.payload, 0, self.key).codec
+        except FormatError:
+            return False
+        return codec == self.compression
+
     def write_partition(
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
     ) -> None:
         writer = None
-        for batch in coalesced(batches):
+        for batch in coalesced(batches, self.writes_as_read):
             if writer is None:
                 writer = self._writer()
                 writer.begin_section(topic, partition)
@@ -176,11 +190,14 @@ batch of at most this size, as it already does in any large partition."""
 _HEADERS = RECORD_SCHEMA.get_field_index("headers")
 
 
-def coalesced(survivors: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def coalesced(
+    survivors: Iterable[pa.RecordBatch], as_read: Callable[[EncodedFrame], bool]
+) -> Iterator[pa.RecordBatch]:
     """A partition's survivor batches, consecutive ones concatenated while together they
     hold fewer Arrow bytes than COALESCE_BYTES (whatever each one's size); a batch
-    passed on as it was read, in a frame kept for it, is not gathered."""
-    return gathered(weighed(survivors, _gathered_size), COALESCE_BYTES, COALESCE_BYTES, True)
+    passed on as it was read, in a frame kept for it that ``as_read`` accepts, is not
+    gathered."""
+    return gathered(weighed(survivors, _gathered_size), COALESCE_BYTES, COALESCE_BYTES, as_read)
 
 
 def _gathered_size(batch: pa.RecordBatch) -> int:
@@ -488,10 +505,14 @@ def _run_partition(
     sections2 = phase2.take(part.topic, part.partition)
     if part.policy.deduplicate:
         survivors = phase2_windows(
-            gathered(section_batches(sections2)), phase1.windows(), part.policy, stats
+            gathered(section_batches(sections2), as_read=output.writes_as_read),
+            phase1.windows(),
+            part.policy,
+            stats,
         )
     else:
-        survivors = copy_partition(gathered(section_batches(sections2), keep_framed=True), stats)
+        batches = gathered(section_batches(sections2), as_read=output.writes_as_read)
+        survivors = copy_partition(batches, stats)
     _write_survivors(part, survivors, output, stats, progress)
 
 
