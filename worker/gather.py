@@ -26,13 +26,13 @@ from compactor.worker.kernel import run_labels
 GATHER_BYTES = 4 * MAX_BATCH_BYTES
 """Batches are gathered while together they weigh less than this (``weight``). Up to
 64 KiB at first, then the writer's batch size (``bench/README.md``, "Input batches
-gathered up to 1 MiB"), then four times that: each phase still paid about a millisecond
-per gathered batch (an insert; a keep-set lookup, masks, a filter of six columns, a
-tombstone's horizon), and a full compaction of L0 files of hundreds of records a
-section took 7-9% less time with batches of 4 MiB, the same with 8 (``bench/README.md``,
-"Gathered up to 4 MiB"). A gathered batch's survivors are cut at the writer's size
-where they are written. Each pointer holds at most this much more while it gathers, and
-as much again while a gathered batch is made."""
+gathered up to 1 MiB"), then four times that: phase 2 still paid about half a
+millisecond per gathered batch in its verdict, filter and keep-set lookup alone, and a
+full compaction of L0 files of hundreds of records a section took 5-9% less time with
+batches of 4 MiB, the same with 8 (``bench/README.md``, "Input batches gathered up to 4
+MiB"). A gathered batch's survivors are cut at the writer's size where they are
+written. Each pointer holds at most this much more while it gathers, and as much again
+while a gathered batch is made."""
 GATHER_BELOW = MAX_BATCH_BYTES
 """Only batches lighter than this are gathered: the writer's batch size. At 256 KiB
 before, so that a 64 MiB L1 file's sections of 4,000 records (about 640 KiB) were not
