@@ -6,11 +6,15 @@ Runs ``compact --full`` on a hard-linked clone of ``--store`` (``bench.profile_j
 clone; the store is left as it was), ``--repeat`` times with phase 1's helper kept, and
 times each call of the job thread's per-batch steps, wrapped where the worker looks them
 up: a gathered batch's concatenation (``worker.gather``'s ``concat``, which also gathers
-survivors for the writer), the verdict on its records (``worker.partition.decide``), the
-survivors' filter (``worker.partition.filter_batch``) and the keep-set lookup
-(``KeepSet.bits``). For each: calls per job, wall and this thread's CPU time per job, and
-per call. The figures include the wrappers' own cost (about a microsecond a call) and
-move with this machine's speed; compare runs made in turn. Not a test.
+survivors for the writer and a group's rows), the verdict on its records
+(``worker.partition.decide``), the survivors' filter (``worker.partition.filter_batch``)
+and the keep-set lookup (``KeepSet.bits``, a group's too). For each: calls per job, wall
+and the calling thread's CPU time per job, and per call. Phase 1 runs in its helper
+process, where nothing is timed; where it cannot (one CPU, a store that cannot travel)
+it runs in this process and its concatenations are counted too. A group's verdict
+(``worker.group``'s own ``decide``) is not. The figures include the wrappers' own cost
+(about a microsecond a call) and move with this machine's speed; compare runs made in
+turn. Not a test.
 """
 
 from __future__ import annotations

@@ -24,13 +24,14 @@ from compactor.fileformat.framing import EncodedFrame
 
 KEPT_FROM: Final = 512 << 10
 """The least a batch whose frame is kept holds in Arrow buffers: half a batch of the
-writer's size (``writer.MAX_BATCH_BYTES``). A job gathers lighter batches into batches of
-that size, encoded once (``worker.gather``), which costs less than writing each one's
-frame: a frame costs the writer its checks, stats and index entry on the job's thread,
-while the encoding it saves runs on the writer's own thread (a copy of L0 files of
-about 130 KiB sections at 64 partitions took 10% longer with their frames kept, one of
-1 MiB sections at 8 partitions 15% less time and a third less CPU;
-``bench/README.md``, "Frames written as they were read")."""
+writer's size (``writer.MAX_BATCH_BYTES``). A job gathers lighter batches into bigger
+ones, encoded once (``worker.gather``), which costs less than writing each one's frame
+(a batch whose kept frame is in its output's codec is not gathered): a frame costs the
+writer its checks, stats and index entry on the job's thread, while the encoding it
+saves runs on the writer's own thread (a copy of L0 files of about 130 KiB sections at
+64 partitions took 10% longer with their frames kept, one of 1 MiB sections at 8
+partitions 15% less time and a third less CPU; ``bench/README.md``, "Frames written as
+they were read")."""
 
 _kept: dict[int, tuple[weakref.ref[pa.RecordBatch], EncodedFrame]] = {}
 

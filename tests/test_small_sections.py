@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 import struct
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -404,6 +405,28 @@ def test_gathered_copies_only_batches_lighter_than_its_bound() -> None:
     assert any(b is heavy for b in out)
     assert [b.num_rows for b in out] == [3 * light, heavy.num_rows, 4 * light, 2 * light]
     assert all(weight(b) < gather.GATHER_BYTES for b in out)
+
+
+def test_gathered_lets_go_of_a_gathered_batchs_pieces_before_handing_it_on() -> None:
+    """While the caller works on a gathered batch, the pieces it was made of are not
+    held as well (they weigh as much again)."""
+    value = b"v" * 1000
+    pieces: list[weakref.ref[pa.RecordBatch]] = []
+
+    def source() -> Iterator[pa.RecordBatch]:
+        for i in range(3):
+            piece = records_to_batch([Record(i * 10 + j, 0, b"k", value, ()) for j in range(10)])
+            pieces.append(weakref.ref(piece))
+            yield piece
+            del piece  # only the pointer's own references are in question
+        yield records_to_batch(
+            [Record(100 + j, 0, b"k", value, ()) for j in range(gather.GATHER_BELOW // 1000)]
+        )
+
+    out = gathered(weighed(source()))
+    joined = next(out)
+    assert joined.num_rows == 30 and len(pieces) == 3
+    assert all(ref() is None for ref in pieces)
 
 
 def _any_frame(frame: EncodedFrame) -> bool:

@@ -183,9 +183,12 @@ fixed amount (checks, stats, a frame and ~600 bytes of Arrow metadata) and the c
 context per buffer. Gathered up to the writer's own batch size (Arrow bytes exceed the
 weight the writer cuts at, so a gathered batch is never cut again), the output of a full
 compaction of L0 files at 64 partitions takes a third less CPU and 3% fewer bytes
-(``bench/README.md``, "Survivors written in batches of the writer's size"). A partition
-holds at most this much more while it is gathered, and a reader of one offset reads a
-batch of at most this size, as it already does in any large partition."""
+(``bench/README.md``, "Survivors written in batches of the writer's size"). The
+survivors of an input batch gathered up to 4 MiB (``gather.GATHER_BYTES``) may hold more
+than this already: they pass on as they are and the writer cuts them, so its last
+batch of them may be short. A partition holds at most this much more while it is
+gathered, and a reader of one offset reads a batch of at most this size, as it already
+does in any large partition."""
 
 _HEADERS = RECORD_SCHEMA.get_field_index("headers")
 
