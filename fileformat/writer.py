@@ -43,7 +43,7 @@ from compactor.fileformat.framing import (
     encode_frame,
     encode_frame_header,
 )
-from compactor.fileformat.ipc import BatchEncoder, inspect_message
+from compactor.fileformat.ipc import BatchEncoder, Message, inspect_message
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.records import RECORD_SCHEMA
@@ -182,6 +182,16 @@ class _Block:
     def records(self) -> list[pa.RecordBatch]:
         """The block's records, in order, a run as one slice."""
         return [p if isinstance(p, pa.RecordBatch) else p[0].slice(p[1], p[2]) for p in self.pieces]
+
+
+def frame_message(frame: EncodedFrame, object_name: str) -> Message | None:
+    """The batch message a kept frame holds, as a writer checks it before writing the
+    frame as it was read (``FileWriter.reuses``); None if it is not one a writer would
+    write."""
+    try:
+        return inspect_message(frame.payload, 0, object_name)
+    except FormatError:
+        return None
 
 
 class FileWriter:
@@ -341,12 +351,10 @@ class FileWriter:
         and ``logical`` bytes in one frame, but for the encoder's choices: a message of
         ``rows`` records of RECORD_SCHEMA, in the codec this writer gives a batch of that
         size, within the expansion bound readers enforce (``ipc.inspect_message``)."""
-        try:
-            message = inspect_message(frame.payload, 0, self.object_name)
-        except FormatError:
-            return False
+        message = frame_message(frame, self.object_name)
         return (
-            message.rows == rows
+            message is not None
+            and message.rows == rows
             and message.schema is RECORD_SCHEMA
             and message.codec == self._encoder.codec_for(logical)
         )

@@ -27,16 +27,14 @@ from compactor.fileformat import (
     RECORD_SCHEMA,
     FileMeta,
     FileWriter,
-    FormatError,
     SectionMeta,
     read_footer,
 )
 from compactor.fileformat.framing import EncodedFrame
-from compactor.fileformat.ipc import inspect_message
 from compactor.fileformat.meta import section_key
 from compactor.fileformat.offset_index import IndexBuilder, index_key
 from compactor.fileformat.second_read import Role
-from compactor.fileformat.writer import MAX_BATCH_BYTES, SHARE_BELOW
+from compactor.fileformat.writer import MAX_BATCH_BYTES, SHARE_BELOW, frame_message
 from compactor.objectstore import MultipartWriter, ObjectStore, PreconditionFailed
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import OUTPUT_GROUPS, Job
@@ -96,11 +94,8 @@ class _GroupOutput:
         this output's codec. Such a batch is not gathered with others (``gathered``),
         which would make it a new batch to encode; the writer makes the whole check
         where it writes it (``FileWriter.reuses``)."""
-        try:
-            codec = inspect_message(frame.payload, 0, self.key).codec
-        except FormatError:
-            return False
-        return codec == self.compression
+        message = frame_message(frame, self.key)
+        return message is not None and message.codec == self.compression
 
     def write_partition(
         self, topic: str, partition: int, batches: Iterator[pa.RecordBatch]
@@ -506,15 +501,10 @@ def _run_partition(
     """One partition: its survivors (or, without deduplication, all its records) from the
     phase-2 pointer's sections, written to the partition's output group."""
     sections2 = phase2.take(part.topic, part.partition)
+    batches = gathered(section_batches(sections2), as_read=output.writes_as_read)
     if part.policy.deduplicate:
-        survivors = phase2_windows(
-            gathered(section_batches(sections2), as_read=output.writes_as_read),
-            phase1.windows(),
-            part.policy,
-            stats,
-        )
+        survivors = phase2_windows(batches, phase1.windows(), part.policy, stats)
     else:
-        batches = gathered(section_batches(sections2), as_read=output.writes_as_read)
         survivors = copy_partition(batches, stats)
     _write_survivors(part, survivors, output, stats, progress)
 
