@@ -1,0 +1,200 @@
+"""The CPU that the design's fixed steps take on a shape's records, against what a run at
+3x DuckDB's speed may spend.
+
+    .venv/bin/python -m bench.floor --shape ingest-64p [--repeat 3]
+
+DESIGN.md fixes what any full compaction of a store must do:
+- read every input file twice (two GET streams, one for each pointer);
+- check every frame's CRC on both reads;
+- decode every batch twice (phase 1 decodes offsets and keys, phase 2 whole records);
+- hash every key with SHA-512/256;
+- encode the survivors in the output's codec (zstd at the top level).
+
+This times each of those steps alone, on the shape's own files, with the least machinery
+this system has for it. There is no merge, no format check and no Python per section.
+- **Reads:** the store's streams, each file into one reused buffer.
+- **CRCs:** ISA-L's CRC-32 over each file's bytes.
+- **Decodes:** Arrow's, with the kept reader (``ipc.read_compressed``), applied to every
+  compressed batch message of the live files. Uncompressed batches are left out.
+- **Hashes:** the key kernel's SHA-512/256 (``hash_keys``, one thread, the machine's best
+  implementation) over every decoded key column.
+- **Encodes:** Arrow's zstd codec applied to each buffer of the batches that a real
+  ``compact --full`` of a hard-linked clone compresses (``bench.zstd_buffers``).
+
+Each step's figure is the CPU time of this thread, the least of ``--repeat`` runs. Their
+sum is a floor: no implementation of this design spends less CPU on these records on
+this machine, because it leaves out everything else a job does. Spread perfectly over two
+cores, a job takes at least half of it in wall time.
+
+In the same run, DuckDB's ``QUALIFY row_number()`` dedup of the shape's Parquet copy runs
+``--repeat`` times, timed as ``bench.shapes`` times it (``bench.run``'s child process, 2
+threads). A run at 3x DuckDB has a third of DuckDB's median wall time, which is two thirds
+of it in CPU time on two cores. The last lines say how much of that budget the floor
+already takes.
+
+The shape's workdir must exist (``python -m bench.shapes --only <shape>`` makes it). The
+store is not changed. Not a test: the timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+from isal import isal_zlib
+
+from compactor.fileformat import ipc
+from compactor.fileformat.field_decode import field_indices
+from compactor.objectstore import LocalStore
+from compactor.worker.kernel import HASH_IMPL, hash_keys
+
+from .contenders import live_files
+from .ipc_decode import PHASE1_FIELDS, Payload, collect
+from .profile_job import cloned
+from .run import run_child
+from .shapes import SHAPES
+from .zstd_buffers import CODEC, kept_batches
+
+READ_BUFFER = 1 << 20
+
+
+def least_cpu(step: Callable[[], object], repeat: int) -> float:
+    """The least CPU time of this thread that ``repeat`` runs of ``step`` took."""
+    seen = []
+    for _ in range(repeat):
+        start = time.thread_time()
+        step()
+        seen.append(time.thread_time() - start)
+    return min(seen)
+
+
+def read_all(store: LocalStore, keys: list[str]) -> None:
+    """Every file's bytes off the store's stream, into one reused buffer."""
+    buffer = memoryview(bytearray(READ_BUFFER))
+    for key in keys:
+        with store.open_stream(key) as stream:
+            while stream.readinto(buffer):
+                pass
+
+
+def crc_all(contents: list[bytes]) -> list[int]:
+    return [isal_zlib.crc32(data) for data in contents]
+
+
+def decode_all(payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> None:
+    for payload, schema in payloads:
+        ipc.read_compressed(payload, schema, options)
+
+
+def output_buffers(store_dir: Path) -> tuple[list[pa.Buffer], int]:
+    """Every buffer of the batches that a full compaction of a clone of the store
+    compresses in the top level's codec, and those batches' records."""
+    with kept_batches() as batches, cloned(store_dir, None) as (compactor, *_, now_ms):
+        compactor.run_planned(now_ms, full=True)
+    buffers = [
+        b
+        for batch, _ in batches
+        for column in batch.columns
+        for b in column.buffers()
+        if b is not None and b.size
+    ]
+    return buffers, sum(batch.num_rows for batch, _ in batches)
+
+
+def duckdb_walls(workdir: Path, repeat: int) -> list[float]:
+    """DuckDB's dedup of the workdir's Parquet copy, ``repeat`` times, each the wall
+    time of its child process (``bench.run``'s measure)."""
+    walls = []
+    with tempfile.TemporaryDirectory(prefix="floor-duckdb-") as tmp:
+        out, temp = Path(tmp) / "out.parquet", Path(tmp) / "spill"
+        temp.mkdir()
+        cmd = [sys.executable, "-m", "bench.contenders", "duckdb"]
+        cmd += ["--parquet", str(workdir / "records.parquet"), "--out", str(out)]
+        cmd += ["--threads", "2", "--temp", str(temp)]
+        for i in range(repeat):
+            m = run_child(cmd, Path(tmp) / "logs", f"duckdb-{i}", timeout_s=3600)
+            if m.returncode:
+                raise SystemExit(f"DuckDB failed: {m.stderr.strip()[-300:]}")
+            walls.append(m.wall_s)
+            out.unlink(missing_ok=True)
+    return walls
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.floor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    names = [s.name for s in SHAPES]
+    ap.add_argument("--shape", required=True, choices=names, help="a bench.shapes shape")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each step and of DuckDB")
+    args = ap.parse_args(argv)
+    workdir = next(s for s in SHAPES if s.name == args.shape).workdir(1.0)
+    store_dir = workdir / "store"
+    if not store_dir.is_dir():
+        raise SystemExit(f"{workdir}: no workload (python -m bench.shapes --only {args.shape})")
+    store = LocalStore(str(store_dir))
+    files = live_files(store, None)
+    keys = [f.key for f in files]
+    paths = [store_dir / f.key for f in files]
+    contents = [path.read_bytes() for path in paths]
+    payloads = collect(store)
+    whole = pa.ipc.IpcReadOptions(use_threads=False)
+    phase1 = pa.ipc.IpcReadOptions(
+        included_fields=list(field_indices(PHASE1_FIELDS)), use_threads=False
+    )
+    key_columns = [ipc.read_compressed(p, s, phase1).column("key") for p, s in payloads]
+    records = sum(len(k) for k in key_columns)
+    buffers, survivors = output_buffers(store_dir)
+    codec = pa.Codec(CODEC)
+
+    steps = [
+        ("read every input file twice (the store's streams)", lambda: read_all(store, keys), 2),
+        ("CRC-32 of every file's bytes, twice (ISA-L)", lambda: crc_all(contents), 2),
+        ("decode offsets and keys (phase 1)", lambda: decode_all(payloads, phase1), 1),
+        ("decode whole records (phase 2)", lambda: decode_all(payloads, whole), 1),
+        (
+            f"SHA-512/256 of every key (the kernel's {HASH_IMPL}, one thread)",
+            lambda: [hash_keys(k, threads=1) for k in key_columns],
+            1,
+        ),
+        (
+            f"encode the survivors' buffers ({CODEC}, Arrow's codec)",
+            lambda: [codec.compress(b) for b in buffers],
+            1,
+        ),
+    ]
+    mb = sum(map(len, contents)) / 1e6
+    print(f"{args.shape}: {len(files)} files, {mb:,.0f} MB, {len(payloads):,} compressed "
+          f"batch messages, {records:,} keys decoded, {survivors:,} survivors encoded; "
+          f"least of {args.repeat} runs")  # fmt: skip
+    print()
+    print("| step | CPU s | ns a record |")
+    print("|---|---:|---:|")
+    floor = 0.0
+    for label, step, times in steps:
+        cpu = times * least_cpu(step, args.repeat)
+        floor += cpu
+        print(f"| {label} | {cpu:.2f} | {1e9 * cpu / records:,.0f} |")
+    print(f"| **the floor (their sum)** | **{floor:.2f}** | **{1e9 * floor / records:,.0f}** |")
+    walls = duckdb_walls(workdir, args.repeat)
+    duck = statistics.median(walls)
+    budget = 2 * duck / 3
+    print()
+    print(f"DuckDB: {duck:.2f} s wall, the median of {', '.join(f'{w:.2f}' for w in walls)}.")
+    print(f"At 3x DuckDB, a job has {duck / 3:.2f} s of wall time, {budget:.2f} s of CPU on "
+          f"two cores. The floor takes {floor:.2f} s of CPU ({floor / budget:.0%} of that), "
+          f"and at least {floor / 2:.2f} s of wall time on two cores "
+          f"({duck / (floor / 2):.2f}x DuckDB at most).")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
