@@ -230,7 +230,7 @@ def _kernel_missing() -> str | None:
     return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
-def _compactor_cmd() -> list[str]:
+def compactor_command() -> list[str]:
     script = Path(sys.executable).parent / "compactor"
     return [str(script)] if script.exists() else [sys.executable, "-m", "compactor.cli.main"]
 
@@ -248,7 +248,7 @@ def run_compactor(ctx: Context) -> Result:
     shutil.rmtree(clone, ignore_errors=True)
     clone_store(ctx.w.store_dir, clone)
     now_ms = ctx.w.params.compaction_now_ms
-    cmd = _compactor_cmd() + ["--store", str(clone), "--now-ms", str(now_ms), "compact"]
+    cmd = compactor_command() + ["--store", str(clone), "--now-ms", str(now_ms), "compact"]
     cmd += ["--full", "--json", "--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
