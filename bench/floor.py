@@ -29,11 +29,11 @@ this machine, because it leaves out everything else a job does. Spread perfectly
 cores, a job takes at least half of it in wall time.
 
 In the same run, DuckDB's ``QUALIFY row_number()`` dedup of the shape's Parquet copy (2
-threads) and ``compact --full`` of a clone of the store run ``--repeat`` times each, in
-turn, timed as ``bench.shapes`` times them (``bench.run``'s child processes). A run at 3x
-DuckDB has a third of DuckDB's median wall time, which is two thirds of it in CPU time on
-two cores. The last lines say how much of that budget the floor already takes, and how
-much of the compactor's CPU is above the floor.
+threads) and ``compact --full --compression-top <--codec>`` of a clone of the store run
+``--repeat`` times each, in turn, timed as ``bench.shapes`` times them (``bench.run``'s
+child processes). A run at 3x DuckDB has a third of DuckDB's median wall time, which is
+two thirds of it in CPU time on two cores. The last lines say how much of that budget
+the floor already takes, and how much of the compactor's CPU is above the floor.
 
 The shape's workdir must exist (``python -m bench.shapes --only <shape>`` makes it). The
 store is not changed. Not a test: the timings depend on the machine.
@@ -128,10 +128,11 @@ class Runs(NamedTuple):
         )
 
 
-def contenders(workdir: Path, repeat: int) -> tuple[Runs, Runs]:
+def contenders(workdir: Path, repeat: int, codec: str) -> tuple[Runs, Runs]:
     """DuckDB's dedup of the workdir's Parquet copy and ``compact --full`` of a clone of
-    its store, ``repeat`` times each in turn, timed as ``bench.run`` times them (a child
-    process from spawn to exit, its input in the page cache)."""
+    its store (its top level written in ``codec``), ``repeat`` times each in turn, timed
+    as ``bench.run`` times them (a child process from spawn to exit, its input in the
+    page cache)."""
     params = json.loads((workdir / MANIFEST).read_text())["params"]
     now_ms = Params(**params).compaction_now_ms
     duck, ours = Runs([], []), Runs([], [])
@@ -142,7 +143,7 @@ def contenders(workdir: Path, repeat: int) -> tuple[Runs, Runs]:
         duckdb += [str(workdir / "records.parquet"), "--out", str(out), "--threads", "2"]
         duckdb += ["--temp", str(temp)]
         compact = compactor_command() + ["--store", str(clone), "--now-ms", str(now_ms)]
-        compact += ["compact", "--full", "--json"]
+        compact += ["compact", "--full", "--json", "--compression-top", codec]
         for i in range(repeat):
             for name in ("duckdb", "compactor") if i % 2 == 0 else ("compactor", "duckdb"):
                 if name == "duckdb":
@@ -229,12 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label} | {cpu:.2f} | {1e9 * cpu / records:,.0f} |")
     print(f"| **the floor (their sum)** | **{floor:.2f}** | **{1e9 * floor / records:,.0f}** |")
     compile_checkout(ROOT)  # timed as an installed package runs (bench.bytecode)
-    duck, ours = contenders(workdir, args.repeat)
+    duck, ours = contenders(workdir, args.repeat, args.codec)
     duck_s, our_cpu = statistics.median(duck.walls), statistics.median(ours.cpus)
     budget = 2 * duck_s / 3
     print()
     print(duck.line("DuckDB") + ".")
-    print(ours.line("compact --full") + f", {our_cpu - floor:.2f} s of it above the floor.")
+    command = f"compact --full --compression-top {args.codec}"
+    print(ours.line(command) + f", {our_cpu - floor:.2f} s of it above the floor.")
     print(f"At 3x DuckDB, a job has {duck_s / 3:.2f} s of wall time, {budget:.2f} s of CPU on "
           f"two cores. The floor takes {floor:.2f} s of CPU ({floor / budget:.0%} of that), "
           f"and at least {floor / 2:.2f} s of wall time on two cores "
