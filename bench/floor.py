@@ -1,19 +1,21 @@
-"""The CPU that the design's fixed steps take on a shape's records, against what a run at
-3x DuckDB's speed may spend.
+"""The CPU that a full compaction's fixed steps take on a shape's records, against what
+a run at 3x DuckDB's speed may spend.
 
-    .venv/bin/python -m bench.floor --shape ingest-64p [--repeat 3]
+    .venv/bin/python -m bench.floor --shape ingest-64p [--repeat 3] [--codec lz4]
 
-DESIGN.md fixes what any full compaction of a store must do:
-- read every input file twice (two GET streams, one for each pointer);
-- check every frame's CRC on both reads;
-- decode every batch twice (phase 1 decodes offsets and keys, phase 2 whole records);
-- hash every key with SHA-512/256;
-- encode the survivors in the output's codec (zstd at the top level).
+What every full compaction of a store does, whatever its code:
+- reads every input file twice (DESIGN.md: two GET streams per input, one a pointer);
+- checks every frame's CRC on both reads (FORMAT.md 5: a reader verifies a frame's CRC
+  before it interprets its payload; 9.1: both streams of a compaction check every CRC);
+- decodes every batch twice, phase 1 its offsets and keys, phase 2 whole records (each
+  pointer reads what it uses; the key buffer holds hashes, not records);
+- hashes every key with SHA-512/256 (DESIGN.md);
+- encodes the survivors in the output's codec (zstd at the top level by default).
 
-This times each of those steps alone, on the shape's own files, with the least machinery
-this system has for it. There is no merge, no format check and no Python per section.
+This times each step alone, on the shape's own files, with the least machinery this
+system has for it. There is no merge, no format check and no Python per section.
 - **Reads:** the store's streams, each file into one reused buffer.
-- **CRCs:** ISA-L's CRC-32 over each file's bytes.
+- **CRCs:** ISA-L's CRC-32 over each file's bytes, read beforehand.
 - **Decodes:** Arrow's, with the kept reader (``ipc.read_compressed``), applied to every
   compressed batch message of the live files. Uncompressed batches are left out.
 - **Hashes:** the key kernel's SHA-512/256 (``hash_keys``, one thread, the machine's best
@@ -24,19 +26,26 @@ this system has for it. There is no merge, no format check and no Python per sec
   the operator's trade ``--compression-top lz4``.
 
 Each step's figure is the CPU time of this thread, the least of ``--repeat`` runs. Their
-sum is a floor: no implementation of this design spends less CPU on these records on
-this machine, because it leaves out everything else a job does. Spread perfectly over two
-cores, a job takes at least half of it in wall time.
+sum is the floor of this design's two pointers on these records on this machine. It
+leaves out much that a job must do (Arrow's validation of each batch, the key buffer's
+inserts, the survivors' take, the output's frames and writes). It also counts a little
+that a job may skip: phase 2 need not decode a batch without survivors, and a batch that
+survives whole may be written in the frame it was read in, without an encode
+(``fileformat/read_frames.py``). On these shapes' full compactions, every block keeps
+survivors and no frame is reused (lz4 in, zstd out). Spread perfectly over two cores, a
+job takes at least half the floor in wall time.
 
 In the same run, DuckDB's ``QUALIFY row_number()`` dedup of the shape's Parquet copy (2
 threads) and ``compact --full --compression-top <--codec>`` of a clone of the store run
 ``--repeat`` times each, in turn, timed as ``bench.shapes`` times them (``bench.run``'s
 child processes). A run at 3x DuckDB has a third of DuckDB's median wall time, which is
 two thirds of it in CPU time on two cores. The last lines say how much of that budget
-the floor already takes, and how much of the compactor's CPU is above the floor.
+the floor takes, what it leaves for everything else, and how much of the compactor's
+CPU is above the floor.
 
 The shape's workdir must exist (``python -m bench.shapes --only <shape>`` makes it). The
-store is not changed. Not a test: the timings depend on the machine.
+store is not changed; clones and outputs go to temporary directories inside the
+workdir. Not a test: the timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -71,6 +80,114 @@ from .workload import MANIFEST, Params
 from .zstd_buffers import CODEC, kept_batches
 
 READ_BUFFER = 1 << 20
+PHASE1: pa.ipc.IpcReadOptions = pa.ipc.IpcReadOptions(
+    included_fields=list(field_indices(PHASE1_FIELDS)), use_threads=False
+)
+WHOLE: pa.ipc.IpcReadOptions = pa.ipc.IpcReadOptions(use_threads=False)
+
+Batches = list[tuple[pa.RecordBatch, int]]
+"""Batches with their logical bytes, as a writer's encoder takes them."""
+
+
+class Inputs(NamedTuple):
+    """A shape's live files, as the steps take them."""
+
+    store: LocalStore
+    keys: list[str]
+    contents: list[bytes]
+    payloads: list[Payload]
+    key_columns: list[pa.Array]
+
+    @property
+    def records(self) -> int:
+        return sum(len(k) for k in self.key_columns)
+
+
+class Step(NamedTuple):
+    label: str
+    run: Callable[[], object]
+    times: int
+    """How many times a job makes it: once for each pointer, or once."""
+
+
+def load(store_dir: Path) -> Inputs:
+    """The store's live files: their keys, their bytes, their compressed batch messages,
+    and each message's key column."""
+    store = LocalStore(str(store_dir))
+    keys = [f.key for f in live_files(store, None)]
+    payloads = collect(store)
+    return Inputs(
+        store,
+        keys,
+        [(store_dir / key).read_bytes() for key in keys],
+        payloads,
+        [ipc.read_compressed(p, s, PHASE1).column("key") for p, s in payloads],
+    )
+
+
+def output_batches(store_dir: Path, now_ms: int) -> Batches:
+    """The batches that a full compaction (at ``now_ms``) of a clone of the store
+    compresses in the top level's codec, each with its logical bytes."""
+    with kept_batches() as batches, cloned(store_dir, now_ms) as (compactor, *_):
+        compactor.run_planned(now_ms, full=True)
+    return batches
+
+
+def read_all(store: LocalStore, keys: list[str]) -> None:
+    """Every file's bytes off the store's stream, into one reused buffer."""
+    buffer = memoryview(bytearray(READ_BUFFER))
+    for key in keys:
+        with store.open_stream(key) as stream:
+            while stream.readinto(buffer):
+                pass
+
+
+def crc_all(contents: list[bytes]) -> None:
+    """The CRC-32 of every file's bytes."""
+    for data in contents:
+        isal_zlib.crc32(data)
+
+
+def decode_all(payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> None:
+    """Every compressed batch message decoded, the fields of ``options``."""
+    for payload, schema in payloads:
+        ipc.read_compressed(payload, schema, options)
+
+
+def hash_all(key_columns: list[pa.Array]) -> None:
+    """SHA-512/256 of every key, on this thread; each column's digests dropped at once."""
+    for keys in key_columns:
+        hash_keys(keys, threads=1)
+
+
+def encode_all(encoder: BatchEncoder, batches: Batches) -> None:
+    """Every batch encoded as the writer encodes it."""
+    for batch, logical in batches:
+        encoder.encode(batch, logical)
+
+
+def fixed_steps(inputs: Inputs, batches: Batches, codec: str) -> list[Step]:
+    encoder = BatchEncoder(codec)
+    return [
+        Step(
+            "read every input file twice (the store's streams)",
+            lambda: read_all(inputs.store, inputs.keys),
+            2,
+        ),
+        Step("CRC-32 of every file's bytes, twice (ISA-L)", lambda: crc_all(inputs.contents), 2),
+        Step("decode offsets and keys (phase 1)", lambda: decode_all(inputs.payloads, PHASE1), 1),
+        Step("decode whole records (phase 2)", lambda: decode_all(inputs.payloads, WHOLE), 1),
+        Step(
+            f"SHA-512/256 of every key (the kernel's {HASH_IMPL}, one thread)",
+            lambda: hash_all(inputs.key_columns),
+            1,
+        ),
+        Step(
+            f"encode the survivors ({codec}, the writer's encoder)",
+            lambda: encode_all(encoder, batches),
+            1,
+        ),
+    ]
 
 
 def least_cpu(step: Callable[[], object], repeat: int) -> float:
@@ -83,35 +200,17 @@ def least_cpu(step: Callable[[], object], repeat: int) -> float:
     return min(seen)
 
 
-def read_all(store: LocalStore, keys: list[str]) -> None:
-    """Every file's bytes off the store's stream, into one reused buffer."""
-    buffer = memoryview(bytearray(READ_BUFFER))
-    for key in keys:
-        with store.open_stream(key) as stream:
-            while stream.readinto(buffer):
-                pass
-
-
-def crc_all(contents: list[bytes]) -> list[int]:
-    return [isal_zlib.crc32(data) for data in contents]
-
-
-def decode_all(payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> None:
-    for payload, schema in payloads:
-        ipc.read_compressed(payload, schema, options)
-
-
-def output_batches(store_dir: Path) -> list[tuple[pa.RecordBatch, int]]:
-    """The batches that a full compaction of a clone of the store compresses in the top
-    level's codec, each with its logical bytes."""
-    with kept_batches() as batches, cloned(store_dir, None) as (compactor, *_, now_ms):
-        compactor.run_planned(now_ms, full=True)
-    return batches
-
-
-def encode_all(encoder: BatchEncoder, batches: list[tuple[pa.RecordBatch, int]]) -> None:
-    for batch, logical in batches:
-        encoder.encode(batch, logical)
+def print_floor(steps: list[Step], repeat: int, records: int) -> float:
+    """Times each step, prints them as a table, and returns their sum."""
+    print("| step | CPU s | ns a record |")
+    print("|---|---:|---:|")
+    floor = 0.0
+    for step in steps:
+        cpu = step.times * least_cpu(step.run, repeat)
+        floor += cpu
+        print(f"| {step.label} | {cpu:.2f} | {1e9 * cpu / records:,.0f} |")
+    print(f"| **the floor (their sum)** | **{floor:.2f}** | **{1e9 * floor / records:,.0f}** |")
+    return floor
 
 
 class Runs(NamedTuple):
@@ -128,20 +227,19 @@ class Runs(NamedTuple):
         )
 
 
-def contenders(workdir: Path, repeat: int, codec: str) -> tuple[Runs, Runs]:
+def contenders(workdir: Path, repeat: int, codec: str, now_ms: int) -> tuple[Runs, Runs]:
     """DuckDB's dedup of the workdir's Parquet copy and ``compact --full`` of a clone of
-    its store (its top level written in ``codec``), ``repeat`` times each in turn, timed
-    as ``bench.run`` times them (a child process from spawn to exit, its input in the
-    page cache)."""
-    params = json.loads((workdir / MANIFEST).read_text())["params"]
-    now_ms = Params(**params).compaction_now_ms
+    its store at ``now_ms`` (its top level written in ``codec``), ``repeat`` times each in
+    turn, timed as ``bench.run`` times them (a child process from spawn to exit, its input
+    in the page cache). SystemExit if either fails, or if the compaction is not one
+    committed job."""
     duck, ours = Runs([], []), Runs([], [])
-    with tempfile.TemporaryDirectory(prefix="floor-") as tmp:
-        out, temp, clone = Path(tmp) / "out.parquet", Path(tmp) / "spill", Path(tmp) / "store"
-        temp.mkdir()
-        duckdb = [sys.executable, "-m", "bench.contenders", "duckdb", "--parquet"]
-        duckdb += [str(workdir / "records.parquet"), "--out", str(out), "--threads", "2"]
-        duckdb += ["--temp", str(temp)]
+    with tempfile.TemporaryDirectory(prefix="floor-", dir=workdir) as tmp:
+        out, spill, clone = Path(tmp) / "out.parquet", Path(tmp) / "spill", Path(tmp) / "store"
+        spill.mkdir()
+        duckdb = [sys.executable, "-m", "bench.contenders", "duckdb", "--threads", "2"]
+        duckdb += ["--parquet", str(workdir / "records.parquet"), "--out", str(out)]
+        duckdb += ["--temp", str(spill)]
         compact = compactor_command() + ["--store", str(clone), "--now-ms", str(now_ms)]
         compact += ["compact", "--full", "--json", "--compression-top", codec]
         for i in range(repeat):
@@ -156,11 +254,37 @@ def contenders(workdir: Path, repeat: int, codec: str) -> tuple[Runs, Runs]:
                 )
                 if m.returncode:
                     raise SystemExit(f"{name} failed: {m.stderr.strip()[-300:]}")
+                if name == "compactor":
+                    _one_job(m.stdout)
                 runs = duck if name == "duckdb" else ours
                 runs.walls.append(m.wall_s)
                 runs.cpus.append(m.user_s + m.sys_s)
                 out.unlink(missing_ok=True)
     return duck, ours
+
+
+def _one_job(stdout: str) -> None:
+    """SystemExit unless ``compact --json`` reported one committed job."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    jobs = json.loads(lines[-1]).get("jobs", []) if lines else []
+    if len(jobs) != 1 or not jobs[0].get("committed"):
+        raise SystemExit(f"compact --full ran {len(jobs)} job(s), not one committed job")
+
+
+def print_budget(duck: Runs, ours: Runs, floor: float, records: int, codec: str) -> None:
+    duck_s, our_cpu = statistics.median(duck.walls), statistics.median(ours.cpus)
+    budget = 2 * duck_s / 3
+    left = budget - floor
+    print(duck.line("DuckDB") + ".")
+    command = f"compact --full --compression-top {codec}"
+    print(ours.line(command) + f", {our_cpu - floor:.2f} s of it above the floor.")
+    print(f"At 3x DuckDB, a job has {duck_s / 3:.2f} s of wall time, {budget:.2f} s of CPU on "
+          f"two cores. The floor takes {floor:.2f} s of CPU ({floor / budget:.0%} of that), "
+          f"and at least {floor / 2:.2f} s of wall time on two cores "
+          f"({duck_s / (floor / 2):.2f}x DuckDB at most).")  # fmt: skip
+    print(f"It leaves {left:.2f} s of CPU ({1e9 * left / records:,.0f} ns a record) for "
+          f"everything else; the compactor spends {1e9 * (our_cpu - floor) / records:,.0f} "
+          "ns a record above the floor.")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,67 +304,29 @@ def main(argv: list[str] | None = None) -> int:
         "trade, --compression-top lz4)",
     )
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     workdir = next(s for s in SHAPES if s.name == args.shape).workdir(1.0)
-    store_dir = workdir / "store"
-    if not store_dir.is_dir():
+    if not (workdir / "store").is_dir():
         raise SystemExit(f"{workdir}: no workload (python -m bench.shapes --only {args.shape})")
-    store = LocalStore(str(store_dir))
-    files = live_files(store, None)
-    keys = [f.key for f in files]
-    paths = [store_dir / f.key for f in files]
-    contents = [path.read_bytes() for path in paths]
-    payloads = collect(store)
-    whole = pa.ipc.IpcReadOptions(use_threads=False)
-    phase1 = pa.ipc.IpcReadOptions(
-        included_fields=list(field_indices(PHASE1_FIELDS)), use_threads=False
-    )
-    key_columns = [ipc.read_compressed(p, s, phase1).column("key") for p, s in payloads]
-    records = sum(len(k) for k in key_columns)
-    batches = output_batches(store_dir)
-    survivors = sum(batch.num_rows for batch, _ in batches)
-    encoder = BatchEncoder(args.codec)
-
-    steps = [
-        ("read every input file twice (the store's streams)", lambda: read_all(store, keys), 2),
-        ("CRC-32 of every file's bytes, twice (ISA-L)", lambda: crc_all(contents), 2),
-        ("decode offsets and keys (phase 1)", lambda: decode_all(payloads, phase1), 1),
-        ("decode whole records (phase 2)", lambda: decode_all(payloads, whole), 1),
-        (
-            f"SHA-512/256 of every key (the kernel's {HASH_IMPL}, one thread)",
-            lambda: [hash_keys(k, threads=1) for k in key_columns],
-            1,
-        ),
-        (
-            f"encode the survivors ({args.codec}, the writer's encoder)",
-            lambda: encode_all(encoder, batches),
-            1,
-        ),
-    ]
-    mb = sum(map(len, contents)) / 1e6
-    print(f"{args.shape}: {len(files)} files, {mb:,.0f} MB, {len(payloads):,} compressed "
-          f"batch messages, {records:,} keys decoded, {survivors:,} survivors encoded; "
+    now_ms = Params(**json.loads((workdir / MANIFEST).read_text())["params"]).compaction_now_ms
+    inputs = load(workdir / "store")
+    if not inputs.records:
+        raise SystemExit(f"{workdir}: no compressed batch in the live files")
+    batches = output_batches(workdir / "store", now_ms)
+    mb = sum(map(len, inputs.contents)) / 1e6
+    print(f"{args.shape}: {len(inputs.keys)} files, {mb:,.0f} MB, {len(inputs.payloads):,} "
+          f"compressed batch messages, {inputs.records:,} keys decoded, "
+          f"{sum(b.num_rows for b, _ in batches):,} survivors encoded; "
           f"least of {args.repeat} runs")  # fmt: skip
     print()
-    print("| step | CPU s | ns a record |")
-    print("|---|---:|---:|")
-    floor = 0.0
-    for label, step, times in steps:
-        cpu = times * least_cpu(step, args.repeat)
-        floor += cpu
-        print(f"| {label} | {cpu:.2f} | {1e9 * cpu / records:,.0f} |")
-    print(f"| **the floor (their sum)** | **{floor:.2f}** | **{1e9 * floor / records:,.0f}** |")
+    records = inputs.records
+    floor = print_floor(fixed_steps(inputs, batches, args.codec), args.repeat, records)
+    del inputs, batches  # a gigabyte or two, not held while the contenders run
     compile_checkout(ROOT)  # timed as an installed package runs (bench.bytecode)
-    duck, ours = contenders(workdir, args.repeat, args.codec)
-    duck_s, our_cpu = statistics.median(duck.walls), statistics.median(ours.cpus)
-    budget = 2 * duck_s / 3
+    duck, ours = contenders(workdir, args.repeat, args.codec, now_ms)
     print()
-    print(duck.line("DuckDB") + ".")
-    command = f"compact --full --compression-top {args.codec}"
-    print(ours.line(command) + f", {our_cpu - floor:.2f} s of it above the floor.")
-    print(f"At 3x DuckDB, a job has {duck_s / 3:.2f} s of wall time, {budget:.2f} s of CPU on "
-          f"two cores. The floor takes {floor:.2f} s of CPU ({floor / budget:.0%} of that), "
-          f"and at least {floor / 2:.2f} s of wall time on two cores "
-          f"({duck_s / (floor / 2):.2f}x DuckDB at most).")  # fmt: skip
+    print_budget(duck, ours, floor, records, args.codec)
     return 0
 
 
