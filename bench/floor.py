@@ -25,7 +25,8 @@ system has for it. There is no merge, no format check and no Python per section.
   (``bench.zstd_buffers``). ``--codec lz4`` encodes them in lz4 instead: the floor under
   the operator's trade ``--compression-top lz4``.
 
-Each step's figure is the CPU time of this thread, the least of ``--repeat`` runs. Their
+Each step's figure is this process's CPU time (every step runs on this thread), the least
+of ``--repeat`` runs. Their
 sum is the floor of this design's two pointers on these records on this machine. It
 leaves out much that a job must do (Arrow's validation of each batch, the key buffer's
 inserts, the survivors' take, the output's frames and writes). It also counts a little
@@ -54,9 +55,7 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -71,10 +70,18 @@ from compactor.objectstore import LocalStore
 from compactor.worker.kernel import HASH_IMPL, hash_keys
 
 from .bytecode import compile_checkout
+from .codecs import least_of
 from .contenders import live_files
 from .ipc_decode import PHASE1_FIELDS, Payload, collect
 from .profile_job import cloned
-from .run import clone_store, compactor_command, run_child, warm
+from .run import (
+    clone_store,
+    compact_full_command,
+    duckdb_command,
+    last_json,
+    run_child,
+    warm,
+)
 from .shapes import ROOT, SHAPES
 from .workload import MANIFEST, Params
 from .zstd_buffers import CODEC, kept_batches
@@ -190,23 +197,13 @@ def fixed_steps(inputs: Inputs, batches: Batches, codec: str) -> list[Step]:
     ]
 
 
-def least_cpu(step: Callable[[], object], repeat: int) -> float:
-    """The least CPU time of this thread that ``repeat`` runs of ``step`` took."""
-    seen = []
-    for _ in range(repeat):
-        start = time.thread_time()
-        step()
-        seen.append(time.thread_time() - start)
-    return min(seen)
-
-
 def print_floor(steps: list[Step], repeat: int, records: int) -> float:
     """Times each step, prints them as a table, and returns their sum."""
     print("| step | CPU s | ns a record |")
     print("|---|---:|---:|")
     floor = 0.0
     for step in steps:
-        cpu = step.times * least_cpu(step.run, repeat)
+        cpu = step.times * least_of(step.run, repeat)[0]
         floor += cpu
         print(f"| {step.label} | {cpu:.2f} | {1e9 * cpu / records:,.0f} |")
     print(f"| **the floor (their sum)** | **{floor:.2f}** | **{1e9 * floor / records:,.0f}** |")
@@ -237,11 +234,8 @@ def contenders(workdir: Path, repeat: int, codec: str, now_ms: int) -> tuple[Run
     with tempfile.TemporaryDirectory(prefix="floor-", dir=workdir) as tmp:
         out, spill, clone = Path(tmp) / "out.parquet", Path(tmp) / "spill", Path(tmp) / "store"
         spill.mkdir()
-        duckdb = [sys.executable, "-m", "bench.contenders", "duckdb", "--threads", "2"]
-        duckdb += ["--parquet", str(workdir / "records.parquet"), "--out", str(out)]
-        duckdb += ["--temp", str(spill)]
-        compact = compactor_command() + ["--store", str(clone), "--now-ms", str(now_ms)]
-        compact += ["compact", "--full", "--json", "--compression-top", codec]
+        duckdb = duckdb_command(workdir / "records.parquet", out, 2, spill)
+        compact = compact_full_command(clone, now_ms) + ["--compression-top", codec]
         for i in range(repeat):
             for name in ("duckdb", "compactor") if i % 2 == 0 else ("compactor", "duckdb"):
                 if name == "duckdb":
@@ -265,8 +259,10 @@ def contenders(workdir: Path, repeat: int, codec: str, now_ms: int) -> tuple[Run
 
 def _one_job(stdout: str) -> None:
     """SystemExit unless ``compact --json`` reported one committed job."""
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    jobs = json.loads(lines[-1]).get("jobs", []) if lines else []
+    try:
+        jobs = last_json(stdout).get("jobs", [])
+    except ValueError:  # no report at all
+        jobs = []
     if len(jobs) != 1 or not jobs[0].get("committed"):
         raise SystemExit(f"compact --full ran {len(jobs)} job(s), not one committed job")
 

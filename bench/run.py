@@ -107,7 +107,8 @@ def warm(paths: list[Path]) -> None:
                 pass
 
 
-def _last_json(text: str) -> dict[str, Any]:
+def last_json(text: str) -> dict[str, Any]:
+    """The last JSON object a contender printed on a line of its own."""
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
         if line.startswith("{"):
@@ -202,13 +203,12 @@ def run_duckdb(ctx: Context) -> Result:
     temp = ctx.run_dir / "duckdb-tmp"
     temp.mkdir(exist_ok=True)
     warm([ctx.w.parquet])
-    cmd = [ctx.python(), "-m", "bench.contenders", "duckdb", "--parquet", str(ctx.w.parquet)]
-    cmd += ["--out", str(out), "--threads", str(ctx.args.duckdb_threads), "--temp", str(temp)]
+    cmd = duckdb_command(ctx.w.parquet, out, ctx.args.duckdb_threads, temp)
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
     r.logical_bytes_in = ctx.w.logical_bytes
     if r.ok:
-        d = _last_json(m.stdout)
+        d = last_json(m.stdout)
         r.detail = d
         r.records_in, r.records_out = d["records_in"], d["records_out"]
         r.note = f"threads={d['threads']}, Parquet in and out"
@@ -230,9 +230,19 @@ def _kernel_missing() -> str | None:
     return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
-def compactor_command() -> list[str]:
+def duckdb_command(parquet: Path, out: Path, threads: int, temp: Path) -> list[str]:
+    """DuckDB's dedup of ``parquet`` into ``out`` on ``threads`` threads, spilling to
+    ``temp`` (``bench.contenders duckdb``)."""
+    cmd = [sys.executable, "-m", "bench.contenders", "duckdb", "--parquet", str(parquet)]
+    return cmd + ["--out", str(out), "--threads", str(threads), "--temp", str(temp)]
+
+
+def compact_full_command(store: Path, now_ms: int) -> list[str]:
+    """``compactor compact --full --json`` of ``store`` at ``now_ms``: the compactor's
+    contender, its options but these the CLI's defaults."""
     script = Path(sys.executable).parent / "compactor"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "compactor.cli.main"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "compactor.cli.main"]
+    return cmd + ["--store", str(store), "--now-ms", str(now_ms), "compact", "--full", "--json"]
 
 
 def run_compactor(ctx: Context) -> Result:
@@ -248,13 +258,13 @@ def run_compactor(ctx: Context) -> Result:
     shutil.rmtree(clone, ignore_errors=True)
     clone_store(ctx.w.store_dir, clone)
     now_ms = ctx.w.params.compaction_now_ms
-    cmd = compactor_command() + ["--store", str(clone), "--now-ms", str(now_ms), "compact"]
-    cmd += ["--full", "--json", "--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
+    cmd = compact_full_command(clone, now_ms)
+    cmd += ["--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
     r.logical_bytes_in = ctx.w.logical_bytes
     if r.ok:
-        d = _last_json(m.stdout)
+        d = last_json(m.stdout)
         jobs = d.get("jobs", [])
         r.detail = {"command": " ".join(cmd), "report": d}
         if len(jobs) != 1:
@@ -303,7 +313,7 @@ def _run_store_contender(ctx: Context, name: str, max_files: int | None) -> Resu
     m = run_child(cmd, ctx.log_dir, name, ctx.args.timeout)
     _fill(r, m)
     if r.ok:
-        d = _last_json(m.stdout)
+        d = last_json(m.stdout)
         r.detail = d
         r.records_in, r.records_out = d["records_in"], d["records_out"]
         r.logical_bytes_in = d["logical_bytes_in"]

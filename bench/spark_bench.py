@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload
-from bench.run import OUT, ROOT, warm
+from bench.run import OUT, ROOT, last_json, warm
 
 SAMPLE_S = 0.05
 
@@ -94,12 +94,6 @@ def measured(cmd: list[str], timeout_s: float) -> tuple[int, float, float, str, 
     return proc.returncode, wall, peak / 1024, out, err
 
 
-def _last_json(text: str) -> dict[str, Any]:
-    line = next(x for x in reversed(text.strip().splitlines()) if x.startswith("{"))
-    parsed: dict[str, Any] = json.loads(line)
-    return parsed
-
-
 def run_spark_compact(w: workload.Workload, run_dir: Path, args: argparse.Namespace) -> Row:
     row = Row("compactor `spark compact`, local[2]")
     clone = run_dir / "spark-compact-store"
@@ -114,7 +108,7 @@ def run_spark_compact(w: workload.Workload, run_dir: Path, args: argparse.Namesp
     if code != 0:
         row.ok, row.note = False, f"exit {code}: {err.strip().splitlines()[-1:]}"
         return row
-    (job,) = _last_json(out)["jobs"]
+    (job,) = last_json(out)["jobs"]
     row.records_in, row.records_out = job["records_in"], job["records_out"]
     gets = sorted({i["gets"] for i in job["inputs"]})
     row.note = f"GETs/file {gets}, job {job['duration_s']} s in its task"
@@ -132,7 +126,7 @@ def run_spark_sql(w: workload.Workload, run_dir: Path, args: argparse.Namespace)
     if code != 0:
         row.ok, row.note = False, f"exit {code}: {err.strip().splitlines()[-1:]}"
         return row
-    d = _last_json(out)
+    d = last_json(out)
     row.records_in, row.records_out = d["records_in"], d["records_out"]
     row.note = f"query {d['work_s']:.1f} s after the session started, Parquet in and out"
     shutil.rmtree(out_dir, ignore_errors=True)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from compactor.fileformat.ipc import BatchEncoder
 
-from .codecs import BUFFER_NAMES, least_of_three
+from .codecs import BUFFER_NAMES, least_of
 from .profile_job import cloned
 
 CODEC = "zstd"
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, buffers in zip(BUFFER_NAMES, columns, strict=True):
         if buffers:
             sizes: list[int] = []
-            seconds = least_of_three(partial(_compress_all, codec, buffers, sizes))[0]
+            seconds = least_of(partial(_compress_all, codec, buffers, sizes))[0]
             raw = sum(b.size for b in buffers)
             rows.append((name, len(buffers), raw, sum(sizes), seconds))
     total = sum(r[4] for r in rows)
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
               f"| {seconds * 1e3:.1f} | {seconds / total:.0%} | {speed:,.0f} |")  # fmt: skip
     calls = sum(r[1] for r in rows)
     tiny = pa.py_buffer(b"\0\0\0\0")
-    per_call = least_of_three(lambda: [codec.compress(tiny) for _ in range(10_000)])[0] / 10_000
+    per_call = least_of(lambda: [codec.compress(tiny) for _ in range(10_000)])[0] / 10_000
     encoder = BatchEncoder(CODEC)
-    whole = least_of_three(lambda: [encoder.encode(b, n) for b, n in batches])[0]
+    whole = least_of(lambda: [encoder.encode(b, n) for b, n in batches])[0]
     print()
     print(f"buffer by buffer: {total * 1e3:.1f} ms; one call on 4 bytes "
           f"{per_call * 1e6:.1f} µs, over the {calls:,} calls {calls * per_call * 1e3:.1f} ms; "
