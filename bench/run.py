@@ -424,6 +424,16 @@ def external_kernel_table(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _hash_impl() -> str:
+    """The key kernel's SHA-512/256 on this machine (avx512, avx2, openssl, portable): the
+    step whose cost differs most between machines."""
+    try:
+        from compactor.worker.kernel import HASH_IMPL
+    except ImportError as e:
+        return f"unavailable ({e})"
+    return HASH_IMPL
+
+
 def machine() -> dict[str, Any]:
     model = ""
     try:
@@ -439,6 +449,7 @@ def machine() -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),
         "cpu_model": model,
+        "hash_impl": _hash_impl(),
         "loadavg_before": os.getloadavg(),
         "mem_total_mib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20,
         "python": platform.python_version(),

@@ -6,8 +6,10 @@
 Runs ``bench.run`` (DuckDB's ``QUALIFY row_number()`` dedup at 2 threads, ``compactor
 compact --full``, and the copy floor: reader plus writer, no deduplication) on each shape
 below, one after the other, and writes one Markdown table, stamped with the commit it
-measured, to stdout and to ``bench/out/shapes-<commit>-<time>.md`` (the JSON of every run
-sits next to it). The README's table is this output.
+measured and the machine (its CPUs, memory and the key kernel's SHA-512/256 pass: tables
+of different machines do not compare), to stdout and to
+``bench/out/shapes-<commit>-<time>.md`` (the JSON of every run sits next to it). The
+README's table is this output.
 
 On a shared machine one run of a contender can be 20-40% off the next. ``--repeat N``
 runs each shape's three contenders N times, one after the other in turn (so a slow spell
@@ -143,7 +145,23 @@ def _row(shape: Shape, reports: list[dict[str, Any]]) -> str:
     )
 
 
-def table(rows: list[str], stamp: str, argv: list[str]) -> str:
+def described(machine: dict[str, Any] | None) -> str:
+    """What a table was measured on, from ``bench.run``'s record of the machine: tables of
+    different machines do not compare."""
+    if not machine:
+        return "on a machine bench.run did not describe"
+    model = machine.get("cpu_model") or "an unnamed CPU"
+    memory = machine.get("mem_total_mib")
+    return (
+        f"on {machine.get('cpus', '?')} CPUs of {model}"
+        + (f", {memory / 1024:.0f} GiB" if memory else "")
+        + f"; SHA-512/256 by the kernel's {machine.get('hash_impl', 'unrecorded')} pass"
+    )
+
+
+def table(
+    rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] | None = None
+) -> str:
     head = (
         "| shape | records | files | records/section | compactor | compactor rec/s | "
         "DuckDB | vs DuckDB | CPU s, compactor / DuckDB | copy floor | "
@@ -151,7 +169,8 @@ def table(rows: list[str], stamp: str, argv: list[str]) -> str:
     )
     return "\n".join(
         [
-            f"Commit {stamp}, `.venv/bin/python -m bench.shapes {' '.join(argv)}`".rstrip(),
+            f"Commit {stamp}, `.venv/bin/python -m bench.shapes {' '.join(argv)}`".rstrip()
+            + f", {described(machine)}",
             "",
             head,
             "|" + "---|" * 12,
@@ -192,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp, started = commit(), time.strftime("%Y%m%d-%H%M%S")
     OUT.mkdir(parents=True, exist_ok=True)
     rows, ok = [], True
+    machine: dict[str, Any] | None = None
     for shape in (s for s in SHAPES if s.name in wanted):
         print(f"== {shape.name}: {shape.what}", flush=True)
         reports, failed = [], None
@@ -208,13 +228,14 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and done.returncode == 0
             if results.exists():
                 reports.append(json.loads(results.read_text()))
+                machine = machine or reports[-1].get("machine")
             else:
                 failed = done.returncode
         if reports and failed is None:
             rows.append(_row(shape, reports))
         else:
             rows.append(f"| {shape.name} | bench.run exited {failed} |" + " |" * 9)
-    text = table(rows, stamp, argv)
+    text = table(rows, stamp, argv, machine)
     path = OUT / f"shapes-{stamp}-{started}.md"
     path.write_text(text + "\n")
     print()
