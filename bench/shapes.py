@@ -159,9 +159,7 @@ def described(machine: dict[str, Any] | None) -> str:
     )
 
 
-def table(
-    rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] | None
-) -> str:
+def table(rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] | None) -> str:
     head = (
         "| shape | records | files | records/section | compactor | compactor rec/s | "
         "DuckDB | vs DuckDB | CPU s, compactor / DuckDB | copy floor | "
