@@ -44,9 +44,9 @@ def collect(store: LocalStore) -> list[Payload]:
     decode = ipc.read_compressed
 
     def recording(
-        payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+        payload: bytes | memoryview, schema: pa.Schema, options: pa.ipc.IpcReadOptions
     ) -> pa.RecordBatch:
-        found.append((payload, schema))
+        found.append((bytes(payload), schema))
         return decode(payload, schema, options)
 
     ipc.read_compressed = recording

@@ -42,6 +42,7 @@ from compactor.fileformat.framing import (
     U16,
     U32,
     Cursor,
+    Payload,
     parse_frame,
 )
 from compactor.fileformat.ipc import decode_batch
@@ -338,7 +339,7 @@ class Block:
 
     def __init__(
         self,
-        payload: bytes,
+        payload: Payload,
         payload_at: int,
         sections: SectionTable,
         object_name: str,

@@ -10,7 +10,7 @@ import pyarrow.ipc
 
 from compactor.fileformat.batches import columns_problem
 from compactor.fileformat.errors import FormatError
-from compactor.fileformat.framing import FORMAT_VERSION
+from compactor.fileformat.framing import FORMAT_VERSION, Payload
 from compactor.fileformat.ipc import decode_batch, inspect_message, read_compressed, with_horizons
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import Role
@@ -28,7 +28,7 @@ def field_indices(fields: Sequence[str]) -> tuple[int, ...]:
 
 
 def decode_fields(
-    payload: bytes,
+    payload: Payload,
     position: int,
     object_name: str,
     fields: Sequence[str],

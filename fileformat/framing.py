@@ -69,13 +69,18 @@ def encode_frame_header(tag: bytes, payload: bytes | memoryview) -> bytes:
     return FRAME_HEADER.pack(tag, n, frame_crc(tag, n, payload))
 
 
+Payload = bytes | memoryview
+"""A frame's payload as a reader read it: its own bytes, or a read-only view of the
+store's (``reader._Input.batch_payload``), which stays valid while it is held."""
+
+
 class EncodedFrame(NamedTuple):
     """A batch frame as a reader read it: its payload (an encoded batch message) and the
     CRC its header gives, which the reader has verified. A writer may write the same
     payload as its own frame of the same records (``FileWriter.write_batch``): the CRC is
     then the same too."""
 
-    payload: bytes
+    payload: Payload
     crc: int
 
 

@@ -19,7 +19,12 @@ import pyarrow.ipc
 from compactor.fileformat import _sections
 from compactor.fileformat.batches import decoded_problem
 from compactor.fileformat.errors import FormatError
-from compactor.fileformat.framing import FORMAT_VERSION, MAX_DECODED_BATCH, MAX_EXPANSION
+from compactor.fileformat.framing import (
+    FORMAT_VERSION,
+    MAX_DECODED_BATCH,
+    MAX_EXPANSION,
+    Payload,
+)
 from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
 from compactor.fileformat.second_read import MEMO, Role
 
@@ -383,7 +388,7 @@ computed afresh."""
 
 
 def check_message(
-    payload: bytes,
+    payload: Payload,
     position: int,
     object_name: str,
     *,
@@ -405,7 +410,7 @@ def check_message(
 
 
 def inspect_message(
-    payload: bytes,
+    payload: Payload,
     position: int,
     object_name: str,
     *,
@@ -424,11 +429,13 @@ def inspect_message(
     return m
 
 
-def _memo_check(payload: bytes, position: int, object_name: str, check_expansion: bool) -> Message:
-    if type(payload) is bytes and len(payload) >= _PREFIX.size:
+def _memo_check(
+    payload: Payload, position: int, object_name: str, check_expansion: bool
+) -> Message:
+    if type(payload) in (bytes, memoryview) and len(payload) >= _PREFIX.size:
         meta_len = _PREFIX.unpack_from(payload, 0)[1]
         if 0 < meta_len <= len(payload) - _PREFIX.size:
-            key = (payload[: _PREFIX.size + meta_len], len(payload))
+            key = (bytes(payload[: _PREFIX.size + meta_len]), len(payload))
             hit = _checked.get(key)
             if hit is not None:
                 return hit
@@ -442,7 +449,7 @@ def _memo_check(payload: bytes, position: int, object_name: str, check_expansion
 
 
 def _check_message(
-    payload: bytes, position: int, object_name: str, check_expansion: bool
+    payload: Payload, position: int, object_name: str, check_expansion: bool
 ) -> Message:
     usual = _sections.usual_message(payload, check_expansion, MAX_DECODED_BATCH, MAX_EXPANSION)
     if usual is None:
@@ -454,7 +461,7 @@ def _check_message(
 
 
 def _check_message_fields(
-    payload: bytes, position: int, object_name: str, check_expansion: bool
+    payload: Payload, position: int, object_name: str, check_expansion: bool
 ) -> Message:
     """``_check_message`` field by field, where the compiled pass
     (``_sections.usual_message``, which makes the same checks) finds a problem: the
@@ -471,7 +478,9 @@ def _check_message_fields(
     if meta_len <= 0 or _PREFIX.size + meta_len > len(payload):
         raise fail(f"metadata length {meta_len} does not fit in {len(payload)} bytes", 4)
     body_start = _PREFIX.size + meta_len
-    fb = _Flatbuffer(payload[_PREFIX.size : body_start], position + _PREFIX.size, object_name)
+    fb = _Flatbuffer(
+        bytes(payload[_PREFIX.size : body_start]), position + _PREFIX.size, object_name
+    )
     message = fb.table(fb.read(_U32, 0))
     version = fb.scalar(message, 0, _I16, 0)
     if version != METADATA_V5:
@@ -557,7 +566,7 @@ class _PayloadFeed:
     def __init__(self, first: bytes) -> None:
         self.load(first)
 
-    def load(self, payload: bytes) -> None:
+    def load(self, payload: Payload) -> None:
         self._view = memoryview(payload)
         self._at = 0
 
@@ -591,7 +600,7 @@ class _KeptReader:
         self._reader = pa.ipc.open_stream(source, options=options)
         self._feed.unread()
 
-    def read(self, payload: bytes) -> pa.RecordBatch:
+    def read(self, payload: Payload) -> pa.RecordBatch:
         self._feed.load(payload)
         batch = self._reader.read_next_batch()
         left = self._feed.unread()
@@ -611,7 +620,7 @@ _kept = _ThreadsReaders()
 
 
 def read_compressed(
-    payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+    payload: Payload, schema: pa.Schema, options: pa.ipc.IpcReadOptions
 ) -> pa.RecordBatch:
     """The batch of a compressed batch message of ``schema`` (RECORD_SCHEMA or its
     version 1), decoded with ``options``: the callers' options decompress on the calling
@@ -641,7 +650,7 @@ def read_compressed(
 
 
 def decode_batch(
-    payload: bytes,
+    payload: Payload,
     position: int,
     object_name: str,
     version: int = FORMAT_VERSION,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -45,6 +45,7 @@ from compactor.fileformat.framing import (
     U32,
     Cursor,
     EncodedFrame,
+    Payload,
     check_file_header,
     check_frame_length,
     describe_tag,
@@ -78,15 +79,29 @@ READ_AHEAD = 64 << 10
 """Reads shorter than this are served from a buffer read ahead of them (``_Input``)."""
 READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
+RELEASE_EVERY = 256 << 10
+"""A mapped source is told that the bytes before a read are done with (``release``) each
+time the reader is this far past the last such point."""
 
 
 class Source(Protocol):
     """A sequential byte stream: ``read(n)`` returns exactly n bytes, and ``readinto(view)``
-    fills all of ``view`` and returns its length, unless the stream ends first."""
+    fills all of ``view`` and returns its length, unless the stream ends first. A source
+    may also give a view of its bytes (``MappableSource``); the reader then reads that
+    view instead."""
 
     def read(self, n: int, /) -> bytes: ...
 
     def readinto(self, view: memoryview, /) -> int: ...
+
+
+@runtime_checkable
+class MappableSource(Source, Protocol):
+    """A ``Source`` that may give a view of its bytes (``objectstore.ObjectStream``)."""
+
+    def mapped(self) -> memoryview | None: ...
+
+    def release(self, upto: int, /) -> None: ...
 
 
 class _Input:
@@ -98,9 +113,25 @@ class _Input:
     in the read-ahead (a frame's payload after its header), of an object whose size is
     known, is one new bytes object that the source reads straight into after the
     read-ahead's part (``_sections.joined_read``): joining the two parts would copy the
-    payload once more."""
+    payload once more.
 
-    __slots__ = ("source", "object_name", "size", "position", "_ahead", "_at")
+    A source that gives a view of its bytes (``MappableSource``: a local file, mapped) is read
+    through that view instead, with no read-ahead: small reads are copied out of it, and
+    batch payloads (``batch_payload``) are slices of it, not copied at all. Every
+    ``RELEASE_EVERY`` bytes the source is told that the bytes before the current read
+    are done with."""
+
+    __slots__ = (
+        "source",
+        "object_name",
+        "size",
+        "position",
+        "_ahead",
+        "_at",
+        "_mappable",
+        "_view",
+        "_released",
+    )
 
     def __init__(self, source: Source, object_name: str, size: int | None) -> None:
         self.source = source
@@ -109,16 +140,18 @@ class _Input:
         self.position = 0
         self._ahead = b""
         self._at = 0  # the next unread byte of _ahead
+        self._mappable = source if isinstance(source, MappableSource) else None
+        self._view = None if self._mappable is None else self._mappable.mapped()
+        self._released = 0  # the source was told the bytes before this are done with
 
     def error(self, at: int, reason: str) -> FormatError:
         return FormatError(self.object_name, at, reason)
 
     def read(self, n: int, what: str) -> bytes:
+        if self._view is not None:
+            return bytes(self._viewed(n, what))
         at = self.position
-        if self.size is not None and at + n > self.size:
-            raise self.error(
-                at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
-            )
+        self._check_within(at, n, what)
         ahead = len(self._ahead) - self._at
         if n <= ahead:
             data = self._ahead[self._at : self._at + n]
@@ -131,14 +164,37 @@ class _Input:
             head = self._ahead[self._at :]
             self._ahead, self._at = b"", 0
             data = head + self._read_source(n - len(head), at + len(head))
+        self._check_length(data, at, n, what)
+        self.position += n
+        return data
+
+    def _viewed(self, n: int, what: str) -> memoryview:
+        """``read`` from the source's view: a slice of it, not copied."""
+        assert self._view is not None
+        at = self.position
+        self._check_within(at, n, what)
+        data = self._view[at : at + n]
+        self._check_length(data, at, n, what)
+        self.position += n
+        if at - self._released >= RELEASE_EVERY:
+            assert self._mappable is not None
+            self._mappable.release(at)
+            self._released = at
+        return data
+
+    def _check_within(self, at: int, n: int, what: str) -> None:
+        if self.size is not None and at + n > self.size:
+            raise self.error(
+                at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
+            )
+
+    def _check_length(self, data: bytes | memoryview, at: int, n: int, what: str) -> None:
         if len(data) != n:
             if len(data) > n:
                 raise ValueError(f"source returned {len(data)} bytes for read({n})")
             raise self.error(
                 at, f"truncated {what}: the object ends after {len(data)} of {n} bytes"
             )
-        self.position += n
-        return data
 
     def _read_source(self, n: int, at: int) -> bytes:
         """``n`` bytes (fewer if the object ends) from the source, which is at ``at``;
@@ -166,6 +222,8 @@ class _Input:
 
     def at_end(self) -> bool:
         """Whether the object has no bytes after those read (asks the source for one)."""
+        if self._view is not None:
+            return self.position >= len(self._view)
         return self._at == len(self._ahead) and not self.source.read(1)
 
     def frame_header(self, what: str) -> tuple[bytes, int, int, int]:
@@ -183,6 +241,15 @@ class _Input:
 
     def frame_payload(self, tag: bytes, length: int, crc: int, at: int) -> bytes:
         payload = self.read(length, f"{describe_tag(tag)} frame payload")
+        verify_frame(tag, length, crc, payload, at, self.object_name)
+        return payload
+
+    def batch_payload(self, tag: bytes, length: int, crc: int, at: int) -> Payload:
+        """``frame_payload`` of a batch or shared batch frame, whose payload only Arrow
+        and compiled code read: from a source's view (``MappableSource``), a slice of it."""
+        if self._view is None:
+            return self.frame_payload(tag, length, crc, at)
+        payload = self._viewed(length, f"{describe_tag(tag)} frame payload")
         verify_frame(tag, length, crc, payload, at, self.object_name)
         return payload
 
@@ -282,7 +349,12 @@ class StreamReader:
         previous: tuple[bytes, int] | None = None
         while True:
             tag, length, crc, at = inp.frame_header("section or footer")
-            payload = inp.frame_payload(tag, length, crc, at) if tag in _TOP_TAGS else None
+            payload: bytes | None = None
+            block_payload: Payload | None = None
+            if tag == TAG_SHARED_BATCH:
+                block_payload = inp.batch_payload(tag, length, crc, at)
+            elif tag in _TOP_TAGS:
+                payload = inp.frame_payload(tag, length, crc, at)
             if tag == TAG_SECTION_HEADER and payload is not None:
                 topic, partition = parse_section_header(payload, at + FRAME_HEADER.size, name)
                 key = section_key(topic, partition)
@@ -296,10 +368,10 @@ class StreamReader:
                 streamed.add(self._footer_entry(section.meta, key[0]), 1)
             elif (
                 tag == TAG_SHARED_BATCH
-                and payload is not None
+                and block_payload is not None
                 and self.format_version >= SHARED_VERSION
             ):
-                block, entries = self._block(payload, at)
+                block, entries = self._block(block_payload, at)
                 length = inp.position - at
                 shared = block.sections.entries  # strictly sorted (parse_section_table)
                 if previous is not None and shared[0].key <= previous:
@@ -321,7 +393,7 @@ class StreamReader:
                     name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
                 )
 
-    def _block(self, payload: bytes, at: int) -> tuple[Block, bytes]:
+    def _block(self, payload: Payload, at: int) -> tuple[Block, bytes]:
         """The rest of the shared block whose ``SBLK`` frame (at ``at``) was just read:
         its section table and its end, checked; the batch is decoded when asked for. With
         it, the footer's entries of its sections, all at once: they are the table's,
@@ -552,10 +624,10 @@ class SectionReader:
             raise FormatError(
                 name, at, f"expected a batch or trailer frame, found tag {describe_tag(tag)}"
             )
-        payload = inp.frame_payload(tag, length, crc, at)
         if tag == TAG_TRAILER:
-            self._end(payload, length, at)
+            self._end(inp.frame_payload(tag, length, crc, at), length, at)
             return None
+        payload = inp.batch_payload(tag, length, crc, at)
         self._positions.append(at - self.position)
         if not decode:
             self._all_decoded = False

@@ -39,6 +39,7 @@ from compactor.fileformat.framing import (
     TAG_SHARED_BATCH,
     TAG_TRAILER,
     EncodedFrame,
+    Payload,
     encode_file_header,
     encode_frame,
     encode_frame_header,
@@ -407,16 +408,18 @@ class FileWriter:
         section = self._open
         while pending:
             first_offset, max_timestamp, payload = pending[0]
+            body: Payload
             if isinstance(payload, EncodedFrame):
                 header = FRAME_HEADER.pack(TAG_BATCH, len(payload.payload), payload.crc)
-                payload = payload.payload
+                body = payload.payload
             else:
                 if not isinstance(payload, bytes):
                     if self._in_flight <= in_flight and not payload.done():
                         return
                     payload = payload.result()
                     self._in_flight -= 1
-                header = encode_frame_header(TAG_BATCH, payload)
+                body = payload
+                header = encode_frame_header(TAG_BATCH, body)
             pending.popleft()
             assert section is not None and section.position is not None
             relative = self._position - section.position
@@ -424,7 +427,7 @@ class FileWriter:
             if self._index is not None:
                 self._index.batch(first_offset, relative, max_timestamp)
             self._emit(header)
-            self._emit(payload)
+            self._emit(body)
 
     def close(self) -> None:
         """Stops the encoder thread (if one was started); what is pending is dropped."""

@@ -103,6 +103,20 @@ class ObjectStream(ABC):
         view[: len(data)] = data
         return len(data)
 
+    def mapped(self) -> memoryview | None:
+        """The object from ``position`` to its end as a read-only view of the store's own
+        copy, not copied, where the store can give one; None otherwise. Only a local
+        file's stream can (it maps the file): S3's bytes arrive through a socket. A reader
+        that takes the view reads it instead of the stream (``position`` does not move),
+        and calls ``release`` as it goes."""
+        return None
+
+    def release(self, upto: int) -> None:
+        """The caller of ``mapped`` is done with the view's first ``upto`` bytes: they may
+        leave this process's memory. Views of them stay valid: read again, their bytes
+        come back from the store's copy. A stream that gives no view holds nothing."""
+        return None
+
     @abstractmethod
     def close(self) -> None: ...
 

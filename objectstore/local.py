@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import functools
 import io
+import mmap
 import os
 import tempfile
 import threading
@@ -343,6 +344,9 @@ class LocalObjectStream(ObjectStream):
         self.resumes = 0
         self._path = path
         self._f: io.FileIO | None = f
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | None = None
+        self._view_start = self._released = 0
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
@@ -360,6 +364,46 @@ class LocalObjectStream(ObjectStream):
         n = self._read_fully(view)
         self.position += n
         return n
+
+    def mapped(self) -> memoryview | None:
+        """``ObjectStream.mapped``: the file mapped (``mmap``, read only), once; None for
+        an empty rest, or where the map fails (no address space or file descriptors left):
+        the caller then reads the stream as usual.
+
+        Reading a job's inputs through their maps instead of into new bytes objects
+        saves the kernel's copy out of the page cache and the fresh pages of every new
+        bytes object (bench/README.md, "Inputs mapped, not copied"). ``release`` keeps
+        the memory a map holds to about what its reader has not yet passed
+        (``madvise``), so a job's resident memory does not grow with its inputs' size.
+
+        The store never changes a file in place (every write is a new file renamed over
+        the key), so mapped bytes cannot change under a reader. A file cut short in place
+        by something else while it is mapped ends the reader's process with SIGBUS when
+        the missing bytes are read: before any commit, so the catalog and the inputs stay
+        as they were."""
+        f = self._f
+        if f is None:
+            raise StoreError(f"read from a closed stream of {self._path}")
+        if self._map is None and self.position < self.size:
+            try:
+                self._map = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                return None
+            self._view = memoryview(self._map)[self.position : self.size]
+            self._view_start = self._released = self.position
+        return self._view
+
+    def release(self, upto: int) -> None:
+        """``ObjectStream.release``: the pages before ``upto`` leave this process's
+        resident memory (``MADV_DONTNEED``; the page cache keeps them), with the page
+        ``upto`` is in, whose bytes read again come back the same way. All of them, not
+        only those since the last release: a view of released bytes that is read again
+        (a batch decoded from them and gathered later) faults its pages back in, and they
+        go again with the next release instead of staying until the map goes."""
+        end = self._view_start + upto
+        if self._map is not None and end > self._released:
+            self._map.madvise(mmap.MADV_DONTNEED, 0, end)
+            self._released = end
 
     def _read_fully(self, view: memoryview) -> int:
         """Fills ``view`` (fewer bytes only at the end of the file); returns how many."""
@@ -381,6 +425,11 @@ class LocalObjectStream(ObjectStream):
             raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
 
     def close(self) -> None:
+        """Closes the file. A map stays while views of it are held (it is unmapped when
+        the last one goes), but all of it leaves resident memory now."""
+        if self._map is not None:
+            self.release(self.size - self._view_start)
+            self._map = self._view = None
         if self._f is not None:
             self._f.close()
             self._f = None
