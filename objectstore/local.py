@@ -350,6 +350,8 @@ class LocalObjectStream(ObjectStream):
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
+        if self._map is not None:
+            return bytes(self._from_map(n))
         if n < 0:
             data: bytes = self._file_read(io.FileIO.read, -1)
         else:
@@ -361,6 +363,10 @@ class LocalObjectStream(ObjectStream):
         return data
 
     def readinto(self, view: memoryview) -> int:
+        if self._map is not None:
+            data = self._from_map(len(view))
+            view[: len(data)] = data
+            return len(data)
         n = self._read_fully(view)
         self.position += n
         return n
@@ -376,21 +382,28 @@ class LocalObjectStream(ObjectStream):
         the memory a map holds to about what its reader has not yet passed
         (``madvise``), so a job's resident memory does not grow with its inputs' size.
 
+        Once mapped, the stream's file is closed (the map holds a descriptor of its own,
+        so a stream never holds two) and its own reads come from the map too.
+
         The store never changes a file in place (every write is a new file renamed over
         the key), so mapped bytes cannot change under a reader. A file cut short in place
         by something else while it is mapped ends the reader's process with SIGBUS when
         the missing bytes are read: before any commit, so the catalog and the inputs stay
         as they were."""
-        f = self._f
-        if f is None:
-            raise StoreError(f"read from a closed stream of {self._path}")
-        if self._map is None and self.position < self.size:
+        if self._map is None:
+            f = self._f
+            if f is None:
+                raise StoreError(f"read from a closed stream of {self._path}")
+            if self.position >= self.size:
+                return None
             try:
                 self._map = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
             except (OSError, ValueError):
                 return None
             self._view = memoryview(self._map)[self.position : self.size]
             self._view_start = self._released = self.position
+            self._f = None
+            f.close()
         return self._view
 
     def release(self, upto: int) -> None:
@@ -404,6 +417,15 @@ class LocalObjectStream(ObjectStream):
         if self._map is not None and end > self._released:
             self._map.madvise(mmap.MADV_DONTNEED, 0, end)
             self._released = end
+
+    def _from_map(self, n: int) -> memoryview:
+        """The stream's next ``n`` bytes (fewer at the end; ``n < 0``: to the end) from
+        its map, the position moved past them."""
+        assert self._map is not None
+        end = self.size if n < 0 else min(self.size, self.position + n)
+        data = memoryview(self._map)[self.position : end]
+        self.position += len(data)
+        return data
 
     def _read_fully(self, view: memoryview) -> int:
         """Fills ``view`` (fewer bytes only at the end of the file); returns how many."""

@@ -64,6 +64,31 @@ def test_the_view_is_the_file_from_the_streams_start(tmp_path: Path) -> None:
     assert view[:100] == DATA[12_345:12_445]  # a view outlives its stream
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="Linux's /proc")
+def test_a_mapped_stream_holds_one_descriptor_and_still_reads(tmp_path: Path) -> None:
+    """Mapping closes the stream's file (the map holds a descriptor of its own), and the
+    stream's own reads go on from its position, through the map."""
+    store = stored(tmp_path, DATA)
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    with store.open_stream(NAME, 100) as stream:
+        assert descriptors() == before + 1
+        view = stream.mapped()
+        assert view is not None
+        assert descriptors() == before + 1
+        assert stream.read(10) == DATA[100:110]
+        into = bytearray(5)
+        assert stream.readinto(memoryview(into)) == 5 and into == DATA[110:115]
+        assert stream.read(-1) == DATA[115:]
+        assert stream.read(3) == b"" and stream.position == len(DATA)
+    assert descriptors() == before + 1  # the map stays while a view of it is held
+    del view
+    assert descriptors() == before
+
+
 def test_nothing_to_map_gives_no_view(tmp_path: Path) -> None:
     store = stored(tmp_path, DATA)
     store.put("data/empty.cf", b"")
