@@ -14,8 +14,10 @@ What every full compaction of a store does, whatever its code:
 
 This times each step alone, on the shape's own files, with the least machinery this
 system has for it. There is no merge, no format check and no Python per section.
-- **Reads:** the store's streams, each file into one reused buffer.
-- **CRCs:** ISA-L's CRC-32 over each file's bytes, read beforehand.
+- **Reads and CRCs:** each file through its stream's map, as the stream reader takes a
+  local file (``LocalObjectStream.mapped``), and ISA-L's CRC-32 over the map: the first
+  touch of every byte, which a job's reader makes in its frames' CRCs. (Before 6f1b723
+  the reader copied every file out of the page cache, and so did this step.)
 - **Decodes:** Arrow's, with the kept reader (``ipc.read_compressed``), applied to every
   compressed batch message of the live files. Uncompressed batches are left out.
 - **Hashes:** the key kernel's SHA-512/256 (``hash_keys``, one thread, the machine's best
@@ -86,7 +88,6 @@ from .shapes import ROOT, SHAPES
 from .workload import MANIFEST, Params
 from .zstd_buffers import CODEC, kept_batches
 
-READ_BUFFER = 1 << 20
 PHASE1: pa.ipc.IpcReadOptions = pa.ipc.IpcReadOptions(
     included_fields=list(field_indices(PHASE1_FIELDS)), use_threads=False
 )
@@ -101,7 +102,7 @@ class Inputs(NamedTuple):
 
     store: LocalStore
     keys: list[str]
-    contents: list[bytes]
+    sizes: list[int]
     payloads: list[Payload]
     key_columns: list[pa.Array]
 
@@ -121,12 +122,12 @@ def load(store_dir: Path) -> Inputs:
     """The store's live files: their keys, their bytes, their compressed batch messages,
     and each message's key column."""
     store = LocalStore(str(store_dir))
-    keys = [f.key for f in live_files(store, None)]
+    files = list(live_files(store, None))
     payloads = collect(store)
     return Inputs(
         store,
-        keys,
-        [(store_dir / key).read_bytes() for key in keys],
+        [f.key for f in files],
+        [f.size for f in files],
         payloads,
         [ipc.read_compressed(p, s, PHASE1).column("key") for p, s in payloads],
     )
@@ -140,19 +141,14 @@ def output_batches(store_dir: Path, now_ms: int) -> Batches:
     return batches
 
 
-def read_all(store: LocalStore, keys: list[str]) -> None:
-    """Every file's bytes off the store's stream, into one reused buffer."""
-    buffer = memoryview(bytearray(READ_BUFFER))
+def map_and_crc_all(store: LocalStore, keys: list[str]) -> None:
+    """Every file's bytes through its stream's map, with their CRC-32."""
     for key in keys:
         with store.open_stream(key) as stream:
-            while stream.readinto(buffer):
-                pass
-
-
-def crc_all(contents: list[bytes]) -> None:
-    """The CRC-32 of every file's bytes."""
-    for data in contents:
-        isal_zlib.crc32(data)
+            view = stream.mapped()
+            if view is None:
+                raise SystemExit(f"{key}: the local store gave no map of it")
+            isal_zlib.crc32(view)
 
 
 def decode_all(payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> None:
@@ -177,11 +173,10 @@ def fixed_steps(inputs: Inputs, batches: Batches, codec: str) -> list[Step]:
     encoder = BatchEncoder(codec)
     return [
         Step(
-            "read every input file twice (the store's streams)",
-            lambda: read_all(inputs.store, inputs.keys),
+            "map every input file and CRC-32 its bytes, twice (the stream's map, ISA-L)",
+            lambda: map_and_crc_all(inputs.store, inputs.keys),
             2,
         ),
-        Step("CRC-32 of every file's bytes, twice (ISA-L)", lambda: crc_all(inputs.contents), 2),
         Step("decode offsets and keys (phase 1)", lambda: decode_all(inputs.payloads, PHASE1), 1),
         Step("decode whole records (phase 2)", lambda: decode_all(inputs.payloads, WHOLE), 1),
         Step(
@@ -310,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if not inputs.records:
         raise SystemExit(f"{workdir}: no compressed batch in the live files")
     batches = output_batches(workdir / "store", now_ms)
-    mb = sum(map(len, inputs.contents)) / 1e6
+    mb = sum(inputs.sizes) / 1e6
     print(f"{args.shape}: {len(inputs.keys)} files, {mb:,.0f} MB, {len(inputs.payloads):,} "
           f"compressed batch messages, {inputs.records:,} keys decoded, "
           f"{sum(b.num_rows for b, _ in batches):,} survivors encoded; "
