@@ -1,7 +1,8 @@
 """Declares the compiled parts; everything else is in pyproject.toml.
 
-``compactor.fileformat._sections`` (a shared block's per-section figures) is plain C
-against the CPython API, as is the key-buffer kernel below.
+``compactor.fileformat._sections`` (a shared block's per-section figures) and
+``compactor.objectstore._filemap`` (read-only maps of a local file's byte ranges) are
+plain C against the CPython API, as is the key-buffer kernel below.
 
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
@@ -84,6 +85,11 @@ setup(
         Extension(
             "compactor.fileformat._sections",
             sources=["fileformat/_sections.c"],
+            extra_compile_args=C_FLAGS,
+        ),
+        Extension(
+            "compactor.objectstore._filemap",
+            sources=["objectstore/_filemap.c"],
             extra_compile_args=C_FLAGS,
         ),
     ],

@@ -14,10 +14,11 @@ What every full compaction of a store does, whatever its code:
 
 This times each step alone, on the shape's own files, with the least machinery this
 system has for it. There is no merge, no format check and no Python per section.
-- **Reads and CRCs:** each file through its stream's map, as the stream reader takes a
-  local file (``LocalObjectStream.mapped``), and ISA-L's CRC-32 over the map: the first
-  touch of every byte, which a job's reader makes in its frames' CRCs. (Before 6f1b723
-  the reader copied every file out of the page cache, and so did this step.)
+- **Reads and CRCs:** each file mapped whole off its stream, as the stream reader takes
+  a local file's long payloads (``LocalObjectStream.read_mapped``), and ISA-L's CRC-32
+  over the map: the first touch of every byte, which a job's reader makes in its frames'
+  CRCs. (Before the reader mapped long payloads, it copied every file out of the page
+  cache, and so did this step.)
 - **Decodes:** Arrow's, with the kept reader (``ipc.read_compressed``), applied to every
   compressed batch message of the live files. Uncompressed batches are left out.
 - **Hashes:** the key kernel's SHA-512/256 (``hash_keys``, one thread, the machine's best
@@ -141,11 +142,11 @@ def output_batches(store_dir: Path, now_ms: int) -> Batches:
     return batches
 
 
-def map_and_crc_all(store: LocalStore, keys: list[str]) -> None:
-    """Every file's bytes through its stream's map, with their CRC-32."""
-    for key in keys:
+def map_and_crc_all(store: LocalStore, keys: list[str], sizes: list[int]) -> None:
+    """Every file's bytes mapped off its stream (``read_mapped``), with their CRC-32."""
+    for key, size in zip(keys, sizes, strict=True):
         with store.open_stream(key) as stream:
-            view = stream.mapped()
+            view = stream.read_mapped(size)
             if view is None:
                 raise SystemExit(f"{key}: the local store gave no map of it")
             isal_zlib.crc32(view)
@@ -174,7 +175,7 @@ def fixed_steps(inputs: Inputs, batches: Batches, codec: str) -> list[Step]:
     return [
         Step(
             "map every input file and CRC-32 its bytes, twice (the stream's map, ISA-L)",
-            lambda: map_and_crc_all(inputs.store, inputs.keys),
+            lambda: map_and_crc_all(inputs.store, inputs.keys, inputs.sizes),
             2,
         ),
         Step("decode offsets and keys (phase 1)", lambda: decode_all(inputs.payloads, PHASE1), 1),

@@ -77,18 +77,18 @@ __all__ = [
 
 READ_AHEAD = 64 << 10
 """Reads shorter than this are served from a buffer read ahead of them (``_Input``)."""
+READ_AHEAD_MAPPING = 8 << 10
+"""The read-ahead of a source that maps long payloads (``MappingSource``). Such a
+payload usually starts within the read-ahead, just after its frame's header, and what
+the read-ahead holds of it was copied for nothing; with 64 KiB a payload, mapping gained
+nothing at ingest-64p (bench/README.md, "Long payloads mapped, not copied")."""
 READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
-RELEASE_EVERY = 256 << 10
-"""A mapped source is told that the bytes before a read are done with (``release``) each
-time the reader is this far past the last such point."""
 
 
 class Source(Protocol):
     """A sequential byte stream: ``read(n)`` returns exactly n bytes, and ``readinto(view)``
-    fills all of ``view`` and returns its length, unless the stream ends first. A source
-    may also give a view of its bytes (``MappableSource``); the reader then reads that
-    view instead."""
+    fills all of ``view`` and returns its length, unless the stream ends first."""
 
     def read(self, n: int, /) -> bytes: ...
 
@@ -96,12 +96,11 @@ class Source(Protocol):
 
 
 @runtime_checkable
-class MappableSource(Source, Protocol):
-    """A ``Source`` that may give a view of its bytes (``objectstore.ObjectStream``)."""
+class MappingSource(Source, Protocol):
+    """A ``Source`` that may give its bytes without a copy
+    (``objectstore.ObjectStream.read_mapped``)."""
 
-    def mapped(self) -> memoryview | None: ...
-
-    def release(self, upto: int, /) -> None: ...
+    def read_mapped(self, n: int, back: int, /) -> memoryview | None: ...
 
 
 class _Input:
@@ -113,13 +112,9 @@ class _Input:
     in the read-ahead (a frame's payload after its header), of an object whose size is
     known, is one new bytes object that the source reads straight into after the
     read-ahead's part (``_sections.joined_read``): joining the two parts would copy the
-    payload once more.
-
-    A source that gives a view of its bytes (``MappableSource``: a local file, mapped) is read
-    through that view instead, with no read-ahead: small reads are copied out of it, and
-    batch payloads (``batch_payload``) are slices of it, not copied at all. Every
-    ``RELEASE_EVERY`` bytes the source is told that the bytes before the current read
-    are done with."""
+    payload once more. A long batch payload (``batch_payload``) of a source that can map
+    its bytes (``MappingSource``) is not copied at all, and such a source is read ahead
+    by ``READ_AHEAD_MAPPING``, not ``READ_AHEAD``."""
 
     __slots__ = (
         "source",
@@ -128,9 +123,8 @@ class _Input:
         "position",
         "_ahead",
         "_at",
-        "_mappable",
-        "_view",
-        "_released",
+        "_mapping",
+        "_read_ahead",
     )
 
     def __init__(self, source: Source, object_name: str, size: int | None) -> None:
@@ -140,18 +134,18 @@ class _Input:
         self.position = 0
         self._ahead = b""
         self._at = 0  # the next unread byte of _ahead
-        self._mappable = source if isinstance(source, MappableSource) else None
-        self._view = None if self._mappable is None else self._mappable.mapped()
-        self._released = 0  # the source was told the bytes before this are done with
+        self._mapping = source if isinstance(source, MappingSource) else None
+        self._read_ahead = READ_AHEAD if self._mapping is None else READ_AHEAD_MAPPING
 
     def error(self, at: int, reason: str) -> FormatError:
         return FormatError(self.object_name, at, reason)
 
     def read(self, n: int, what: str) -> bytes:
-        if self._view is not None:
-            return bytes(self._viewed(n, what))
         at = self.position
-        self._check_within(at, n, what)
+        if self.size is not None and at + n > self.size:
+            raise self.error(
+                at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
+            )
         ahead = len(self._ahead) - self._at
         if n <= ahead:
             data = self._ahead[self._at : self._at + n]
@@ -164,43 +158,21 @@ class _Input:
             head = self._ahead[self._at :]
             self._ahead, self._at = b"", 0
             data = head + self._read_source(n - len(head), at + len(head))
-        self._check_length(data, at, n, what)
-        self.position += n
-        return data
-
-    def _viewed(self, n: int, what: str) -> memoryview:
-        """``read`` from the source's view: a slice of it, not copied."""
-        assert self._view is not None
-        at = self.position
-        self._check_within(at, n, what)
-        data = self._view[at : at + n]
-        self._check_length(data, at, n, what)
-        self.position += n
-        if at - self._released >= RELEASE_EVERY:
-            assert self._mappable is not None
-            self._mappable.release(at)
-            self._released = at
-        return data
-
-    def _check_within(self, at: int, n: int, what: str) -> None:
-        if self.size is not None and at + n > self.size:
-            raise self.error(
-                at, f"{what} of {n} bytes runs past the end of the {self.size}-byte object"
-            )
-
-    def _check_length(self, data: bytes | memoryview, at: int, n: int, what: str) -> None:
         if len(data) != n:
             if len(data) > n:
                 raise ValueError(f"source returned {len(data)} bytes for read({n})")
             raise self.error(
                 at, f"truncated {what}: the object ends after {len(data)} of {n} bytes"
             )
+        self.position += n
+        return data
 
     def _read_source(self, n: int, at: int) -> bytes:
         """``n`` bytes (fewer if the object ends) from the source, which is at ``at``;
         a short read reads ahead."""
-        if n < READ_AHEAD:
-            want = READ_AHEAD if self.size is None else min(READ_AHEAD, self.size - at)
+        if n < self._read_ahead:
+            ahead = self._read_ahead
+            want = ahead if self.size is None else min(ahead, self.size - at)
             chunk = self.source.read(max(n, want))
             if len(chunk) > n:
                 self._ahead, self._at = chunk, n
@@ -222,8 +194,6 @@ class _Input:
 
     def at_end(self) -> bool:
         """Whether the object has no bytes after those read (asks the source for one)."""
-        if self._view is not None:
-            return self.position >= len(self._view)
         return self._at == len(self._ahead) and not self.source.read(1)
 
     def frame_header(self, what: str) -> tuple[bytes, int, int, int]:
@@ -246,12 +216,26 @@ class _Input:
 
     def batch_payload(self, tag: bytes, length: int, crc: int, at: int) -> Payload:
         """``frame_payload`` of a batch or shared batch frame, whose payload only Arrow
-        and compiled code read: from a source's view (``MappableSource``), a slice of it."""
-        if self._view is None:
+        and compiled code read: one longer than ``READ_AHEAD`` of a source that can map
+        it (``MappingSource``) is a read-only view of the source's own bytes."""
+        payload = self._mapped(length) if length > READ_AHEAD else None
+        if payload is None:
             return self.frame_payload(tag, length, crc, at)
-        payload = self._viewed(length, f"{describe_tag(tag)} frame payload")
         verify_frame(tag, length, crc, payload, at, self.object_name)
         return payload
+
+    def _mapped(self, n: int) -> memoryview | None:
+        """The next ``n`` bytes from the source's ``read_mapped`` (what is left of the
+        read-ahead is let go), or None, the position not moved, where it gives none."""
+        if self._mapping is None or self.size is None or self.position + n > self.size:
+            return None
+        view = self._mapping.read_mapped(n, len(self._ahead) - self._at)
+        if view is not None:
+            if len(view) != n:
+                raise ValueError(f"source mapped {len(view)} bytes for read_mapped({n})")
+            self._ahead, self._at = b"", 0
+            self.position += n
+        return view
 
 
 FileChecks = Literal["decoded", "all", "elsewhere"]

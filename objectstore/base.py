@@ -103,18 +103,12 @@ class ObjectStream(ABC):
         view[: len(data)] = data
         return len(data)
 
-    def mapped(self) -> memoryview | None:
-        """The object from ``position`` to its end as a read-only view of the store's own
-        copy, not copied, where the store can give one; None otherwise. Only a local
-        file's stream can (it maps the file): S3's bytes arrive through a socket. A reader
-        that takes the view reads it instead of the stream (``position`` does not move),
-        and calls ``release`` as it goes."""
-        return None
-
-    def release(self, upto: int) -> None:
-        """The caller of ``mapped`` is done with the view's first ``upto`` bytes: they may
-        leave this process's memory. Views of them stay valid: read again, their bytes
-        come back from the store's copy. A stream that gives no view holds nothing."""
+    def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
+        """The object's ``n`` bytes from ``back`` bytes before ``position`` (bytes the
+        caller read ahead and has not used yet), as a read-only view of the store's own
+        copy, not copied, with the stream moved past them; None, the stream not moved,
+        where the store cannot give one. Only a local file's stream can (it maps them);
+        S3's bytes arrive through a socket and are always copied."""
         return None
 
     @abstractmethod

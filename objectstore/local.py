@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import functools
 import io
-import mmap
 import os
 import tempfile
 import threading
@@ -31,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, TypeVar
 
+from . import _filemap
 from .base import (
     GetCounter,
     MultipartWriter,
@@ -344,14 +344,9 @@ class LocalObjectStream(ObjectStream):
         self.resumes = 0
         self._path = path
         self._f: io.FileIO | None = f
-        self._map: mmap.mmap | None = None
-        self._view: memoryview | None = None
-        self._view_start = self._released = 0
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes unless the object ends first; ``n < 0`` reads to the end."""
-        if self._map is not None:
-            return bytes(self._from_map(n))
         if n < 0:
             data: bytes = self._file_read(io.FileIO.read, -1)
         else:
@@ -363,69 +358,39 @@ class LocalObjectStream(ObjectStream):
         return data
 
     def readinto(self, view: memoryview) -> int:
-        if self._map is not None:
-            data = self._from_map(len(view))
-            view[: len(data)] = data
-            return len(data)
         n = self._read_fully(view)
         self.position += n
         return n
 
-    def mapped(self) -> memoryview | None:
-        """``ObjectStream.mapped``: the file mapped (``mmap``, read only), once; None for
-        an empty rest, or where the map fails (no address space or file descriptors left):
-        the caller then reads the stream as usual.
+    def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
+        """``ObjectStream.read_mapped``: the bytes mapped from the file, read only
+        (``_filemap.map_range``), or None where the object ends before them or the map
+        fails (the file cut short since it was opened, no address space left): the caller
+        then reads them as usual, and gets the usual errors.
 
-        Reading a job's inputs through their maps instead of into new bytes objects
-        saves the kernel's copy out of the page cache and the fresh pages of every new
-        bytes object (bench/README.md, "Inputs mapped, not copied"). ``release`` keeps
-        the memory a map holds to about what its reader has not yet passed
-        (``madvise``), so a job's resident memory does not grow with its inputs' size.
-
-        Once mapped, the stream's file is closed (the map holds a descriptor of its own,
-        so a stream never holds two) and its own reads come from the map too.
+        The map goes when the last view of it goes, as a bytes object of the same bytes
+        would, and holds no file descriptor. Reading the long payloads of a job's inputs
+        this way saves the kernel's copy out of the page cache and the fresh pages of
+        each new bytes object (bench/README.md, "Long payloads mapped, not copied").
 
         The store never changes a file in place (every write is a new file renamed over
         the key), so mapped bytes cannot change under a reader. A file cut short in place
-        by something else while it is mapped ends the reader's process with SIGBUS when
-        the missing bytes are read: before any commit, so the catalog and the inputs stay
-        as they were."""
-        if self._map is None:
-            f = self._f
-            if f is None:
-                raise StoreError(f"read from a closed stream of {self._path}")
-            if self.position >= self.size:
-                return None
-            try:
-                self._map = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):
-                return None
-            self._view = memoryview(self._map)[self.position : self.size]
-            self._view_start = self._released = self.position
-            self._f = None
-            f.close()
-        return self._view
-
-    def release(self, upto: int) -> None:
-        """``ObjectStream.release``: the pages before ``upto`` leave this process's
-        resident memory (``MADV_DONTNEED``; the page cache keeps them), with the page
-        ``upto`` is in, whose bytes read again come back the same way. All of them, not
-        only those since the last release: a view of released bytes that is read again
-        (a batch decoded from them and gathered later) faults its pages back in, and they
-        go again with the next release instead of staying until the map goes."""
-        end = self._view_start + upto
-        if self._map is not None and end > self._released:
-            self._map.madvise(mmap.MADV_DONTNEED, 0, end)
-            self._released = end
-
-    def _from_map(self, n: int) -> memoryview:
-        """The stream's next ``n`` bytes (fewer at the end; ``n < 0``: to the end) from
-        its map, the position moved past them."""
-        assert self._map is not None
-        end = self.size if n < 0 else min(self.size, self.position + n)
-        data = memoryview(self._map)[self.position : end]
-        self.position += len(data)
-        return data
+        by something else while a view of it is held ends the reading process with SIGBUS
+        when the missing bytes are read: before any commit, so the catalog and the
+        inputs stay as they were."""
+        f = self._f
+        if f is None:
+            raise StoreError(f"read from a closed stream of {self._path}")
+        start = self.position - back
+        if n < 1 or not 0 <= back <= n or start < 0 or start + n > self.size:
+            return None
+        try:
+            mapped = memoryview(_filemap.map_range(f.fileno(), start, n))
+            f.seek(start + n)
+        except (OSError, ValueError):
+            return None
+        self.position = start + n
+        return mapped
 
     def _read_fully(self, view: memoryview) -> int:
         """Fills ``view`` (fewer bytes only at the end of the file); returns how many."""
@@ -447,11 +412,6 @@ class LocalObjectStream(ObjectStream):
             raise StoreError(f"cannot read {self._path} at byte {self.position}: {e}") from e
 
     def close(self) -> None:
-        """Closes the file. A map stays while views of it are held (it is unmapped when
-        the last one goes), but all of it leaves resident memory now."""
-        if self._map is not None:
-            self.release(self.size - self._view_start)
-            self._map = self._view = None
         if self._f is not None:
             self._f.close()
             self._f = None

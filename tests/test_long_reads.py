@@ -98,14 +98,12 @@ def test_size_unknown_reads_as_before() -> None:
     assert src.readintos == []
 
 
-def test_a_local_stream_is_read_through_its_map(tmp_path: object) -> None:
-    """A local file is read through its map (tests/test_mapped_reads.py), not by the
-    stream's reads: the stream's position never moves."""
+def test_a_local_stream_reads_in_place(tmp_path: object) -> None:
     store = LocalStore(str(tmp_path))
     store.put(NAME, DATA)
     with store.open_stream(NAME, buffer_size=64 << 10) as stream:
         got = read_all(StreamReader(stream, object_name=NAME, size=len(DATA)))
-        assert stream.position == 0
+        assert stream.position == len(DATA)
     assert got == EXPECTED
 
 

@@ -55,7 +55,11 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
     for layer in LAYERS:
         assert f"compactor/{layer}/__init__.py" in names
     assert "compactor/fileformat/FORMAT.md" in names
-    for compiled in ("compactor/worker/kernel/_keybuffer", "compactor/fileformat/_sections"):
+    for compiled in (
+        "compactor/worker/kernel/_keybuffer",
+        "compactor/fileformat/_sections",
+        "compactor/objectstore/_filemap",
+    ):
         assert any(n.startswith(compiled) and n.endswith(".so") for n in names), compiled
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,0 +1,6 @@
+class MappedRange:
+    """A read-only map of a byte range of a file: its buffer is the range's bytes."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+def map_range(fd: int, offset: int, length: int, /) -> MappedRange: ...
