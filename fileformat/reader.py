@@ -78,10 +78,11 @@ __all__ = [
 READ_AHEAD = 64 << 10
 """Reads shorter than this are served from a buffer read ahead of them (``_Input``)."""
 READ_AHEAD_MAPPING = 8 << 10
-"""The read-ahead of a source that maps long payloads (``MappingSource``). Such a
-payload usually starts within the read-ahead, just after its frame's header, and what
-the read-ahead holds of it was copied for nothing; with 64 KiB a payload, mapping gained
-nothing at ingest-64p (bench/README.md, "Long payloads mapped, not copied")."""
+"""The read-ahead of a source once it has given a long payload mapped (``MappingSource``;
+an S3 stream, which gives none, keeps ``READ_AHEAD``). Such a payload usually starts
+within the read-ahead, just after its frame's header, and what the read-ahead holds of it
+was copied for nothing; with 64 KiB a payload, mapping gained nothing at ingest-64p
+(bench/README.md, "Long payloads mapped, not copied")."""
 READ_CHUNK = 4 << 20
 """Longest single ``read`` issued to the source when the object's size is unknown."""
 
@@ -113,8 +114,8 @@ class _Input:
     known, is one new bytes object that the source reads straight into after the
     read-ahead's part (``_sections.joined_read``): joining the two parts would copy the
     payload once more. A long batch payload (``batch_payload``) of a source that can map
-    its bytes (``MappingSource``) is not copied at all, and such a source is read ahead
-    by ``READ_AHEAD_MAPPING``, not ``READ_AHEAD``."""
+    its bytes (``MappingSource``) is not copied at all, and once one is, the source is
+    read ahead by ``READ_AHEAD_MAPPING``, not ``READ_AHEAD``."""
 
     __slots__ = (
         "source",
@@ -135,7 +136,7 @@ class _Input:
         self._ahead = b""
         self._at = 0  # the next unread byte of _ahead
         self._mapping = source if isinstance(source, MappingSource) else None
-        self._read_ahead = READ_AHEAD if self._mapping is None else READ_AHEAD_MAPPING
+        self._read_ahead = READ_AHEAD
 
     def error(self, at: int, reason: str) -> FormatError:
         return FormatError(self.object_name, at, reason)
@@ -235,6 +236,7 @@ class _Input:
                 raise ValueError(f"source mapped {len(view)} bytes for read_mapped({n})")
             self._ahead, self._at = b"", 0
             self.position += n
+            self._read_ahead = READ_AHEAD_MAPPING
         return view
 
 

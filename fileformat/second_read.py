@@ -42,12 +42,8 @@ class SecondReadMemo:
 
     def keeps(self, payload: object, role: Role) -> bool:
         """Whether a reader in ``role`` uses the memo for ``payload`` (of a kind and size
-        this memo keeps): bytes, or a read-only view (of a mapped file: ``Payload``)."""
-        return (
-            role is not None
-            and (type(payload) is bytes or (type(payload) is memoryview and payload.readonly))
-            and len(payload) <= self._max_payload
-        )
+        this memo keeps)."""
+        return role is not None and type(payload) is bytes and len(payload) <= self._max_payload
 
     def take(self, key: Hashable) -> object | None:
         with self._lock:

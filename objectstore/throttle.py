@@ -67,7 +67,8 @@ class ReadThrottle:
 
 class ThrottledStream:
     """A source over ``inner`` whose reads ``throttle`` paces (what a file reader takes:
-    ``read`` only; the stream's own position and resumes stay on ``inner``)."""
+    ``read``, ``readinto`` and ``read_mapped``; the stream's own position and resumes
+    stay on ``inner``)."""
 
     def __init__(self, inner: ObjectStream, throttle: ReadThrottle) -> None:
         self.inner, self.throttle = inner, throttle
@@ -81,3 +82,11 @@ class ThrottledStream:
         n = self.inner.readinto(view)
         self.throttle.consume(n)
         return n
+
+    def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
+        """``ObjectStream.read_mapped``, paced: the ``n - back`` bytes it takes from the
+        stream count as read (the ``back`` bytes were, when they were read ahead)."""
+        view = self.inner.read_mapped(n, back)
+        if view is not None:
+            self.throttle.consume(n - back)
+        return view

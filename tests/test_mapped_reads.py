@@ -22,8 +22,9 @@ from compactor.fileformat import (
     records_to_batch,
 )
 from compactor.fileformat.read_frames import frame_of
-from compactor.fileformat.reader import READ_AHEAD
+from compactor.fileformat.reader import READ_AHEAD, READ_AHEAD_MAPPING
 from compactor.objectstore.local import LocalStore
+from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 
 NAME = "data/mapped.cf"
 LINUX = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="Linux's /proc")
@@ -136,3 +137,82 @@ def test_a_closed_stream_maps_nothing(tmp_path: Path) -> None:
     stream.close()
     with pytest.raises(Exception, match="closed stream"):
         stream.read_mapped(10)
+
+
+def test_a_throttled_stream_maps_and_meters_every_byte(tmp_path: Path) -> None:
+    """A queue worker's streams are paced (``ThrottledStream``): its payloads are mapped
+    too, and the bytes mapped count as read, once (what was read ahead is not counted
+    again)."""
+    store = stored(tmp_path, DATA)
+    throttle = ReadThrottle(None)
+    got: list[Record] = []
+    with store.open_stream(NAME) as stream:
+        source = ThrottledStream(stream, throttle)
+        for section in StreamReader(source, object_name=NAME, size=len(DATA)).sections():
+            for batch in section.batches():
+                frame = frame_of(batch)
+                assert frame is not None and isinstance(frame.payload, memoryview)
+                got += batch_to_records(batch)
+    assert got == RECORDS
+    assert throttle.bytes_total == len(DATA)
+
+
+def test_a_stream_that_gives_no_map_keeps_its_read_ahead() -> None:
+    """An S3 stream's ``read_mapped`` gives None: its payloads are copied, read ahead by
+    64 KiB as before mapping existed."""
+
+    class Unmapped(io.BytesIO):
+        def __init__(self, data: bytes) -> None:
+            super().__init__(data)
+            self.reads: list[int] = []
+
+        def read(self, n: int | None = -1) -> bytes:
+            self.reads.append(-1 if n is None else n)
+            return super().read(n)
+
+        def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
+            return None
+
+    source = Unmapped(DATA)
+    got = [
+        r
+        for section in StreamReader(source, object_name=NAME, size=len(DATA)).sections()
+        for batch in section.batches()
+        for r in batch_to_records(batch)
+    ]
+    assert got == RECORDS
+    assert READ_AHEAD in source.reads and READ_AHEAD_MAPPING not in source.reads
+
+
+def test_a_stream_that_maps_reads_ahead_less_once_it_has() -> None:
+    """After its first mapped payload, a source is read ahead by 8 KiB: a payload starts
+    just after its frame's header, and what a longer read-ahead held of it would have been
+    copied for nothing."""
+
+    class Mapping(io.BytesIO):
+        def __init__(self, data: bytes) -> None:
+            super().__init__(data)
+            self.reads: list[int] = []
+            self.mapped = 0
+
+        def read(self, n: int | None = -1) -> bytes:
+            self.reads.append(-1 if n is None else n)
+            return super().read(n)
+
+        def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
+            start = self.tell() - back
+            self.seek(start + n)
+            self.mapped += 1
+            return memoryview(self.getvalue())[start : start + n]
+
+    source = Mapping(DATA)
+    got = [
+        r
+        for section in StreamReader(source, object_name=NAME, size=len(DATA)).sections()
+        for batch in section.batches()
+        for r in batch_to_records(batch)
+    ]
+    assert got == RECORDS
+    assert source.mapped == 3  # one long batch a section
+    first = source.reads.index(READ_AHEAD_MAPPING)
+    assert READ_AHEAD not in source.reads[first:]
