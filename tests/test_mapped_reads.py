@@ -157,30 +157,37 @@ def test_a_throttled_stream_maps_and_meters_every_byte(tmp_path: Path) -> None:
     assert throttle.bytes_total == len(DATA)
 
 
-def test_a_stream_that_gives_no_map_keeps_its_read_ahead() -> None:
-    """An S3 stream's ``read_mapped`` gives None: its payloads are copied, read ahead by
-    64 KiB as before mapping existed."""
-
-    class Unmapped(io.BytesIO):
-        def __init__(self, data: bytes) -> None:
-            super().__init__(data)
-            self.reads: list[int] = []
-
-        def read(self, n: int | None = -1) -> bytes:
-            self.reads.append(-1 if n is None else n)
-            return super().read(n)
-
-        def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
-            return None
-
-    source = Unmapped(DATA)
-    got = [
+def read_records(source: CountingBytes) -> list[Record]:
+    return [
         r
         for section in StreamReader(source, object_name=NAME, size=len(DATA)).sections()
         for batch in section.batches()
         for r in batch_to_records(batch)
     ]
-    assert got == RECORDS
+
+
+class CountingBytes(io.BytesIO):
+    """A real byte stream that records the length of each read."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.reads: list[int] = []
+
+    def read(self, n: int | None = -1) -> bytes:
+        self.reads.append(-1 if n is None else n)
+        return super().read(n)
+
+
+def test_a_stream_that_gives_no_map_keeps_its_read_ahead() -> None:
+    """An S3 stream's ``read_mapped`` gives None: its payloads are copied, read ahead by
+    64 KiB as before mapping existed."""
+
+    class Unmapped(CountingBytes):
+        def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
+            return None
+
+    source = Unmapped(DATA)
+    assert read_records(source) == RECORDS
     assert READ_AHEAD in source.reads and READ_AHEAD_MAPPING not in source.reads
 
 
@@ -189,15 +196,8 @@ def test_a_stream_that_maps_reads_ahead_less_once_it_has() -> None:
     just after its frame's header, and what a longer read-ahead held of it would have been
     copied for nothing."""
 
-    class Mapping(io.BytesIO):
-        def __init__(self, data: bytes) -> None:
-            super().__init__(data)
-            self.reads: list[int] = []
-            self.mapped = 0
-
-        def read(self, n: int | None = -1) -> bytes:
-            self.reads.append(-1 if n is None else n)
-            return super().read(n)
+    class Mapping(CountingBytes):
+        mapped = 0
 
         def read_mapped(self, n: int, back: int = 0) -> memoryview | None:
             start = self.tell() - back
@@ -206,13 +206,7 @@ def test_a_stream_that_maps_reads_ahead_less_once_it_has() -> None:
             return memoryview(self.getvalue())[start : start + n]
 
     source = Mapping(DATA)
-    got = [
-        r
-        for section in StreamReader(source, object_name=NAME, size=len(DATA)).sections()
-        for batch in section.batches()
-        for r in batch_to_records(batch)
-    ]
-    assert got == RECORDS
+    assert read_records(source) == RECORDS
     assert source.mapped == 3  # one long batch a section
     first = source.reads.index(READ_AHEAD_MAPPING)
     assert READ_AHEAD not in source.reads[first:]
