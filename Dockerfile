@@ -1,9 +1,10 @@
 # The compactor CLI in an image, for the scheduler and workers of localstack/*.yml:
 #   docker build -t compactor:local .
 #   docker run --rm compactor:local worker --help
-# build-essential compiles the key-buffer kernel (worker/kernel/_keybuffer.c) and a
-# block's per-section passes (fileformat/_sections.c); with
-# libssl-dev its SHA-512/256 uses OpenSSL, without it the portable C (setup.py).
+# build-essential compiles the key-buffer kernel (worker/kernel/_keybuffer.c), a block's
+# per-section passes (fileformat/_sections.c) and the batch encoder
+# (fileformat/_encoder.cpp, against the pinned pyarrow's Arrow C++); with libssl-dev the
+# kernel's SHA-512/256 uses OpenSSL, without it the portable C (setup.py).
 FROM python:3.11-slim
 
 RUN apt-get update \
@@ -18,7 +19,7 @@ COPY requirements.lock ./
 RUN pip install --no-cache-dir "pip==26.3" \
     && pip install --no-cache-dir -r requirements.lock
 COPY . .
-RUN pip install --no-cache-dir --no-deps . \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
     && cd / && compactor --help >/dev/null
 
 RUN useradd --create-home compactor

@@ -10,7 +10,7 @@ LS_STAMP := .localstack-venv/.installed
 
 .PHONY: setup demo test lint clean localstack-setup test-localstack
 
-$(STAMP): requirements.lock pyproject.toml setup.py worker/kernel/_keybuffer.c worker/kernel/sha512_256.h fileformat/_sections.c objectstore/_filemap.c
+$(STAMP): requirements.lock pyproject.toml setup.py worker/kernel/_keybuffer.c worker/kernel/sha512_256.h fileformat/_sections.c fileformat/_encoder.cpp objectstore/_filemap.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip==26.3"
 	$(BIN)/pip install --quiet -r requirements.lock

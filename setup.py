@@ -4,6 +4,11 @@
 ``compactor.objectstore._filemap`` (read-only maps of a local file's byte ranges) are
 plain C against the CPython API, as is the key-buffer kernel below.
 
+``compactor.fileformat._encoder`` (a writer's batches encoded on a thread without the GIL)
+is C++ against the Arrow C++ library that pyarrow ships, its headers and its
+``libarrow.so.<ABI>``, as pyarrow documents for extensions: pyarrow must be installed when
+this is built (``--no-build-isolation``, or the pin in ``[build-system]``).
+
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
 headers and library are found at build time (a test compile and link), else the bundled
@@ -54,6 +59,37 @@ def _openssl_links(compiler: Any) -> bool:
     return True
 
 
+def _arrow_encoder() -> Extension:
+    """``_encoder``, linked to pyarrow's libarrow by its file name (pyarrow ships no
+    unversioned ``libarrow.so`` to link with) and found beside pyarrow at run time (where
+    importing pyarrow, as ``fileformat.ipc`` does first, has loaded it anyway)."""
+    import pyarrow as pa
+
+    libdir = Path(pa.get_library_dirs()[0])
+    lib = min(libdir.glob("libarrow.so.*"), key=lambda p: len(p.name))
+    return Extension(
+        "compactor.fileformat._encoder",
+        sources=["fileformat/_encoder.cpp"],
+        language="c++",
+        include_dirs=[pa.get_include()],
+        extra_compile_args=[
+            "-O2",
+            "-std=c++20",
+            "-Wall",
+            "-Wextra",
+            "-Wno-missing-field-initializers",
+        ],
+        # pyarrow's directory where the wheel puts this module (site-packages/compactor/
+        # fileformat), and where it was found at build time (an editable install).
+        extra_link_args=[
+            f"-l:{lib.name}",
+            f"-L{libdir}",
+            "-Wl,-rpath,$ORIGIN/../../pyarrow",
+            f"-Wl,-rpath,{libdir}",
+        ],
+    )
+
+
 class BuildExt(build_ext):  # type: ignore[misc]
     def build_extensions(self) -> None:
         portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
@@ -87,6 +123,7 @@ setup(
             sources=["fileformat/_sections.c"],
             extra_compile_args=C_FLAGS,
         ),
+        _arrow_encoder(),
         Extension(
             "compactor.objectstore._filemap",
             sources=["objectstore/_filemap.c"],

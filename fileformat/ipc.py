@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.ipc
 
-from compactor.fileformat import _sections
+from compactor.fileformat import _encoder, _sections
 from compactor.fileformat.batches import decoded_problem
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import (
@@ -65,41 +65,53 @@ _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 
 
-class _Capture:
-    """A write-only file object collecting what the IPC writer writes."""
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.chunks: list[Any] = []
-
-    def write(self, data: Any) -> int:
-        self.chunks.append(data)  # bytes or pa.Buffer; each keeps its memory alive
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-
 class _StreamEncoder:
+    """Batches encoded as the batch messages of an Arrow IPC stream in ``compression`` (or
+    none), by compiled code (``_encoder``): on the calling thread, or in order on the
+    encoder's own thread, which never holds the GIL (``submit``). The options are those
+    pyarrow's stream writer was given here before: the codec's default level, compressed
+    on the calling thread (handing each buffer to Arrow's thread pool costs a wake-up per
+    buffer and, with phase 1's process on the other core, buys no parallelism:
+    bench/README.md, "Phase 1 in a process of its own")."""
+
     def __init__(self, compression: str | None) -> None:
-        self._capture = _Capture()
-        # Compressed on the calling thread: handing each buffer to Arrow's thread pool
-        # costs a wake-up per buffer and, with phase 1's process on the other core, buys no
-        # parallelism (bench/README.md, "Phase 1 in a process of its own").
-        options = pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
-        self._writer = pa.ipc.new_stream(
-            pa.PythonFile(self._capture, mode="w"), RECORD_SCHEMA, options=options
-        )
-        # The stream writer emits the schema message before the first batch; flush it out
-        # with an empty batch and drop both: sections carry batch messages only.
-        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA))
-        self._capture.chunks.clear()
+        self._encoder = _encoder.Encoder(compression or "none")
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
-        self._writer.write_batch(batch)
-        payload = b"".join(self._capture.chunks)
-        self._capture.chunks.clear()
+        return self._encoder.encode(batch.__arrow_c_array__())
+
+    def submit(self, batch: pa.RecordBatch) -> _encoder.Encoding:
+        return self._encoder.submit(batch.__arrow_c_array__())
+
+    def close(self) -> None:
+        self._encoder.close()
+
+
+class Pending(Protocol):
+    """A payload being encoded on another thread: a ``Future[bytes]``, or ``_Checked``."""
+
+    def done(self) -> bool: ...
+
+    def result(self) -> bytes: ...
+
+
+class _Checked:
+    """A batch's payload from the encoder's thread (``BatchEncoder.submit``), checked when
+    it is taken as ``BatchEncoder.encode`` checks its own."""
+
+    __slots__ = ("_owner", "_encoding", "_batch")
+
+    def __init__(
+        self, owner: BatchEncoder, encoding: _encoder.Encoding, batch: pa.RecordBatch
+    ) -> None:
+        self._owner, self._encoding, self._batch = owner, encoding, batch
+
+    def done(self) -> bool:
+        return self._encoding.done()
+
+    def result(self) -> bytes:
+        payload = self._owner.checked(self._encoding.result(), self._batch)
+        self._batch = None
         return payload
 
 
@@ -162,11 +174,34 @@ class BatchEncoder:
         if not self.compresses(logical_bytes):
             return _encode_plain(batch)
         assert self._compressing is not None
-        payload = self._compressing.encode(batch)
+        return self.checked(self._compressing.encode(batch), batch)
+
+    def checked(self, payload: bytes, batch: pa.RecordBatch) -> bytes:
+        """``payload``, the compressed encoding of ``batch``; ``batch`` uncompressed where
+        its decoded body would be more than MAX_EXPANSION times that (readers reject it)."""
         decoded = inspect_message(payload, 0, "<encoder>", check_expansion=False).decoded
         if decoded > MAX_EXPANSION * len(payload):
             return _encode_plain(batch)
         return payload
+
+    @property
+    def submits(self) -> bool:
+        """Whether ``submit`` can take a batch ``compresses`` accepts: whether this codec's
+        batches are encoded by compiled code (not ``_BufferWise``)."""
+        return isinstance(self._compressing, _StreamEncoder)
+
+    def submit(self, batch: pa.RecordBatch) -> Pending:
+        """``encode(batch, ...)`` of a batch this encoder compresses, in order with the
+        others submitted, on a thread of its own that never holds the GIL (``submits``
+        must be true). ``close`` stops the thread."""
+        assert isinstance(self._compressing, _StreamEncoder)
+        return _Checked(self, self._compressing.submit(batch), batch)
+
+    def close(self) -> None:
+        """Stops the thread of ``submit`` (the payloads not yet made are dropped; their
+        ``result()`` raises RuntimeError). ``encode`` still works."""
+        if isinstance(self._compressing, _StreamEncoder):
+            self._compressing.close()
 
 
 RETRY_EVERY: Final = 16

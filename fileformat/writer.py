@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -44,7 +44,7 @@ from compactor.fileformat.framing import (
     encode_frame,
     encode_frame_header,
 )
-from compactor.fileformat.ipc import BatchEncoder, Message, inspect_message
+from compactor.fileformat.ipc import BatchEncoder, Message, Pending, inspect_message
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.read_frames import frame_of
 from compactor.fileformat.records import RECORD_SCHEMA
@@ -206,14 +206,16 @@ class FileWriter:
     nothing); calls out of order (a batch outside a section, anything after ``finish``)
     raise RuntimeError.
 
-    With ``encode_ahead``, batches big enough to be compressed are encoded on a thread of
-    the writer's own (Arrow compresses without the GIL), up to ``ENCODE_AHEAD`` at a time,
-    while the caller goes on producing the next ones; frames still reach the sink in batch
-    order, each as soon as it and those before it are encoded, and ``end_section`` and
-    ``finish`` wait for all. The file's bytes are the same either way. ``close`` stops
-    the thread (``finish`` does too); a writer abandoned on an error must be closed. An
-    encoding error surfaces from a later call, when the batch's turn to be written
-    comes, and leaves the writer unusable (the section already counts the batch).
+    With ``encode_ahead``, batches and shared blocks big enough to be compressed are
+    encoded on a thread of the writer's own (Arrow compresses without the GIL), up to
+    ``ENCODE_AHEAD`` of each at a time, while the caller goes on producing the next ones;
+    frames still reach the sink in file order, each as soon as it and those before it are
+    encoded, and ``end_section`` (of a framed section), a framed section's first batch and
+    ``finish`` wait for what is before them. The file's bytes are the same either way.
+    ``close`` stops the thread (``finish`` does too); a writer abandoned on an error must
+    be closed. An encoding error surfaces from a later call, when the batch's or block's
+    turn to be written comes, and leaves the writer unusable (the section already counts
+    the batch; the block stays first in line, so ``finish`` fails too).
 
     With ``share_below`` (bytes of batching weight, ``batches.batching_weight``), a
     section whose records weigh less than that is not framed on its own: it waits, with
@@ -255,7 +257,10 @@ class FileWriter:
         # Batches of the open section waiting for their frames to be written, in order:
         # (first offset, largest timestamp, payload being encoded or ready). end_section
         # drains it.
-        self._pending: deque[tuple[int, int, Future[bytes] | bytes | EncodedFrame]] = deque()
+        self._pending: deque[tuple[int, int, Pending | bytes | EncodedFrame]] = deque()
+        # Shared blocks closed but not yet written, in order, each with its payload being
+        # encoded or ready (``_write_block``). Drained before anything else is written.
+        self._blocks: deque[tuple[_Block, Pending | bytes]] = deque()
         self._index = index
         self.footer_crc: int | None = None
         """The footer frame's CRC (also in the tail), once ``finish`` has run."""
@@ -376,6 +381,7 @@ class FileWriter:
         if frame is not None and (len(runs) > 1 or not self.reuses(frame, *runs[0][1:])):
             frame = None
         if section.position is None:
+            self._flush_blocks(0)
             section.position = self._position
             section.offsets = OffsetSetBuilder(int64_view(batch.column(0))[0])
             self._emit(section.header_frame)
@@ -386,20 +392,25 @@ class FileWriter:
             section.offsets.add(chunk.column(0), stats.first_offset, stats.last_offset)
             section.stats = stats if section.stats is None else section.stats.then(stats)
             if frame is None:
-                encoded: Future[bytes] | bytes | EncodedFrame = self._encode(chunk, logical)
+                encoded: Pending | bytes | EncodedFrame = self._encode(chunk, logical)
             else:
                 encoded = frame
                 self.frames_reused += 1
             self._pending.append((stats.first_offset, stats.max_timestamp, encoded))
             self._flush(ENCODE_AHEAD)
 
-    def _encode(self, chunk: pa.RecordBatch, logical: int) -> Future[bytes] | bytes:
+    def _encode(self, chunk: pa.RecordBatch, logical: int) -> Pending | bytes:
         if not self._encode_ahead or not self._encoder.compresses(logical):
             return self._encoder.encode(chunk, logical)
+        self._in_flight += 1
+        if self._encoder.submits:
+            return self._encoder.submit(chunk)
+        return self._encoding_thread().submit(self._encoder.encode, chunk, logical)
+
+    def _encoding_thread(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"encode-{self.object_name}")
-        self._in_flight += 1
-        return self._executor.submit(self._encoder.encode, chunk, logical)
+        return self._executor
 
     def _flush(self, in_flight: int) -> None:
         """Writes the frames of the pending batches that are encoded, in order, first
@@ -432,7 +443,9 @@ class FileWriter:
     def close(self) -> None:
         """Stops the encoder thread (if one was started); what is pending is dropped."""
         self._pending.clear()
+        self._blocks.clear()
         self._in_flight = 0
+        self._encoder.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
@@ -546,13 +559,38 @@ class FileWriter:
         )
 
     def _write_block(self) -> None:
-        """Writes the open block (FORMAT.md section 13), if it holds any section. Its
-        sections stay in it until it is written: an error leaves them there, so a later
-        ``finish`` fails too rather than writing a file without them."""
+        """Closes the open block (FORMAT.md section 13), if it holds any section, and
+        writes it: at once, or with ``encode_ahead`` once the writer's thread has encoded
+        it (``_flush_blocks``). Its sections stay in it until it is written: an error
+        leaves them there (the open block, or the first in line), so a later ``finish``
+        fails too rather than writing a file without them."""
         block = self._block
         if not block.entries:
             return
-        payload = self._encoder.encode(copied(block.records()), block.logical)
+        records = copied(block.records())
+        if self._encode_ahead and self._encoder.submits and self._encoder.compresses(block.logical):
+            payload: Pending | bytes = self._encoder.submit(records)
+        else:
+            payload = self._encoder.encode(records, block.logical)
+        self._block = _Block()
+        self._blocks.append((block, payload))
+        self._flush_blocks(ENCODE_AHEAD)
+
+    def _flush_blocks(self, in_flight: int) -> None:
+        """Writes the closed blocks that are encoded, in order, first waiting until at
+        most ``in_flight`` blocks wait to be written."""
+        blocks = self._blocks
+        while blocks:
+            block, payload = blocks[0]
+            if not isinstance(payload, bytes):
+                if len(blocks) <= in_flight and not payload.done():
+                    return
+                payload = payload.result()  # an encoding error leaves the block first in line
+            blocks.popleft()
+            self._emit_block(block, payload)
+
+    def _emit_block(self, block: _Block, payload: bytes) -> None:
+        """Writes a closed block whose batch is encoded as ``payload``."""
         table = encode_frame(TAG_SECTION_TABLE, shared_table(block.entries, block.bitmaps))
         position = self._position
         self._emit(encode_frame_header(TAG_SHARED_BATCH, payload))
@@ -560,7 +598,6 @@ class FileWriter:
         self._emit(table)
         self._emit(SECTION_END.pack(len(table), BLOCK_END_MAGIC))
         length = self._position - position
-        self._block = _Block()
         self._sections += _sections.entry_metas(SectionMeta, block.entries, position, length)
         self._footer.append(_sections.footer_entries(block.entries, position, length))
         if self._index is not None:
@@ -578,8 +615,9 @@ class FileWriter:
     def finish(self) -> FileMeta:
         """Writes the footer and tail; returns what the footer says. The sink is not closed."""
         self._state(want_open=False)
-        self.close()
         self._write_block()
+        self._flush_blocks(0)
+        self.close()
         payload = footer_payload(self._footer, len(self._sections), self._version)
         footer = encode_frame(TAG_FOOTER, payload)
         self.footer_crc = FRAME_HEADER.unpack_from(footer)[2]

@@ -6,6 +6,7 @@ import io
 import random
 import threading
 import tracemalloc
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -328,20 +329,35 @@ def test_encoding_ahead_writes_the_same_bytes(seed: int) -> None:
     verify_stream(io.BytesIO(data_ahead), object_name="f", size=len(data_ahead))
 
 
-def test_encoding_ahead_uses_a_thread_and_stops_it() -> None:
-    def encoders() -> list[str]:
-        return [t.name for t in threading.enumerate() if t.name.startswith("encode-")]
+def encoding_threads() -> list[str]:
+    """The writers' encoding threads of this process: Python's (``encode-<file>``, for
+    lz4's buffer-by-buffer batches) and the compiled encoder's (``encode-batches``, by
+    its OS name)."""
+    native = []
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            native.append(comm.read_text().strip())
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return [t.name for t in threading.enumerate() if t.name.startswith("encode-")] + [
+        name for name in native if name == "encode-batches"
+    ]
 
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_encoding_ahead_uses_a_thread_and_stops_it(codec: str) -> None:
     big = batch(*range(5000), value=b"0123456789abcdef" * 4)
-    writer = FileWriter(io.BytesIO(), object_name="ahead", encode_ahead=True)
+    writer = FileWriter(io.BytesIO(), object_name="ahead", compression=codec, encode_ahead=True)
     writer.begin_section("t", 0)
     writer.write_batch(big)
-    assert encoders()  # compressible batches go to the encoder thread
+    assert encoding_threads()  # compressible batches go to the encoder thread
     writer.end_section()
     writer.finish()
-    assert not encoders()
-    abandoned = FileWriter(io.BytesIO(), object_name="abandoned", encode_ahead=True)
+    assert not encoding_threads()
+    abandoned = FileWriter(
+        io.BytesIO(), object_name="abandoned", compression=codec, encode_ahead=True
+    )
     abandoned.begin_section("t", 0)
     abandoned.write_batch(big)
     abandoned.close()  # what a failed job does
-    assert not encoders()
+    assert not encoding_threads()

@@ -58,6 +58,7 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
     for compiled in (
         "compactor/worker/kernel/_keybuffer",
         "compactor/fileformat/_sections",
+        "compactor/fileformat/_encoder",
         "compactor/objectstore/_filemap",
     ):
         assert any(n.startswith(compiled) and n.endswith(".so") for n in names), compiled

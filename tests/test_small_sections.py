@@ -219,10 +219,37 @@ def test_filter_batch_equals_filter() -> None:
     assert batches.filter_batch(_batches(2)[0], pa.array([False])).num_rows == 0
 
 
+def _stream_writers(batch: pa.RecordBatch) -> bytes:
+    """What pyarrow's stream writer without compression writes for ``batch``: its
+    stream less the schema message before it and the end-of-stream marker after it."""
+    empty = pa.BufferOutputStream()
+    pa.ipc.new_stream(empty, RECORD_SCHEMA).close()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, RECORD_SCHEMA) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes()[len(empty.getvalue()) - 8 : -8])
+
+
 def test_plain_encoding_is_the_stream_writers() -> None:
-    stream = ipc._StreamEncoder(None)
     for batch in _batches(2):
-        assert ipc._encode_plain(batch) == stream.encode(batch)
+        assert ipc._encode_plain(batch) == _stream_writers(batch)
+
+
+def test_compiled_encodings_hold_the_records() -> None:
+    """The compiled encoder (``_encoder``, behind ``ipc._StreamEncoder``), on the calling
+    thread and on its own, gives the same bytes, which decode to the batch, whole or
+    sliced; uncompressed and unsliced, the stream writer's bytes."""
+    for codec in (None, "zstd", "lz4"):
+        here, ahead = ipc._StreamEncoder(codec), ipc._StreamEncoder(codec)
+        encodings = [(batch, ahead.submit(batch)) for batch in _batches(3)]
+        for batch, encoding in encodings:
+            payload = here.encode(batch)
+            assert encoding.result() == payload
+            decoded = pa.ipc.read_record_batch(pa.ipc.read_message(payload), RECORD_SCHEMA)
+            assert decoded.equals(batch)
+            if codec is None and not any(column.offset for column in batch.columns):
+                assert payload == _stream_writers(batch)
+        ahead.close()
 
 
 @pytest.mark.parametrize("seed", range(3))

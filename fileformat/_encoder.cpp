@@ -1,0 +1,390 @@
+// A writer's batches encoded on a thread of their own that never holds the GIL.
+//
+// `Encoder(codec)` takes record batches through the Arrow C data interface
+// (`batch.__arrow_c_array__()`) and encodes each as the batch message of an Arrow IPC
+// stream in `codec`, with the options pyarrow's stream writer had in `ipc._StreamEncoder`
+// (the codec's default level, no Arrow threads) and one stream writer kept for all
+// batches. `encode` does it on the calling thread with the GIL released; `submit` queues
+// it for the encoder's own thread (started at the first) and returns an `Encoding`,
+// whose `result()` waits for the payload with the GIL released. Both give the same bytes
+// for the same batch: a batch comes through the C interface either way (its imported
+// buffers end where its rows do, which decides how Arrow writes a slice).
+//
+// A Python thread encoding for the writer held the GIL for every step around Arrow's
+// compression (the call, each write of the message to a Python file object, the join),
+// so a job's thread and it took turns at the GIL: small batches (a shared block's 256
+// KiB) encoded there made a job slower, not faster (bench/README.md). This thread runs
+// only C++: its one contact with Python objects is a batch whose buffers Python owns
+// (a view of a mapped file), whose last reference the caller drops, not this thread.
+//
+// Built against the Arrow C++ library pyarrow ships (setup.py), as pyarrow's own
+// documentation describes for extensions.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <arrow/c/abi.h>
+#include <arrow/c/bridge.h>
+#include <arrow/io/interfaces.h>
+#include <arrow/ipc/writer.h>
+#include <arrow/record_batch.h>
+#include <arrow/type.h>
+#include <arrow/util/compression.h>
+
+#include <pthread.h>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace {
+
+// An output stream that keeps what is written until it is taken.
+class Capture : public arrow::io::OutputStream {
+ public:
+  arrow::Status Close() override {
+    closed_ = true;
+    return arrow::Status::OK();
+  }
+  bool closed() const override { return closed_; }
+  arrow::Result<int64_t> Tell() const override { return position_; }
+  arrow::Status Write(const void* data, int64_t nbytes) override {
+    bytes_.append(static_cast<const char*>(data), static_cast<size_t>(nbytes));
+    position_ += nbytes;
+    return arrow::Status::OK();
+  }
+  std::string Take() {
+    std::string out;
+    out.swap(bytes_);
+    return out;
+  }
+
+ private:
+  std::string bytes_;
+  int64_t position_ = 0;
+  bool closed_ = false;
+};
+
+struct Job {
+  std::shared_ptr<arrow::RecordBatch> batch;
+  std::string payload;
+  arrow::Status status;
+  bool done = false;
+};
+
+// What the Python objects and the thread share; the thread holds it too, so it outlives
+// whichever goes first.
+struct Shared {
+  explicit Shared(arrow::Compression::type codec) : codec(codec) {}
+  arrow::Compression::type codec;
+  std::mutex mu;
+  std::condition_variable work, finished;
+  std::deque<std::shared_ptr<Job>> queue;
+  bool stop = false;
+};
+
+// One stream writer for the batches of one schema; the schema's message, written before
+// the first batch, is dropped (sections carry batch messages only).
+class StreamEncoder {
+ public:
+  explicit StreamEncoder(arrow::Compression::type codec) : codec_(codec) {}
+
+  arrow::Status Encode(const arrow::RecordBatch& batch, std::string* out) {
+    if (writer_ == nullptr || !schema_->Equals(*batch.schema(), /*check_metadata=*/true)) {
+      ARROW_RETURN_NOT_OK(Open(batch.schema()));
+    }
+    ARROW_RETURN_NOT_OK(writer_->WriteRecordBatch(batch));
+    *out = capture_->Take();
+    return arrow::Status::OK();
+  }
+
+ private:
+  arrow::Status Open(const std::shared_ptr<arrow::Schema>& schema) {
+    auto options = arrow::ipc::IpcWriteOptions::Defaults();
+    options.use_threads = false;
+    if (codec_ != arrow::Compression::UNCOMPRESSED) {
+      ARROW_ASSIGN_OR_RAISE(options.codec, arrow::util::Codec::Create(codec_));
+    }
+    capture_ = std::make_shared<Capture>();
+    ARROW_ASSIGN_OR_RAISE(writer_, arrow::ipc::MakeStreamWriter(capture_, schema, options));
+    ARROW_ASSIGN_OR_RAISE(auto empty, arrow::RecordBatch::MakeEmpty(schema));
+    ARROW_RETURN_NOT_OK(writer_->WriteRecordBatch(*empty));
+    capture_->Take();
+    schema_ = schema;
+    return arrow::Status::OK();
+  }
+
+  arrow::Compression::type codec_;
+  std::shared_ptr<Capture> capture_;
+  std::shared_ptr<arrow::ipc::RecordBatchWriter> writer_;
+  std::shared_ptr<arrow::Schema> schema_;
+};
+
+void run(std::shared_ptr<Shared> shared) {
+  pthread_setname_np(pthread_self(), "encode-batches");
+  StreamEncoder encoder(shared->codec);
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(shared->mu);
+      shared->work.wait(lock, [&] { return shared->stop || !shared->queue.empty(); });
+      if (shared->stop) return;  // what is queued is dropped (stop)
+      job = shared->queue.front();
+      shared->queue.pop_front();
+    }
+    std::string payload;
+    arrow::Status status = encoder.Encode(*job->batch, &payload);
+    {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      job->payload.swap(payload);
+      job->status = status;
+      job->done = true;
+    }
+    shared->finished.notify_all();
+  }
+}
+
+// ---- Encoding: one batch's payload to come ----
+
+typedef struct {
+  PyObject_HEAD
+  std::shared_ptr<Shared>* shared;
+  std::shared_ptr<Job>* job;
+} EncodingObject;
+
+static void Encoding_dealloc(EncodingObject* self) {
+  delete self->job;  // the batch, if this is its last reference, goes with the GIL held
+  delete self->shared;
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+static PyObject* Encoding_done(EncodingObject* self, PyObject*) {
+  std::lock_guard<std::mutex> lock((*self->shared)->mu);
+  return PyBool_FromLong((*self->job)->done);
+}
+
+static PyObject* Encoding_result(EncodingObject* self, PyObject*) {
+  Shared& shared = **self->shared;
+  Job& job = **self->job;
+  Py_BEGIN_ALLOW_THREADS {
+    std::unique_lock<std::mutex> lock(shared.mu);
+    shared.finished.wait(lock, [&] { return job.done || shared.stop; });
+  }
+  Py_END_ALLOW_THREADS;
+  if (!job.done) {
+    PyErr_SetString(PyExc_RuntimeError, "the encoding thread was closed first");
+    return nullptr;
+  }
+  job.batch.reset();
+  if (!job.status.ok()) {
+    PyErr_Format(PyExc_RuntimeError, "Arrow cannot encode the batch: %s",
+                 job.status.ToString().c_str());
+    return nullptr;
+  }
+  return PyBytes_FromStringAndSize(job.payload.data(),
+                                   static_cast<Py_ssize_t>(job.payload.size()));
+}
+
+static PyMethodDef Encoding_methods[] = {
+    {"done", reinterpret_cast<PyCFunction>(Encoding_done), METH_NOARGS,
+     "done()\n\nWhether the payload is ready (or the encoding failed)."},
+    {"result", reinterpret_cast<PyCFunction>(Encoding_result), METH_NOARGS,
+     "result()\n\nThe payload, waiting for it with the GIL released; RuntimeError if Arrow\n"
+     "could not encode the batch or the thread was closed first."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+static PyTypeObject EncodingType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ---- Encoder ----
+
+typedef struct {
+  PyObject_HEAD
+  std::shared_ptr<Shared>* shared;
+  std::thread* thread;
+  StreamEncoder* here;  // the calling thread's (encode)
+  int closed;
+} EncoderObject;
+
+static void stop(EncoderObject* self) {
+  if (self->thread == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock((*self->shared)->mu);
+    (*self->shared)->stop = true;
+  }
+  (*self->shared)->work.notify_all();
+  (*self->shared)->finished.notify_all();
+  Py_BEGIN_ALLOW_THREADS self->thread->join();
+  Py_END_ALLOW_THREADS;
+  delete self->thread;
+  self->thread = nullptr;
+  std::deque<std::shared_ptr<Job>> dropped;
+  {
+    std::lock_guard<std::mutex> lock((*self->shared)->mu);
+    dropped.swap((*self->shared)->queue);
+  }
+}  // the jobs never encoded go here, with the GIL held
+
+static int Encoder_init(EncoderObject* self, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"codec", nullptr};
+  const char* name;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "s", const_cast<char**>(kwlist), &name))
+    return -1;
+  arrow::Compression::type codec;
+  if (std::string(name) == "zstd") {
+    codec = arrow::Compression::ZSTD;
+  } else if (std::string(name) == "lz4") {
+    codec = arrow::Compression::LZ4_FRAME;
+  } else if (std::string(name) == "none") {
+    codec = arrow::Compression::UNCOMPRESSED;
+  } else {
+    PyErr_Format(PyExc_ValueError, "codec must be 'zstd', 'lz4' or 'none', not '%s'", name);
+    return -1;
+  }
+  if (self->shared != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "already initialized");
+    return -1;
+  }
+  self->shared = new std::shared_ptr<Shared>(std::make_shared<Shared>(codec));
+  self->here = new StreamEncoder(codec);
+  return 0;
+}
+
+static void Encoder_dealloc(EncoderObject* self) {
+  stop(self);
+  delete self->shared;
+  delete self->here;
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+// The record batch `capsules` (schema, array) hold, moved out of them; nullptr with an
+// exception set if they hold none.
+static std::shared_ptr<arrow::RecordBatch> imported(PyObject* capsules) {
+  PyObject *schema_capsule, *array_capsule;
+  if (!PyArg_ParseTuple(capsules, "OO:submit", &schema_capsule, &array_capsule)) return nullptr;
+  auto* schema = static_cast<struct ArrowSchema*>(
+      PyCapsule_GetPointer(schema_capsule, "arrow_schema"));
+  if (schema == nullptr) return nullptr;
+  auto* array = static_cast<struct ArrowArray*>(PyCapsule_GetPointer(array_capsule, "arrow_array"));
+  if (array == nullptr) return nullptr;
+  if (schema->release == nullptr || array->release == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "the batch was already taken");
+    return nullptr;
+  }
+  auto batch = arrow::ImportRecordBatch(array, schema);  // moves both out
+  if (!batch.ok()) {
+    PyErr_Format(PyExc_ValueError, "not a record batch: %s", batch.status().ToString().c_str());
+    return nullptr;
+  }
+  return *std::move(batch);
+}
+
+static PyObject* Encoder_encode(EncoderObject* self, PyObject* capsules) {
+  if (self->here == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "the encoder is not initialized");
+    return nullptr;
+  }
+  std::shared_ptr<arrow::RecordBatch> batch = imported(capsules);
+  if (batch == nullptr) return nullptr;
+  std::string payload;
+  arrow::Status status;
+  Py_BEGIN_ALLOW_THREADS status = self->here->Encode(*batch, &payload);
+  Py_END_ALLOW_THREADS;
+  if (!status.ok()) {
+    PyErr_Format(PyExc_RuntimeError, "Arrow cannot encode the batch: %s",
+                 status.ToString().c_str());
+    return nullptr;
+  }
+  return PyBytes_FromStringAndSize(payload.data(), static_cast<Py_ssize_t>(payload.size()));
+}
+
+static PyObject* Encoder_submit(EncoderObject* self, PyObject* capsules) {
+  if (self->shared == nullptr || self->closed) {
+    PyErr_SetString(PyExc_RuntimeError, "the encoder is closed");
+    return nullptr;
+  }
+  if (self->thread == nullptr) {
+    try {
+      self->thread = new std::thread(run, *self->shared);
+    } catch (const std::exception& exc) {
+      PyErr_Format(PyExc_RuntimeError, "cannot start the encoding thread: %s", exc.what());
+      return nullptr;
+    }
+  }
+  std::shared_ptr<arrow::RecordBatch> batch = imported(capsules);
+  if (batch == nullptr) return nullptr;
+  auto* out = PyObject_New(EncodingObject, &EncodingType);
+  if (out == nullptr) return nullptr;
+  auto job = std::make_shared<Job>();
+  job->batch = std::move(batch);
+  out->shared = new std::shared_ptr<Shared>(*self->shared);
+  out->job = new std::shared_ptr<Job>(job);
+  {
+    std::lock_guard<std::mutex> lock((*self->shared)->mu);
+    (*self->shared)->queue.push_back(job);
+  }
+  (*self->shared)->work.notify_one();
+  return reinterpret_cast<PyObject*>(out);
+}
+
+static PyObject* Encoder_close(EncoderObject* self, PyObject*) {
+  self->closed = 1;
+  stop(self);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Encoder_methods[] = {
+    {"encode", reinterpret_cast<PyCFunction>(Encoder_encode), METH_O,
+     "encode(capsules)\n\nThe payload of a record batch given as `batch.__arrow_c_array__()`\n"
+     "(taken), encoded on this thread with the GIL released."},
+    {"submit", reinterpret_cast<PyCFunction>(Encoder_submit), METH_O,
+     "submit(capsules)\n\nQueues a record batch given as `batch.__arrow_c_array__()` (taken) for\n"
+     "the encoder's thread; returns its Encoding."},
+    {"close", reinterpret_cast<PyCFunction>(Encoder_close), METH_NOARGS,
+     "close()\n\nStops the thread once the batch it is encoding is done; batches still\n"
+     "queued are dropped (their result() raises RuntimeError). Idempotent; encode still\n"
+     "works, submit raises RuntimeError."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+static PyTypeObject EncoderType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_encoder",
+    "A writer's batches encoded as Arrow IPC messages on a thread that never holds the GIL.",
+    -1, nullptr, nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__encoder(void) {
+  EncodingType.tp_name = "_encoder.Encoding";
+  EncodingType.tp_basicsize = sizeof(EncodingObject);
+  EncodingType.tp_dealloc = reinterpret_cast<destructor>(Encoding_dealloc);
+  EncodingType.tp_flags = Py_TPFLAGS_DEFAULT;
+  EncodingType.tp_doc = "One batch's payload, being encoded (Encoder.submit).";
+  EncodingType.tp_methods = Encoding_methods;
+  EncoderType.tp_name = "_encoder.Encoder";
+  EncoderType.tp_basicsize = sizeof(EncoderObject);
+  EncoderType.tp_dealloc = reinterpret_cast<destructor>(Encoder_dealloc);
+  EncoderType.tp_flags = Py_TPFLAGS_DEFAULT;
+  EncoderType.tp_doc =
+      "Encoder(codec)\n\nRecord batches encoded as Arrow IPC batch messages in `codec` ('zstd',\n"
+      "'lz4' or 'none'): on the calling thread, or in order on a thread of its own (named\n"
+      "`encode-batches`), without the GIL.";
+  EncoderType.tp_methods = Encoder_methods;
+  EncoderType.tp_init = reinterpret_cast<initproc>(Encoder_init);
+  EncoderType.tp_new = PyType_GenericNew;
+  if (PyType_Ready(&EncodingType) < 0 || PyType_Ready(&EncoderType) < 0) return nullptr;
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) return nullptr;
+  Py_INCREF(&EncoderType);
+  if (PyModule_AddObject(m, "Encoder", reinterpret_cast<PyObject*>(&EncoderType)) < 0) {
+    Py_DECREF(&EncoderType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
