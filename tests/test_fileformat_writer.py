@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import random
 import threading
@@ -335,10 +336,8 @@ def encoding_threads() -> list[str]:
     its OS name)."""
     native = []
     for comm in Path("/proc/self/task").glob("*/comm"):
-        try:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
             native.append(comm.read_text().strip())
-        except OSError:  # a thread that ended meanwhile
-            pass
     return [t.name for t in threading.enumerate() if t.name.startswith("encode-")] + [
         name for name in native if name == "encode-batches"
     ]
