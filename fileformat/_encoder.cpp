@@ -204,7 +204,8 @@ typedef struct {
   PyObject_HEAD
   std::shared_ptr<Shared>* shared;
   std::thread* thread;
-  StreamEncoder* here;  // the calling thread's (encode)
+  StreamEncoder* here;  // the calling threads' (encode), one at a time (here_mu)
+  std::mutex* here_mu;
   int closed;
 } EncoderObject;
 
@@ -249,6 +250,7 @@ static int Encoder_init(EncoderObject* self, PyObject* args, PyObject* kwds) {
   }
   self->shared = new std::shared_ptr<Shared>(std::make_shared<Shared>(codec));
   self->here = new StreamEncoder(codec);
+  self->here_mu = new std::mutex();
   return 0;
 }
 
@@ -256,6 +258,7 @@ static void Encoder_dealloc(EncoderObject* self) {
   stop(self);
   delete self->shared;
   delete self->here;
+  delete self->here_mu;
   Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
@@ -263,7 +266,12 @@ static void Encoder_dealloc(EncoderObject* self) {
 // exception set if they hold none.
 static std::shared_ptr<arrow::RecordBatch> imported(PyObject* capsules) {
   PyObject *schema_capsule, *array_capsule;
-  if (!PyArg_ParseTuple(capsules, "OO:submit", &schema_capsule, &array_capsule)) return nullptr;
+  if (!PyTuple_Check(capsules)) {
+    PyErr_Format(PyExc_TypeError, "expected batch.__arrow_c_array__(), not %s",
+                 Py_TYPE(capsules)->tp_name);
+    return nullptr;
+  }
+  if (!PyArg_ParseTuple(capsules, "OO:batch", &schema_capsule, &array_capsule)) return nullptr;
   auto* schema = static_cast<struct ArrowSchema*>(
       PyCapsule_GetPointer(schema_capsule, "arrow_schema"));
   if (schema == nullptr) return nullptr;
@@ -290,7 +298,10 @@ static PyObject* Encoder_encode(EncoderObject* self, PyObject* capsules) {
   if (batch == nullptr) return nullptr;
   std::string payload;
   arrow::Status status;
-  Py_BEGIN_ALLOW_THREADS status = self->here->Encode(*batch, &payload);
+  Py_BEGIN_ALLOW_THREADS {
+    std::lock_guard<std::mutex> lock(*self->here_mu);
+    status = self->here->Encode(*batch, &payload);
+  }
   Py_END_ALLOW_THREADS;
   if (!status.ok()) {
     PyErr_Format(PyExc_RuntimeError, "Arrow cannot encode the batch: %s",

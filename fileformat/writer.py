@@ -572,6 +572,7 @@ class FileWriter:
             payload: Pending | bytes = self._encoder.submit(records)
         else:
             payload = self._encoder.encode(records, block.logical)
+        block.pieces = []  # copied: the batches they are rows of need not wait with it
         self._block = _Block()
         self._blocks.append((block, payload))
         self._flush_blocks(ENCODE_AHEAD)
