@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from compactor.fileformat.ipc import BatchEncoder
+from compactor.fileformat.batches import logical_bytes
+from compactor.fileformat.ipc import BatchEncoder, Pending
 
 from .codecs import BUFFER_NAMES, least_of
 from .profile_job import cloned
@@ -38,20 +39,30 @@ CODEC = "zstd"
 @contextmanager
 def kept_batches() -> Iterator[list[tuple[pa.RecordBatch, int]]]:
     """While inside, every batch a writer compresses in ``CODEC`` is appended, with its
-    logical bytes, to the list it yields; the encoder itself runs as it always does."""
+    logical bytes, to the list it yields: those it encodes on its thread (``encode``) and
+    those it hands to the encoder's own (``submit``, whose logical bytes are counted
+    here); the encoder itself runs as it always does."""
     kept: list[tuple[pa.RecordBatch, int]] = []
-    encode = BatchEncoder.encode
+    encode, submit = BatchEncoder.encode, BatchEncoder.submit
 
     def observed(self: BatchEncoder, batch: pa.RecordBatch, logical_bytes: int) -> bytes:
         if self.codec_for(logical_bytes) == CODEC:
             kept.append((batch, logical_bytes))
         return encode(self, batch, logical_bytes)
 
+    def observed_submit(self: BatchEncoder, batch: pa.RecordBatch) -> Pending:
+        logical = logical_bytes(batch)
+        if self.codec_for(logical) == CODEC:
+            kept.append((batch, logical))
+        return submit(self, batch)
+
     setattr(BatchEncoder, "encode", observed)  # noqa: B010
+    setattr(BatchEncoder, "submit", observed_submit)  # noqa: B010
     try:
         yield kept
     finally:
         setattr(BatchEncoder, "encode", encode)  # noqa: B010
+        setattr(BatchEncoder, "submit", submit)  # noqa: B010
 
 
 def _compress_all(codec: pa.Codec, buffers: list[pa.Buffer], sizes: list[int]) -> None:
