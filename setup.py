@@ -65,8 +65,14 @@ def _arrow_encoder() -> Extension:
     importing pyarrow, as ``fileformat.ipc`` does first, has loaded it anyway)."""
     import pyarrow as pa
 
-    libdir = Path(pa.get_library_dirs()[0])
-    lib = min(libdir.glob("libarrow.so.*"), key=lambda p: len(p.name))
+    found = [p for d in pa.get_library_dirs() for p in Path(d).glob("libarrow.so.*")]
+    if not found:
+        raise SystemExit(f"setup.py: no libarrow.so.* in {pa.get_library_dirs()} (pyarrow's)")
+    lib = min(found, key=lambda p: len(p.name))
+    libdir = lib.parent
+    # The build-time directory, for an editable install (the module stays in the source
+    # tree); not an isolated build's, which is deleted after the build.
+    here = [] if libdir.is_relative_to(tempfile.gettempdir()) else [f"-Wl,-rpath,{libdir}"]
     return Extension(
         "compactor.fileformat._encoder",
         sources=["fileformat/_encoder.cpp"],
@@ -85,7 +91,7 @@ def _arrow_encoder() -> Extension:
             f"-l:{lib.name}",
             f"-L{libdir}",
             "-Wl,-rpath,$ORIGIN/../../pyarrow",
-            f"-Wl,-rpath,{libdir}",
+            *here,
         ],
     )
 

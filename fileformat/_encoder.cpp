@@ -14,8 +14,10 @@
 // compression (the call, each write of the message to a Python file object, the join),
 // so a job's thread and it took turns at the GIL: small batches (a shared block's 256
 // KiB) encoded there made a job slower, not faster (bench/README.md). This thread runs
-// only C++: its one contact with Python objects is a batch whose buffers Python owns
-// (a view of a mapped file), whose last reference the caller drops, not this thread.
+// only C++ and never takes the GIL: a batch whose buffers Python owns (a view of a mapped
+// file) is let go only by a caller holding it (the thread leaves each batch it encoded
+// in `Shared::spent`, which the Python-facing calls empty), and no C++ exception leaves
+// this file (each becomes an error status or a Python exception).
 //
 // Built against the Arrow C++ library pyarrow ships (setup.py), as pyarrow's own
 // documentation describes for extensions.
@@ -38,6 +40,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -51,7 +54,11 @@ class Capture : public arrow::io::OutputStream {
   bool closed() const override { return closed_; }
   arrow::Result<int64_t> Tell() const override { return position_; }
   arrow::Status Write(const void* data, int64_t nbytes) override {
-    bytes_.append(static_cast<const char*>(data), static_cast<size_t>(nbytes));
+    try {
+      bytes_.append(static_cast<const char*>(data), static_cast<size_t>(nbytes));
+    } catch (const std::exception& exc) {
+      return arrow::Status::OutOfMemory("cannot hold the encoded batch: ", exc.what());
+    }
     position_ += nbytes;
     return arrow::Status::OK();
   }
@@ -82,8 +89,20 @@ struct Shared {
   std::mutex mu;
   std::condition_variable work, finished;
   std::deque<std::shared_ptr<Job>> queue;
+  // Batches the thread has encoded, let go by a call that holds the GIL (`spend`).
+  std::vector<std::shared_ptr<arrow::RecordBatch>> spent;
   bool stop = false;
 };
+
+// Lets go of the batches the thread has encoded; the caller holds the GIL, which the
+// last reference to a buffer Python owns needs.
+void spend(Shared& shared) {
+  std::vector<std::shared_ptr<arrow::RecordBatch>> spent;
+  {
+    std::lock_guard<std::mutex> lock(shared.mu);
+    spent.swap(shared.spent);
+  }
+}
 
 // One stream writer for the batches of one schema; the schema's message, written before
 // the first batch, is dropped (sections carry batch messages only).
@@ -135,12 +154,22 @@ void run(std::shared_ptr<Shared> shared) {
       shared->queue.pop_front();
     }
     std::string payload;
-    arrow::Status status = encoder.Encode(*job->batch, &payload);
+    arrow::Status status;
+    try {
+      status = encoder.Encode(*job->batch, &payload);
+    } catch (const std::exception& exc) {
+      status = arrow::Status::UnknownError("encoding failed: ", exc.what());
+    }
     {
       std::lock_guard<std::mutex> lock(shared->mu);
       job->payload.swap(payload);
       job->status = status;
       job->done = true;
+      try {
+        shared->spent.push_back(std::move(job->batch));
+      } catch (...) {
+        // (no room to move it: it stays with the job, which a Python call drops)
+      }
     }
     shared->finished.notify_all();
   }
@@ -155,7 +184,8 @@ typedef struct {
 } EncodingObject;
 
 static void Encoding_dealloc(EncodingObject* self) {
-  delete self->job;  // the batch, if this is its last reference, goes with the GIL held
+  delete self->job;  // a batch not yet encoded, if this is its last reference, goes here
+  if (self->shared != nullptr) spend(**self->shared);
   delete self->shared;
   Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
@@ -168,19 +198,23 @@ static PyObject* Encoding_done(EncodingObject* self, PyObject*) {
 static PyObject* Encoding_result(EncodingObject* self, PyObject*) {
   Shared& shared = **self->shared;
   Job& job = **self->job;
+  arrow::Status status;
   Py_BEGIN_ALLOW_THREADS {
+    // `stop` marks every job it drops done (cancelled); the one being encoded finishes.
     std::unique_lock<std::mutex> lock(shared.mu);
-    shared.finished.wait(lock, [&] { return job.done || shared.stop; });
+    shared.finished.wait(lock, [&] { return job.done; });
+    status = job.status;
   }
   Py_END_ALLOW_THREADS;
-  if (!job.done) {
+  spend(shared);
+  job.batch.reset();
+  if (status.IsCancelled()) {
     PyErr_SetString(PyExc_RuntimeError, "the encoding thread was closed first");
     return nullptr;
   }
-  job.batch.reset();
-  if (!job.status.ok()) {
+  if (!status.ok()) {
     PyErr_Format(PyExc_RuntimeError, "Arrow cannot encode the batch: %s",
-                 job.status.ToString().c_str());
+                 status.ToString().c_str());
     return nullptr;
   }
   return PyBytes_FromStringAndSize(job.payload.data(),
@@ -210,22 +244,26 @@ typedef struct {
 } EncoderObject;
 
 static void stop(EncoderObject* self) {
-  if (self->thread == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lock((*self->shared)->mu);
-    (*self->shared)->stop = true;
-  }
-  (*self->shared)->work.notify_all();
-  (*self->shared)->finished.notify_all();
-  Py_BEGIN_ALLOW_THREADS self->thread->join();
-  Py_END_ALLOW_THREADS;
-  delete self->thread;
-  self->thread = nullptr;
+  std::thread* thread = self->thread;
+  if (thread == nullptr) return;
+  self->thread = nullptr;  // a second close() meanwhile finds nothing to join
+  Shared& shared = **self->shared;
   std::deque<std::shared_ptr<Job>> dropped;
   {
-    std::lock_guard<std::mutex> lock((*self->shared)->mu);
-    dropped.swap((*self->shared)->queue);
+    std::lock_guard<std::mutex> lock(shared.mu);
+    shared.stop = true;
+    dropped.swap(shared.queue);
+    for (auto& job : dropped) {
+      job->status = arrow::Status::Cancelled("the encoding thread was closed first");
+      job->done = true;
+    }
   }
+  shared.work.notify_all();
+  shared.finished.notify_all();
+  Py_BEGIN_ALLOW_THREADS thread->join();
+  Py_END_ALLOW_THREADS;
+  delete thread;
+  spend(shared);
 }  // the jobs never encoded go here, with the GIL held
 
 static int Encoder_init(EncoderObject* self, PyObject* args, PyObject* kwds) {
@@ -248,9 +286,14 @@ static int Encoder_init(EncoderObject* self, PyObject* args, PyObject* kwds) {
     PyErr_SetString(PyExc_RuntimeError, "already initialized");
     return -1;
   }
-  self->shared = new std::shared_ptr<Shared>(std::make_shared<Shared>(codec));
-  self->here = new StreamEncoder(codec);
-  self->here_mu = new std::mutex();
+  try {
+    self->shared = new std::shared_ptr<Shared>(std::make_shared<Shared>(codec));
+    self->here = new StreamEncoder(codec);
+    self->here_mu = new std::mutex();
+  } catch (const std::exception&) {
+    PyErr_NoMemory();
+    return -1;
+  }
   return 0;
 }
 
@@ -300,7 +343,11 @@ static PyObject* Encoder_encode(EncoderObject* self, PyObject* capsules) {
   arrow::Status status;
   Py_BEGIN_ALLOW_THREADS {
     std::lock_guard<std::mutex> lock(*self->here_mu);
-    status = self->here->Encode(*batch, &payload);
+    try {
+      status = self->here->Encode(*batch, &payload);
+    } catch (const std::exception& exc) {
+      status = arrow::Status::UnknownError("encoding failed: ", exc.what());
+    }
   }
   Py_END_ALLOW_THREADS;
   if (!status.ok()) {
@@ -324,17 +371,24 @@ static PyObject* Encoder_submit(EncoderObject* self, PyObject* capsules) {
       return nullptr;
     }
   }
+  spend(**self->shared);
   std::shared_ptr<arrow::RecordBatch> batch = imported(capsules);
   if (batch == nullptr) return nullptr;
   auto* out = PyObject_New(EncodingObject, &EncodingType);
   if (out == nullptr) return nullptr;
-  auto job = std::make_shared<Job>();
-  job->batch = std::move(batch);
-  out->shared = new std::shared_ptr<Shared>(*self->shared);
-  out->job = new std::shared_ptr<Job>(job);
-  {
+  out->shared = nullptr;
+  out->job = nullptr;
+  try {
+    auto job = std::make_shared<Job>();
+    job->batch = std::move(batch);
+    out->shared = new std::shared_ptr<Shared>(*self->shared);
+    out->job = new std::shared_ptr<Job>(job);
     std::lock_guard<std::mutex> lock((*self->shared)->mu);
     (*self->shared)->queue.push_back(job);
+  } catch (const std::exception&) {
+    Py_DECREF(out);
+    PyErr_NoMemory();
+    return nullptr;
   }
   (*self->shared)->work.notify_one();
   return reinterpret_cast<PyObject*>(out);

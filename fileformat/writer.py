@@ -204,7 +204,8 @@ class FileWriter:
 
     Data errors raise ValueError and leave the writer as it was (a rejected batch writes
     nothing); calls out of order (a batch outside a section, anything after ``finish``)
-    raise RuntimeError.
+    raise RuntimeError, as does any call after a write to the sink failed (what reached
+    the sink is then unknown, so the writer writes nothing more, a footer least of all).
 
     With ``encode_ahead``, batches and shared blocks big enough to be compressed are
     encoded on a thread of the writer's own (Arrow compresses without the GIL), up to
@@ -274,6 +275,7 @@ class FileWriter:
         self._last_key: tuple[bytes, int] | None = None
         self._open: _OpenSection | None = None
         self._finished = False
+        self._broken = False  # a write to the sink failed: the file's bytes are unknown
         self._share_below = share_below
         self._block_limit = block_bytes
         self._version = SHARED_VERSION if share_below else FORMAT_VERSION
@@ -286,10 +288,16 @@ class FileWriter:
         return self._position
 
     def _emit(self, data: bytes | memoryview) -> None:
-        self._sink.write(data)
+        try:
+            self._sink.write(data)
+        except BaseException:
+            self._broken = True  # what reached the sink is unknown: nothing more is written
+            raise
         self._position += len(data)
 
     def _state(self, want_open: bool) -> _OpenSection | None:
+        if self._broken:
+            raise RuntimeError(f"{self.object_name}: an earlier write to the sink failed")
         if self._finished:
             raise RuntimeError(f"{self.object_name}: writer already finished")
         if want_open and self._open is None:
@@ -369,6 +377,7 @@ class FileWriter:
         """Gives up holding ``section`` for a block: writes the open block, then the
         section's header and the records held so far as framed batches."""
         self._write_block()
+        self._flush_blocks(0)  # an encoding error here leaves the section as it was
         section.stats = None
         for batch in section.held:
             self._write_framed(section, batch)
@@ -442,10 +451,10 @@ class FileWriter:
 
     def close(self) -> None:
         """Stops the encoder thread (if one was started); what is pending is dropped."""
+        self._encoder.close()
         self._pending.clear()
         self._blocks.clear()
         self._in_flight = 0
-        self._encoder.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None

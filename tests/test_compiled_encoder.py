@@ -79,16 +79,17 @@ def test_encodes_from_several_threads_at_once() -> None:
 
 def test_a_block_whose_encoding_fails_fails_finish_and_writes_nothing_of_it() -> None:
     """An encoding that never comes (the thread closed while the block waited behind a
-    long batch) surfaces when the block's turn comes, and the block stays first in line:
-    ``finish`` fails, and fails again, rather than writing a file without it."""
+    long batch, which the thread finishes if it began it) surfaces when the block's turn
+    comes, and the block stays first in line: ``finish`` fails, and fails again, rather
+    than writing a file without it."""
     sink = io.BytesIO()
     writer = FileWriter(sink, encode_ahead=True, share_below=128 << 10, min_compress_bytes=0)
     for p in range(3):
         writer.write_section("t", p, [_batch(200, start=1_000 * p)])
     busy = writer._encoder.submit(_batch(300_000))  # about a tenth of a second of zstd
     writer._write_block()  # the block, closed, waits behind it
-    writer._encoder.close()  # the thread ends after the long batch: the block is dropped
-    assert _decoded(busy.result()).num_rows == 300_000
+    writer._encoder.close()  # the thread ends after the long batch (if it began it)
+    del busy
     written = sink.tell()
     with pytest.raises(RuntimeError, match="closed first"):
         writer.finish()
@@ -113,3 +114,48 @@ def test_a_block_that_cannot_be_submitted_stays_open() -> None:
             writer.finish()
         assert sink.tell() == written
     writer.close()
+
+
+class _FailingSink(io.BytesIO):
+    """A sink whose writes fail from the ``fail_at``-th on."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.writes, self.fail_at = 0, fail_at
+
+    def write(self, data: object) -> int:
+        self.writes += 1
+        if self.writes >= self.fail_at:
+            raise OSError("the sink is full")
+        return super().write(data)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_failed_write_leaves_the_writer_unusable(ahead: bool) -> None:
+    """A write that fails midway through a block leaves no way to a file without it: every
+    later call, ``finish`` included, refuses."""
+    sink = _FailingSink(fail_at=3)  # the file header, the block's frame header, then fail
+    writer = FileWriter(sink, encode_ahead=ahead, share_below=128 << 10)
+    for p in range(3):
+        writer.write_section("t", p, [_batch(200, start=1_000 * p)])
+    with pytest.raises(OSError, match="full"):
+        writer.finish()
+    sink.fail_at = 10**9
+    written = sink.tell()
+    with pytest.raises(RuntimeError, match="earlier write"):
+        writer.finish()
+    with pytest.raises(RuntimeError, match="earlier write"):
+        writer.begin_section("t", 9)
+    assert sink.tell() == written
+    writer.close()
+
+
+def test_closing_twice_at_once_returns() -> None:
+    encoder = _encoder.Encoder("zstd")
+    encoder.submit(_batch(100_000).__arrow_c_array__())
+    closers = [threading.Thread(target=encoder.close) for _ in range(2)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in closers)
