@@ -110,7 +110,17 @@ class StreamEncoder {
  public:
   explicit StreamEncoder(arrow::Compression::type codec) : codec_(codec) {}
 
+  // `batch`'s message into `out`; any C++ exception on the way is an error status.
   arrow::Status Encode(const arrow::RecordBatch& batch, std::string* out) {
+    try {
+      return EncodeOrThrow(batch, out);
+    } catch (const std::exception& exc) {
+      return arrow::Status::UnknownError("encoding failed: ", exc.what());
+    }
+  }
+
+ private:
+  arrow::Status EncodeOrThrow(const arrow::RecordBatch& batch, std::string* out) {
     if (writer_ == nullptr || !schema_->Equals(*batch.schema(), /*check_metadata=*/true)) {
       ARROW_RETURN_NOT_OK(Open(batch.schema()));
     }
@@ -119,7 +129,6 @@ class StreamEncoder {
     return arrow::Status::OK();
   }
 
- private:
   arrow::Status Open(const std::shared_ptr<arrow::Schema>& schema) {
     auto options = arrow::ipc::IpcWriteOptions::Defaults();
     options.use_threads = false;
@@ -154,12 +163,7 @@ void run(std::shared_ptr<Shared> shared) {
       shared->queue.pop_front();
     }
     std::string payload;
-    arrow::Status status;
-    try {
-      status = encoder.Encode(*job->batch, &payload);
-    } catch (const std::exception& exc) {
-      status = arrow::Status::UnknownError("encoding failed: ", exc.what());
-    }
+    arrow::Status status = encoder.Encode(*job->batch, &payload);
     {
       std::lock_guard<std::mutex> lock(shared->mu);
       job->payload.swap(payload);
@@ -168,7 +172,7 @@ void run(std::shared_ptr<Shared> shared) {
       try {
         shared->spent.push_back(std::move(job->batch));
       } catch (...) {
-        // (no room to move it: it stays with the job, which a Python call drops)
+        // (no room to move it: it stays with the job, let go by whoever holds it last)
       }
     }
     shared->finished.notify_all();
@@ -343,11 +347,7 @@ static PyObject* Encoder_encode(EncoderObject* self, PyObject* capsules) {
   arrow::Status status;
   Py_BEGIN_ALLOW_THREADS {
     std::lock_guard<std::mutex> lock(*self->here_mu);
-    try {
-      status = self->here->Encode(*batch, &payload);
-    } catch (const std::exception& exc) {
-      status = arrow::Status::UnknownError("encoding failed: ", exc.what());
-    }
+    status = self->here->Encode(*batch, &payload);
   }
   Py_END_ALLOW_THREADS;
   if (!status.ok()) {

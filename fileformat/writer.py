@@ -434,9 +434,10 @@ class FileWriter:
                 body = payload.payload
             else:
                 if not isinstance(payload, bytes):
-                    if self._in_flight <= in_flight and not payload.done():
+                    ready = _ready(payload, self._in_flight, in_flight)
+                    if ready is None:
                         return
-                    payload = payload.result()
+                    payload = ready
                     self._in_flight -= 1
                 body = payload
                 header = encode_frame_header(TAG_BATCH, body)
@@ -593,9 +594,10 @@ class FileWriter:
         while blocks:
             block, payload = blocks[0]
             if not isinstance(payload, bytes):
-                if len(blocks) <= in_flight and not payload.done():
+                ready = _ready(payload, len(blocks), in_flight)  # an error: it stays first
+                if ready is None:
                     return
-                payload = payload.result()  # an encoding error leaves the block first in line
+                payload = ready
             blocks.popleft()
             self._emit_block(block, payload)
 
@@ -635,6 +637,15 @@ class FileWriter:
         self._emit(encode_tail(footer, self._version))
         self._finished = True
         return FileMeta(tuple(self._sections), self._position, self._version)
+
+
+def _ready(payload: Pending, waiting: int, bound: int) -> bytes | None:
+    """The bytes of a payload being encoded, first in line with ``waiting`` in all: at
+    once if it is done, after waiting for it if more than ``bound`` wait; None while it
+    may wait longer."""
+    if waiting <= bound and not payload.done():
+        return None
+    return payload.result()
 
 
 def _offsets(batches: list[pa.RecordBatch], stats: BatchStats) -> OffsetSet:
