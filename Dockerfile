@@ -4,11 +4,12 @@
 # build-essential compiles the key-buffer kernel (worker/kernel/_keybuffer.c), a block's
 # per-section passes (fileformat/_sections.c) and the batch encoder
 # (fileformat/_encoder.cpp, against the pinned pyarrow's Arrow C++); with libssl-dev the
-# kernel's SHA-512/256 uses OpenSSL, without it the portable C (setup.py).
+# kernel's SHA-512/256 uses OpenSSL, without it the portable C; with libzstd-dev the
+# encoder keeps one zstd context per stream writer, without it Arrow's codec (setup.py).
 FROM python:3.11-slim
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential libssl-dev \
+    && apt-get install -y --no-install-recommends build-essential libssl-dev libzstd-dev \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

@@ -7,7 +7,10 @@ plain C against the CPython API, as is the key-buffer kernel below.
 ``compactor.fileformat._encoder`` (a writer's batches encoded on a thread without the GIL)
 is C++ against the Arrow C++ library that pyarrow ships, its headers and its
 ``libarrow.so.<ABI>``, as pyarrow documents for extensions: pyarrow must be installed when
-this is built (``--no-build-isolation``, or the pin in ``[build-system]``).
+this is built (``--no-build-isolation``, or the pin in ``[build-system]``). Where libzstd's
+header and library are found (a test compile and link), it compresses zstd with one
+context kept per stream writer, not Arrow's context per buffer
+(``_encoder.KEPT_ZSTD_CONTEXT``); the bytes are the same.
 
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
@@ -30,9 +33,10 @@ from setuptools.command.build_ext import build_ext  # type: ignore[import-untype
 
 FORCE_PORTABLE_ENV = "COMPACTOR_KERNEL_PORTABLE_SHA"
 KERNEL = "compactor.worker.kernel._keybuffer"
+ENCODER = "compactor.fileformat._encoder"
 C_FLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra"]
 
-_PROBE = """
+_OPENSSL_PROBE = """
 #define OPENSSL_API_COMPAT 10101
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include <openssl/sha.h>
@@ -44,19 +48,6 @@ int main(void) {
     return (int)(c.h[0] & 1);
 }
 """
-
-
-def _openssl_links(compiler: Any) -> bool:
-    """True if a program using SHA512_Transform compiles and links against -lcrypto."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp, "probe.c")
-        src.write_text(_PROBE)
-        try:
-            objects = compiler.compile([str(src)], output_dir=tmp)
-            compiler.link_executable(objects, "probe", output_dir=tmp, libraries=["crypto"])
-        except Exception:  # CompileError, LinkError: no usable OpenSSL
-            return False
-    return True
 
 
 def _arrow_encoder() -> Extension:
@@ -74,7 +65,7 @@ def _arrow_encoder() -> Extension:
     # tree); not an isolated build's, which is deleted after the build.
     here = [] if libdir.is_relative_to(tempfile.gettempdir()) else [f"-Wl,-rpath,{libdir}"]
     return Extension(
-        "compactor.fileformat._encoder",
+        ENCODER,
         sources=["fileformat/_encoder.cpp"],
         language="c++",
         include_dirs=[pa.get_include()],
@@ -96,20 +87,54 @@ def _arrow_encoder() -> Extension:
     )
 
 
+_ZSTD_PROBE = """
+#include <zstd.h>
+int main(void) {
+    ZSTD_CCtx *c = ZSTD_createCCtx();
+    char out[64];
+    size_t n = ZSTD_compressCCtx(c, out, sizeof out, "x", 1, 1);
+    ZSTD_freeCCtx(c);
+    return ZSTD_isError(n) ? 1 : 0;
+}
+"""
+
+
+def _links(compiler: Any, probe: str, library: str) -> bool:
+    """True if ``probe`` compiles and links against ``-l<library>``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.c")
+        src.write_text(probe)
+        try:
+            objects = compiler.compile([str(src)], output_dir=tmp)
+            compiler.link_executable(objects, "probe", output_dir=tmp, libraries=[library])
+        except Exception:  # CompileError, LinkError: no usable library
+            return False
+    return True
+
+
 class BuildExt(build_ext):  # type: ignore[misc]
     def build_extensions(self) -> None:
         portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
-        use_openssl = not portable and _openssl_links(self.compiler)
+        use_openssl = not portable and _links(self.compiler, _OPENSSL_PROBE, "crypto")
+        kept_zstd = _links(self.compiler, _ZSTD_PROBE, "zstd")
         for ext in self.extensions:
             if use_openssl and ext.name == KERNEL:
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))
                 ext.libraries.append("crypto")
             if portable and ext.name == KERNEL:
                 ext.define_macros.append(("KB_NO_X8", "1"))
+            if kept_zstd and ext.name == ENCODER:
+                ext.define_macros.append(("COMPACTOR_KEPT_ZSTD", "1"))
+                ext.libraries.append("zstd")
         self.announce(
             "compactor.worker.kernel: SHA-512/256 via "
             + ("OpenSSL" if use_openssl else "portable C")
             + ("" if portable else ", several keys at once on CPUs with AVX-512 or AVX2"),
+            level=2,
+        )
+        self.announce(
+            "compactor.fileformat._encoder: zstd "
+            + ("with one kept context (libzstd)" if kept_zstd else "by Arrow's codec (no libzstd)"),
             level=2,
         )
         super().build_extensions()

@@ -19,6 +19,10 @@
 // in `Shared::spent`, which the Python-facing calls empty), and no C++ exception leaves
 // this file (each becomes an error status or a Python exception).
 //
+// zstd keeps one compression context per stream writer (`KeptZstdCodec`) where the build
+// found libzstd (setup.py defines COMPACTOR_KEPT_ZSTD); Arrow's own codec makes one for
+// every buffer it compresses.
+//
 // Built against the Arrow C++ library pyarrow ships (setup.py), as pyarrow's own
 // documentation describes for extensions.
 #define PY_SSIZE_T_CLEAN
@@ -31,6 +35,9 @@
 #include <arrow/record_batch.h>
 #include <arrow/type.h>
 #include <arrow/util/compression.h>
+#ifdef COMPACTOR_KEPT_ZSTD
+#include <zstd.h>
+#endif
 
 #include <pthread.h>
 
@@ -73,6 +80,78 @@ class Capture : public arrow::io::OutputStream {
   int64_t position_ = 0;
   bool closed_ = false;
 };
+
+#ifdef COMPACTOR_KEPT_ZSTD
+// Arrow's zstd codec with one compression context kept for all its buffers. Arrow's makes
+// a context for every buffer it compresses (a batch has a dozen), and making one costs
+// more than compressing a small buffer: the context's tables allocated and cleared, and
+// zstd's CPU feature test, a trap to the hypervisor on a virtual machine
+// (`ZSTD_createCCtx_advanced` was 2.6-3% of a job's CPU at bench-100p, perf).
+// `ZSTD_compressCCtx` at Arrow's level writes the frame Arrow's one-shot call writes;
+// everything else is Arrow's codec.
+//
+// Invariant: one thread at a time compresses with it. Each `StreamEncoder` owns its codec
+// and its IPC writer has no threads of its own (`use_threads = false`).
+class KeptZstdCodec final : public arrow::util::Codec {
+ public:
+  static arrow::Result<std::unique_ptr<arrow::util::Codec>> Make() {
+    ARROW_ASSIGN_OR_RAISE(auto arrow_codec, arrow::util::Codec::Create(arrow::Compression::ZSTD));
+    ZSTD_CCtx* context = ZSTD_createCCtx();
+    if (context == nullptr) return arrow::Status::OutOfMemory("cannot make a zstd context");
+    return std::unique_ptr<arrow::util::Codec>(new KeptZstdCodec(std::move(arrow_codec), context));
+  }
+  ~KeptZstdCodec() override { ZSTD_freeCCtx(context_); }
+
+  arrow::Result<int64_t> Compress(int64_t input_len, const uint8_t* input,
+                                  int64_t output_buffer_len, uint8_t* output_buffer) override {
+    size_t written = ZSTD_compressCCtx(context_, output_buffer,
+                                       static_cast<size_t>(output_buffer_len), input,
+                                       static_cast<size_t>(input_len), level_);
+    if (ZSTD_isError(written)) {
+      return arrow::Status::IOError("ZSTD compression failed: ", ZSTD_getErrorName(written));
+    }
+    return static_cast<int64_t>(written);
+  }
+  arrow::Result<int64_t> Decompress(int64_t input_len, const uint8_t* input,
+                                    int64_t output_buffer_len, uint8_t* output_buffer) override {
+    return arrow_->Decompress(input_len, input, output_buffer_len, output_buffer);
+  }
+  int64_t MaxCompressedLen(int64_t input_len, const uint8_t* input) override {
+    return arrow_->MaxCompressedLen(input_len, input);
+  }
+  arrow::Result<std::shared_ptr<arrow::util::Compressor>> MakeCompressor() override {
+    return arrow_->MakeCompressor();
+  }
+  arrow::Result<std::shared_ptr<arrow::util::Decompressor>> MakeDecompressor() override {
+    return arrow_->MakeDecompressor();
+  }
+  arrow::Compression::type compression_type() const override { return arrow::Compression::ZSTD; }
+  int compression_level() const override { return level_; }
+  int minimum_compression_level() const override { return arrow_->minimum_compression_level(); }
+  int maximum_compression_level() const override { return arrow_->maximum_compression_level(); }
+  int default_compression_level() const override { return arrow_->default_compression_level(); }
+
+ private:
+  KeptZstdCodec(std::unique_ptr<arrow::util::Codec> arrow_codec, ZSTD_CCtx* context)
+      : arrow_(std::move(arrow_codec)), context_(context), level_(arrow_->compression_level()) {
+    if (level_ == arrow::util::kUseDefaultCompressionLevel) {
+      level_ = arrow_->default_compression_level();
+    }
+  }
+
+  std::unique_ptr<arrow::util::Codec> arrow_;
+  ZSTD_CCtx* context_;
+  int level_;
+};
+#endif
+
+// The codec a stream writer compresses with.
+arrow::Result<std::unique_ptr<arrow::util::Codec>> MakeCodec(arrow::Compression::type codec) {
+#ifdef COMPACTOR_KEPT_ZSTD
+  if (codec == arrow::Compression::ZSTD) return KeptZstdCodec::Make();
+#endif
+  return arrow::util::Codec::Create(codec);
+}
 
 struct Job {
   std::shared_ptr<arrow::RecordBatch> batch;
@@ -133,7 +212,7 @@ class StreamEncoder {
     auto options = arrow::ipc::IpcWriteOptions::Defaults();
     options.use_threads = false;
     if (codec_ != arrow::Compression::UNCOMPRESSED) {
-      ARROW_ASSIGN_OR_RAISE(options.codec, arrow::util::Codec::Create(codec_));
+      ARROW_ASSIGN_OR_RAISE(options.codec, MakeCodec(codec_));
     }
     capture_ = std::make_shared<Capture>();
     ARROW_ASSIGN_OR_RAISE(writer_, arrow::ipc::MakeStreamWriter(capture_, schema, options));
@@ -448,6 +527,16 @@ PyMODINIT_FUNC PyInit__encoder(void) {
   Py_INCREF(&EncoderType);
   if (PyModule_AddObject(m, "Encoder", reinterpret_cast<PyObject*>(&EncoderType)) < 0) {
     Py_DECREF(&EncoderType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+#ifdef COMPACTOR_KEPT_ZSTD
+  const int kept_zstd = 1;
+#else
+  const int kept_zstd = 0;
+#endif
+  // Whether zstd keeps one context per stream writer (the build found libzstd).
+  if (PyModule_AddObjectRef(m, "KEPT_ZSTD_CONTEXT", kept_zstd ? Py_True : Py_False) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

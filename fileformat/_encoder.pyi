@@ -1,5 +1,7 @@
 from typing import Any
 
+KEPT_ZSTD_CONTEXT: bool
+
 class Encoding:
     def done(self) -> bool: ...
     def result(self) -> bytes: ...

@@ -4,6 +4,7 @@ end, and a writer whose encoding fails."""
 from __future__ import annotations
 
 import io
+import os
 import threading
 
 import pyarrow as pa
@@ -159,3 +160,31 @@ def test_closing_twice_at_once_returns() -> None:
     for t in closers:
         t.join(timeout=30)
     assert not any(t.is_alive() for t in closers)
+
+
+def test_zstd_keeps_its_context_where_libzstd_was_found() -> None:
+    """setup.py builds the kept context wherever libzstd's header is installed (CI and
+    the Dockerfile install it); without it the encoder falls back to Arrow's codec."""
+    has_header = any(
+        os.path.exists(os.path.join(d, "zstd.h")) for d in ("/usr/include", "/usr/local/include")
+    )
+    assert _encoder.KEPT_ZSTD_CONTEXT is has_header
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "none"])
+def test_one_context_serves_buffers_of_every_size_in_turn(codec: str) -> None:
+    """A stream writer's kept context compresses large and small buffers in any order,
+    on either thread, and every payload decodes to its batch: sizes that grow, shrink
+    and come back, so a context sized for one batch serves the next."""
+    encoder = _encoder.Encoder(codec)
+    try:
+        sizes = [20_000, 1, 300, 60_000, 2, 5_000, 20_000, 0]
+        batches = [_batch(n, start=i * 100_000) for i, n in enumerate(sizes)]
+        batches.append(_batch(40_000).slice(7, 900))
+        here = [encoder.encode(b.__arrow_c_array__()) for b in batches]
+        there = [encoder.submit(b.__arrow_c_array__()) for b in batches]
+        for batch, payload, encoding in zip(batches, here, there, strict=True):
+            assert _decoded(payload).equals(batch)
+            assert encoding.result() == payload
+    finally:
+        encoder.close()
