@@ -99,14 +99,21 @@ int main(void) {
 """
 
 
-def _links(compiler: Any, probe: str, library: str) -> bool:
-    """True if ``probe`` compiles and links against ``-l<library>``."""
+def _links(compiler: Any, probe: str, library: str, shared: bool = False) -> bool:
+    """True if ``probe`` compiles and links against ``-l<library>``: as a program, or,
+    ``shared``, as a shared object, as an extension links (a static-only library with
+    code that cannot be relocated links into the one, not the other)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "probe.c")
         src.write_text(probe)
         try:
-            objects = compiler.compile([str(src)], output_dir=tmp)
-            compiler.link_executable(objects, "probe", output_dir=tmp, libraries=[library])
+            objects = compiler.compile([str(src)], output_dir=tmp, extra_preargs=["-fPIC"])
+            if shared:
+                compiler.link_shared_object(
+                    objects, "probe.so", output_dir=tmp, libraries=[library]
+                )
+            else:
+                compiler.link_executable(objects, "probe", output_dir=tmp, libraries=[library])
         except Exception:  # CompileError, LinkError: no usable library
             return False
     return True
@@ -116,7 +123,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
     def build_extensions(self) -> None:
         portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
         use_openssl = not portable and _links(self.compiler, _OPENSSL_PROBE, "crypto")
-        kept_zstd = _links(self.compiler, _ZSTD_PROBE, "zstd")
+        kept_zstd = _links(self.compiler, _ZSTD_PROBE, "zstd", shared=True)
         for ext in self.extensions:
             if use_openssl and ext.name == KERNEL:
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))

@@ -93,18 +93,20 @@ class Capture : public arrow::io::OutputStream {
 // Invariant: one thread at a time compresses with it. Each `StreamEncoder` owns its codec
 // and its IPC writer has no threads of its own (`use_threads = false`).
 class KeptZstdCodec final : public arrow::util::Codec {
+  using Context = std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)>;
+
  public:
   static arrow::Result<std::unique_ptr<arrow::util::Codec>> Make() {
     ARROW_ASSIGN_OR_RAISE(auto arrow_codec, arrow::util::Codec::Create(arrow::Compression::ZSTD));
-    ZSTD_CCtx* context = ZSTD_createCCtx();
+    Context context(ZSTD_createCCtx(), &ZSTD_freeCCtx);
     if (context == nullptr) return arrow::Status::OutOfMemory("cannot make a zstd context");
-    return std::unique_ptr<arrow::util::Codec>(new KeptZstdCodec(std::move(arrow_codec), context));
+    return std::unique_ptr<arrow::util::Codec>(
+        new KeptZstdCodec(std::move(arrow_codec), std::move(context)));
   }
-  ~KeptZstdCodec() override { ZSTD_freeCCtx(context_); }
 
   arrow::Result<int64_t> Compress(int64_t input_len, const uint8_t* input,
                                   int64_t output_buffer_len, uint8_t* output_buffer) override {
-    size_t written = ZSTD_compressCCtx(context_, output_buffer,
+    size_t written = ZSTD_compressCCtx(context_.get(), output_buffer,
                                        static_cast<size_t>(output_buffer_len), input,
                                        static_cast<size_t>(input_len), level_);
     if (ZSTD_isError(written)) {
@@ -132,15 +134,17 @@ class KeptZstdCodec final : public arrow::util::Codec {
   int default_compression_level() const override { return arrow_->default_compression_level(); }
 
  private:
-  KeptZstdCodec(std::unique_ptr<arrow::util::Codec> arrow_codec, ZSTD_CCtx* context)
-      : arrow_(std::move(arrow_codec)), context_(context), level_(arrow_->compression_level()) {
+  KeptZstdCodec(std::unique_ptr<arrow::util::Codec> arrow_codec, Context context)
+      : arrow_(std::move(arrow_codec)),
+        context_(std::move(context)),
+        level_(arrow_->compression_level()) {
     if (level_ == arrow::util::kUseDefaultCompressionLevel) {
       level_ = arrow_->default_compression_level();
     }
   }
 
   std::unique_ptr<arrow::util::Codec> arrow_;
-  ZSTD_CCtx* context_;
+  Context context_;
   int level_;
 };
 #endif

@@ -23,7 +23,7 @@ def first_difference(store: ObjectStore, committed: str, rerun: str) -> str | No
         return f"{committed}: {records}"
     return (
         f"{committed}: its records equal the re-run's, but its bytes differ from byte {at} "
-        "(a different key buffer size or writer version?)"
+        "(a different key buffer size, writer version or zstd library?)"
     )
 
 

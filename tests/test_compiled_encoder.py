@@ -162,13 +162,41 @@ def test_closing_twice_at_once_returns() -> None:
     assert not any(t.is_alive() for t in closers)
 
 
-def test_zstd_keeps_its_context_where_libzstd_was_found() -> None:
-    """setup.py builds the kept context wherever libzstd's header is installed (CI and
-    the Dockerfile install it); without it the encoder falls back to Arrow's codec."""
-    has_header = any(
-        os.path.exists(os.path.join(d, "zstd.h")) for d in ("/usr/include", "/usr/local/include")
-    )
-    assert _encoder.KEPT_ZSTD_CONTEXT is has_header
+def test_zstd_keeps_its_context_where_the_build_had_libzstd() -> None:
+    """setup.py builds the kept context where its test compile finds libzstd; .ci/run
+    installs it and says so (``COMPACTOR_EXPECT_KEPT_ZSTD=1``), so CI fails if the probe
+    stops finding it. Elsewhere what the build found is the machine's business."""
+    expected = os.environ.get("COMPACTOR_EXPECT_KEPT_ZSTD")
+    if expected is None:
+        pytest.skip("no expectation set (COMPACTOR_EXPECT_KEPT_ZSTD)")
+    assert _encoder.KEPT_ZSTD_CONTEXT is (expected == "1")
+
+
+def _arrow_message(batch: pa.RecordBatch, codec: str) -> bytes:
+    """``batch``'s message as pyarrow's own stream writer writes it (Arrow's codec, a
+    context a buffer), without the schema's message before it."""
+    options = pa.ipc.IpcWriteOptions(compression=codec, use_threads=False)
+    schema_only, whole = pa.BufferOutputStream(), pa.BufferOutputStream()
+    pa.ipc.new_stream(schema_only, batch.schema, options=options).close()
+    with pa.ipc.new_stream(whole, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    head = len(schema_only.getvalue()) - 8  # less the end-of-stream marker
+    return bytes(whole.getvalue())[head:-8]
+
+
+@pytest.mark.parametrize("rows", [1, 50, 3_000, 40_000])
+def test_the_kept_context_writes_what_arrows_codec_writes(rows: int) -> None:
+    """The same payload as pyarrow's writer for a whole batch: the kept context writes
+    the frame Arrow's one-shot call does (level, content size, no checksum). Both zstd
+    libraries (the system's, pyarrow's own) write the same level-1 frames today; a zstd
+    whose level 1 changed would fail this, and then a file's bytes would depend on the
+    build's libzstd (which records, and ``replay --verify``'s records, would not)."""
+    batch = _batch(rows)
+    encoder = _encoder.Encoder("zstd")
+    try:
+        assert encoder.encode(batch.__arrow_c_array__()) == _arrow_message(batch, "zstd")
+    finally:
+        encoder.close()
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4", "none"])
