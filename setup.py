@@ -10,7 +10,8 @@ is C++ against the Arrow C++ library that pyarrow ships, its headers and its
 this is built (``--no-build-isolation``, or the pin in ``[build-system]``). Where libzstd's
 header and library are found (a test compile and link), it compresses zstd with one
 context kept per stream writer, not Arrow's context per buffer
-(``_encoder.KEPT_ZSTD_CONTEXT``); the bytes are the same.
+(``_encoder.KEPT_ZSTD_CONTEXT``); its frames are those Arrow's codec writes as long as the
+two zstd libraries write the same level-1 frames (``tests/test_compiled_encoder.py``).
 
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
@@ -99,21 +100,16 @@ int main(void) {
 """
 
 
-def _links(compiler: Any, probe: str, library: str, shared: bool = False) -> bool:
-    """True if ``probe`` compiles and links against ``-l<library>``: as a program, or,
-    ``shared``, as a shared object, as an extension links (a static-only library with
-    code that cannot be relocated links into the one, not the other)."""
+def _links(compiler: Any, probe: str, library: str) -> bool:
+    """True if ``probe`` compiles and links against ``-l<library>`` into a shared object,
+    as an extension links (a static-only library built without -fPIC links into a
+    program, not into one)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "probe.c")
         src.write_text(probe)
         try:
             objects = compiler.compile([str(src)], output_dir=tmp, extra_preargs=["-fPIC"])
-            if shared:
-                compiler.link_shared_object(
-                    objects, "probe.so", output_dir=tmp, libraries=[library]
-                )
-            else:
-                compiler.link_executable(objects, "probe", output_dir=tmp, libraries=[library])
+            compiler.link_shared_object(objects, "probe.so", output_dir=tmp, libraries=[library])
         except Exception:  # CompileError, LinkError: no usable library
             return False
     return True
@@ -123,7 +119,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
     def build_extensions(self) -> None:
         portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
         use_openssl = not portable and _links(self.compiler, _OPENSSL_PROBE, "crypto")
-        kept_zstd = _links(self.compiler, _ZSTD_PROBE, "zstd", shared=True)
+        kept_zstd = _links(self.compiler, _ZSTD_PROBE, "zstd")
         for ext in self.extensions:
             if use_openssl and ext.name == KERNEL:
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))

@@ -13,6 +13,7 @@ import pytest
 from compactor.fileformat import _encoder
 from compactor.fileformat.records import RECORD_SCHEMA, Record, records_to_batch
 from compactor.fileformat.writer import FileWriter
+from tests.test_small_sections import arrow_message
 
 
 def _batch(n: int, start: int = 0) -> pa.RecordBatch:
@@ -172,18 +173,6 @@ def test_zstd_keeps_its_context_where_the_build_had_libzstd() -> None:
     assert _encoder.KEPT_ZSTD_CONTEXT is (expected == "1")
 
 
-def _arrow_message(batch: pa.RecordBatch, codec: str) -> bytes:
-    """``batch``'s message as pyarrow's own stream writer writes it (Arrow's codec, a
-    context a buffer), without the schema's message before it."""
-    options = pa.ipc.IpcWriteOptions(compression=codec, use_threads=False)
-    schema_only, whole = pa.BufferOutputStream(), pa.BufferOutputStream()
-    pa.ipc.new_stream(schema_only, batch.schema, options=options).close()
-    with pa.ipc.new_stream(whole, batch.schema, options=options) as writer:
-        writer.write_batch(batch)
-    head = len(schema_only.getvalue()) - 8  # less the end-of-stream marker
-    return bytes(whole.getvalue())[head:-8]
-
-
 @pytest.mark.parametrize("rows", [1, 50, 3_000, 40_000])
 def test_the_kept_context_writes_what_arrows_codec_writes(rows: int) -> None:
     """The same payload as pyarrow's writer for a whole batch: the kept context writes
@@ -194,7 +183,7 @@ def test_the_kept_context_writes_what_arrows_codec_writes(rows: int) -> None:
     batch = _batch(rows)
     encoder = _encoder.Encoder("zstd")
     try:
-        assert encoder.encode(batch.__arrow_c_array__()) == _arrow_message(batch, "zstd")
+        assert encoder.encode(batch.__arrow_c_array__()) == arrow_message(batch, "zstd")
     finally:
         encoder.close()
 

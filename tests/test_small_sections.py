@@ -295,8 +295,9 @@ def test_message_check_memo_never_accepts_what_a_fresh_check_rejects() -> None:
     assert ipc.check_message(payload, 0, "f")[0] == batch.num_rows
 
 
-def _message(batch: pa.RecordBatch, codec: str | None) -> bytes:
-    """``batch``'s encapsulated IPC message, compressed with ``codec``."""
+def arrow_message(batch: pa.RecordBatch, codec: str | None) -> bytes:
+    """``batch``'s encapsulated IPC message as pyarrow's own stream writer writes it,
+    compressed with ``codec``."""
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=codec)
     with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
@@ -338,7 +339,7 @@ def test_the_compiled_message_check_accepts_exactly_what_the_field_by_field_one_
     batch = records_to_batch(_records(rnd, rnd.choice([1, 7, 300]), rnd.random() < 0.5))
     if v1:
         batch = pa.RecordBatch.from_arrays(batch.columns[:5], schema=RECORD_SCHEMA_V1)
-    payload = bytearray(_message(batch, codec))
+    payload = bytearray(arrow_message(batch, codec))
     meta_end = 8 + struct.unpack_from("<i", payload, 4)[0]
     for at, how, xor in flips:  # a bit pattern changed, or a byte set to 0, 1 or 0xFF
         at %= meta_end if in_metadata else len(payload)
@@ -392,7 +393,7 @@ def test_the_compiled_message_check_agrees_on_every_byte_of_the_metadata_changed
     batch = records_to_batch(_records(random.Random(7), 3, True))
     if v1:
         batch = pa.RecordBatch.from_arrays(batch.columns[:5], schema=RECORD_SCHEMA_V1)
-    payload = _message(batch, codec)
+    payload = arrow_message(batch, codec)
     meta_end = 8 + struct.unpack_from("<i", payload, 4)[0]
     for at in range(min(len(payload), meta_end + 64)):
         for value in {0, 1, 0xFF, payload[at] ^ 1, payload[at] ^ 0x80}:
