@@ -12,6 +12,9 @@ header and library are found (a test compile and link), it compresses zstd with 
 context kept per stream writer, not Arrow's context per buffer
 (``_encoder.KEPT_ZSTD_CONTEXT``); its frames are those Arrow's codec writes as long as the
 two zstd libraries write the same level-1 frames (``tests/test_compiled_encoder.py``).
+With libzstd found, ``_sections`` also decompresses a zstd batch message with one context
+kept per thread before Arrow reads it (``_sections.KEPT_ZSTD_CONTEXT``; Arrow's reader
+makes a context per buffer).
 
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
@@ -35,6 +38,7 @@ from setuptools.command.build_ext import build_ext  # type: ignore[import-untype
 FORCE_PORTABLE_ENV = "COMPACTOR_KERNEL_PORTABLE_SHA"
 KERNEL = "compactor.worker.kernel._keybuffer"
 ENCODER = "compactor.fileformat._encoder"
+SECTIONS = "compactor.fileformat._sections"
 C_FLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra"]
 
 _OPENSSL_PROBE = """
@@ -126,7 +130,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
                 ext.libraries.append("crypto")
             if portable and ext.name == KERNEL:
                 ext.define_macros.append(("KB_NO_X8", "1"))
-            if kept_zstd and ext.name == ENCODER:
+            if kept_zstd and ext.name in (ENCODER, SECTIONS):
                 ext.define_macros.append(("COMPACTOR_KEPT_ZSTD", "1"))
                 ext.libraries.append("zstd")
         self.announce(
@@ -136,8 +140,8 @@ class BuildExt(build_ext):  # type: ignore[misc]
             level=2,
         )
         self.announce(
-            "compactor.fileformat._encoder: zstd "
-            + ("with one kept context (libzstd)" if kept_zstd else "by Arrow's codec (no libzstd)"),
+            "compactor.fileformat._encoder and _sections: zstd "
+            + ("with kept contexts (libzstd)" if kept_zstd else "by Arrow's codec (no libzstd)"),
             level=2,
         )
         super().build_extensions()
@@ -153,7 +157,7 @@ setup(
             libraries=["pthread"],
         ),
         Extension(
-            "compactor.fileformat._sections",
+            SECTIONS,
             sources=["fileformat/_sections.c"],
             extra_compile_args=C_FLAGS,
         ),

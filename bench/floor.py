@@ -130,7 +130,7 @@ def load(store_dir: Path) -> Inputs:
         [f.key for f in files],
         [f.size for f in files],
         payloads,
-        [ipc.read_compressed(p, s, PHASE1).column("key") for p, s in payloads],
+        [ipc.read_compressed(p, s, PHASE1, c).column("key") for p, s, c in payloads],
     )
 
 
@@ -154,8 +154,8 @@ def map_and_crc_all(store: LocalStore, keys: list[str], sizes: list[int]) -> Non
 
 def decode_all(payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> None:
     """Every compressed batch message decoded, the fields of ``options``."""
-    for payload, schema in payloads:
-        ipc.read_compressed(payload, schema, options)
+    for payload, schema, codec in payloads:
+        ipc.read_compressed(payload, schema, options, codec)
 
 
 def hash_all(key_columns: list[pa.Array]) -> None:

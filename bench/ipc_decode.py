@@ -9,7 +9,8 @@ The payloads are collected first (the files walked by ``StreamReader``, its call
 this thread, CPU time:
 
 - **kept reader** (``ipc.read_compressed``): one Arrow stream reader per thread, schema
-  and options, fed each payload by memoryview slices;
+  and options, fed each payload by memoryview slices (a zstd payload's buffers first
+  decompressed by the thread's kept zstd context, where the build had libzstd);
 - **a stream a batch** (how every batch was decoded before): a new stream reader over
   ``schema message + payload``, one copy of the payload and one parse of the schema each.
 
@@ -33,8 +34,9 @@ from compactor.objectstore import LocalStore
 
 from .contenders import live_files
 
-Decode = Callable[[bytes, pa.Schema, pa.ipc.IpcReadOptions], pa.RecordBatch]
-Payload = tuple[bytes, pa.Schema]
+Decode = Callable[[bytes, pa.Schema, pa.ipc.IpcReadOptions, str | None], pa.RecordBatch]
+Payload = tuple[bytes, pa.Schema, str | None]
+"""A compressed batch message, its schema and its codec."""
 PHASE1_FIELDS = ("offset", "key")  # phase 1's under the default strategy
 
 
@@ -44,10 +46,13 @@ def collect(store: LocalStore) -> list[Payload]:
     decode = ipc.read_compressed
 
     def recording(
-        payload: bytes | memoryview, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+        payload: bytes | memoryview,
+        schema: pa.Schema,
+        options: pa.ipc.IpcReadOptions,
+        codec: str | None,
     ) -> pa.RecordBatch:
-        found.append((bytes(payload), schema))
-        return decode(payload, schema, options)
+        found.append((bytes(payload), schema, codec))
+        return decode(payload, schema, options, codec)
 
     ipc.read_compressed = recording
     try:
@@ -63,8 +68,9 @@ def collect(store: LocalStore) -> list[Payload]:
 
 
 def a_stream_a_batch(
-    payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+    payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptions, codec: str | None
 ) -> pa.RecordBatch:
+    """A new stream reader, Arrow's codec (``codec`` is the message's own)."""
     prefixed = pa.py_buffer(ipc._SCHEMA_MESSAGES[len(schema)] + payload)
     return pa.ipc.open_stream(prefixed, options=options).read_next_batch()
 
@@ -74,8 +80,8 @@ WAYS: dict[str, Decode] = {"kept reader": ipc.read_compressed, "a stream a batch
 
 def run(decode: Decode, payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> float:
     start = time.process_time()
-    for payload, schema in payloads:
-        decode(payload, schema, options)
+    for payload, schema, codec in payloads:
+        decode(payload, schema, options, codec)
     return time.process_time() - start
 
 
@@ -97,11 +103,11 @@ def main(argv: list[str] | None = None) -> None:
         "offsets and keys": pa.ipc.IpcReadOptions(included_fields=keys, use_threads=False),
     }
     for options in decodes.values():
-        for payload, schema in payloads:
-            kept, fresh = (decode(payload, schema, options) for decode in WAYS.values())
+        for payload, schema, codec in payloads:
+            kept, fresh = (decode(payload, schema, options, codec) for decode in WAYS.values())
             if not kept.equals(fresh):
                 raise SystemExit("the two ways decoded different batches")
-    mb = sum(len(p) for p, _ in payloads) / 1e6
+    mb = sum(len(p) for p, _, _ in payloads) / 1e6
     print(f"{len(payloads):,} compressed batch messages, {mb:,.1f} MB, {args.repeat} runs each")
     print("| decode | way | median CPU s | range | µs a message |")
     print("|---|---|---:|---:|---:|")

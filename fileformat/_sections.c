@@ -1684,12 +1684,22 @@ static int fb_vector(const Fb *fb, const FbTable *t, int index, int elem, int64_
 #define CODEC_ZSTD 1
 #define MIN_ROW_BYTES 16
 
-/* The checks of ipc._check_message on `payload` (n bytes); 0 with the row count, decoded
- * body bytes, its body's codec (-1 for none) and its field nodes when all pass,
- * NOT_USUAL when any fails. */
+/* What check_message finds of a message it accepts; positions from the payload's start. */
+typedef struct {
+    int64_t rows;
+    int64_t decoded; /* the body's bytes once decompressed */
+    int64_t codec;   /* CODEC_LZ4_FRAME, CODEC_ZSTD, or -1 for none */
+    int64_t nodes;   /* field nodes */
+    int64_t buffers;
+    int64_t buffers_at;     /* the buffers' (offset, length) pairs */
+    int64_t body_length_at; /* the Message's bodyLength; 8 where the field is absent */
+    int64_t body_start;
+} MessageShape;
+
+/* The checks of ipc._check_message on `payload` (n bytes); 0 with `shape` filled when all
+ * pass, NOT_USUAL when any fails. */
 static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansion,
-                         int64_t max_decoded, int64_t max_expansion, int64_t *rows_out,
-                         int64_t *decoded_out, int64_t *codec_out, int64_t *nodes_out) {
+                         int64_t max_decoded, int64_t max_expansion, MessageShape *shape) {
     if (n < 8) return NOT_USUAL;
     uint32_t marker = (uint32_t)le64(payload) & 0xFFFFFFFFu; /* le64 reads 8 bytes */
     int64_t meta_len = sext((le64(payload) >> 32) & 0xFFFFFFFFu, 4);
@@ -1741,10 +1751,14 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
         if (decoded > max_decoded) return NOT_USUAL; /* only grows: the Python fails too */
     }
     if (check_expansion && decoded > max_expansion * (int64_t)n) return NOT_USUAL;
-    *rows_out = rows;
-    *decoded_out = decoded;
-    *codec_out = codec;
-    *nodes_out = nodes;
+    shape->rows = rows;
+    shape->decoded = decoded;
+    shape->codec = codec;
+    shape->nodes = nodes;
+    shape->buffers = buffers;
+    shape->buffers_at = 8 + buffers_at;
+    shape->body_length_at = 8 + fb_field(&fb, &message, 3);
+    shape->body_start = body_start;
     return 0;
 }
 
@@ -1763,17 +1777,141 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "y*pLL", &view, &check_expansion, &max_decoded, &max_expansion))
         return NULL;
-    int64_t rows, decoded, codec, nodes;
+    MessageShape m;
     int found = max_decoded > 0 && max_expansion > 0 && max_expansion < INT64_MAX / (view.len + 1)
                     ? check_message(view.buf, view.len, check_expansion, max_decoded,
-                                    max_expansion, &rows, &decoded, &codec, &nodes)
+                                    max_expansion, &m)
                     : NOT_USUAL;
     PyBuffer_Release(&view);
     if (found == NOT_USUAL) Py_RETURN_NONE;
-    if (codec < 0) return Py_BuildValue("LLOL", (long long)rows, (long long)decoded, Py_None,
-                                        (long long)nodes);
-    return Py_BuildValue("LLLL", (long long)rows, (long long)decoded, (long long)codec,
-                         (long long)nodes);
+    if (m.codec < 0)
+        return Py_BuildValue("LLOL", (long long)m.rows, (long long)m.decoded, Py_None,
+                             (long long)m.nodes);
+    return Py_BuildValue("LLLL", (long long)m.rows, (long long)m.decoded, (long long)m.codec,
+                         (long long)m.nodes);
+}
+
+/* --- a zstd message's buffers decompressed by one kept context (ipc.read_compressed) ---
+   Arrow's reader decompresses each zstd buffer with ZSTD_decompress, which makes and frees
+   a context a call, and making one runs zstd's CPU feature test (`cpuid`), a trap to the
+   hypervisor on a virtual machine: about 15 µs a buffer, a dozen buffers a batch
+   (bench.codec_calls). Here each thread keeps one decompression context (freed when the
+   thread ends), and the message is rewritten with each wanted buffer decompressed and
+   stored as it is (length prefix -1, FORMAT.md 6.2): Arrow's reader then slices those
+   buffers out of the new body and decompresses nothing. The metadata is the message's
+   own, with only its buffers' (offset, length) pairs and its body length changed. */
+
+#ifdef COMPACTOR_KEPT_ZSTD
+#include <pthread.h>
+#include <zstd.h>
+
+static pthread_key_t dctx_key;
+
+static void free_dctx(void *dctx) { ZSTD_freeDCtx((ZSTD_DCtx *)dctx); }
+
+/* This thread's context, made the first time it asks; NULL if none can be made. */
+static ZSTD_DCtx *thread_dctx(void) {
+    ZSTD_DCtx *dctx = (ZSTD_DCtx *)pthread_getspecific(dctx_key);
+    if (dctx == NULL && (dctx = ZSTD_createDCtx()) != NULL &&
+        pthread_setspecific(dctx_key, dctx) != 0) {
+        ZSTD_freeDCtx(dctx);
+        dctx = NULL;
+    }
+    return dctx;
+}
+
+static inline int64_t pad8(int64_t n) { return (n + 7) & ~(int64_t)7; }
+
+/* Buffer i's stored length in the new body: 0 where it is not wanted or empty. */
+static int64_t stored_length(const uint8_t *p, const MessageShape *m, uint64_t wanted,
+                             int64_t i) {
+    int64_t off = (int64_t)le64(p + m->buffers_at + 16 * i);
+    int64_t len = (int64_t)le64(p + m->buffers_at + 16 * i + 8);
+    if (!len || !(wanted >> i & 1)) return 0;
+    int64_t declared = (int64_t)le64(p + m->body_start + off); /* len >= 8: checked */
+    return declared == -1 ? len : 8 + declared;
+}
+
+/* Writes the new body after the metadata copied to `q`; 0, or -1 where a buffer does not
+ * decompress to exactly its declared size (or no context can be made). No GIL needed. */
+static int write_stored(const uint8_t *p, const MessageShape *m, uint64_t wanted,
+                        uint8_t *q) {
+    ZSTD_DCtx *dctx = thread_dctx();
+    if (dctx == NULL) return -1;
+    int64_t at = 0;
+    for (int64_t i = 0; i < m->buffers; i++) {
+        int64_t stored = stored_length(p, m, wanted, i);
+        if (stored) {
+            const uint8_t *src = p + m->body_start + (int64_t)le64(p + m->buffers_at + 16 * i);
+            int64_t len = (int64_t)le64(p + m->buffers_at + 16 * i + 8);
+            uint8_t *dst = q + m->body_start + at;
+            if (stored == len && (int64_t)le64(src) == -1) {
+                memcpy(dst, src, (size_t)len);
+            } else {
+                put64(dst, UINT64_MAX); /* -1: stored as it is */
+                size_t got = ZSTD_decompressDCtx(dctx, dst + 8, (size_t)(stored - 8), src + 8,
+                                                 (size_t)(len - 8));
+                if (ZSTD_isError(got) || (int64_t)got != stored - 8) return -1;
+            }
+            memset(dst + stored, 0, (size_t)(pad8(stored) - stored));
+        }
+        put64(q + m->buffers_at + 16 * i, (uint64_t)at);
+        put64(q + m->buffers_at + 16 * i + 8, (uint64_t)stored);
+        at += pad8(stored);
+    }
+    put64(q + m->body_length_at, (uint64_t)at);
+    return 0;
+}
+#endif
+
+PyDoc_STRVAR(zstd_stored_as_is_doc,
+"zstd_stored_as_is(payload, wanted, max_decoded) -> bytes | None\n\n"
+"A zstd batch message's payload rewritten with each buffer of `wanted` (a bit mask of\n"
+"buffer indices) decompressed by this thread's kept zstd context and stored as it is\n"
+"(length prefix -1), every other buffer empty: Arrow's reader, asked for the fields of\n"
+"those buffers, decodes the same arrays from it without a zstd context per buffer.\n"
+"None where the payload is not a zstd message ipc._check_message accepts (at most\n"
+"`max_decoded` bytes decoded), where a buffer does not decompress to its declared size,\n"
+"or where the build had no libzstd (KEPT_ZSTD_CONTEXT): the caller then gives Arrow the\n"
+"payload, and Arrow's error names any problem. Decompresses without the GIL.");
+
+static PyObject *zstd_stored_as_is(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    unsigned long long wanted;
+    long long max_decoded;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*KL", &view, &wanted, &max_decoded)) return NULL;
+#ifndef COMPACTOR_KEPT_ZSTD
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+#else
+    const uint8_t *p = (const uint8_t *)view.buf;
+    MessageShape m;
+    PyObject *out = NULL;
+    if (max_decoded <= 0 || check_message(p, view.len, 0, max_decoded, 1, &m) == NOT_USUAL ||
+        m.codec != CODEC_ZSTD || m.body_length_at == 8 /* absent: an empty body */)
+        goto none;
+    int64_t size = m.body_start;
+    for (int64_t i = 0; i < m.buffers; i++) size += pad8(stored_length(p, &m, wanted, i));
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
+    int written;
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(q, p, (size_t)m.body_start);
+    written = write_stored(p, &m, wanted, q);
+    Py_END_ALLOW_THREADS
+    if (written < 0) goto none;
+    PyBuffer_Release(&view);
+    return out;
+none:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+#endif
 }
 
 /* A job's walk over its inputs' blocks (worker/merge.py): a block's table as the columns
@@ -2345,6 +2483,7 @@ static PyMethodDef methods[] = {
     {"small_sections", small_sections, METH_VARARGS, small_sections_doc},
     {"valid_bytes", valid_bytes, METH_VARARGS, valid_bytes_doc},
     {"usual_message", usual_message, METH_VARARGS, usual_message_doc},
+    {"zstd_stored_as_is", zstd_stored_as_is, METH_VARARGS, zstd_stored_as_is_doc},
     {"table_columns", table_columns, METH_VARARGS, table_columns_doc},
     {"span_weights", span_weights, METH_VARARGS, span_weights_doc},
     {"key_ranks", key_ranks, METH_VARARGS, key_ranks_doc},
@@ -2370,8 +2509,27 @@ static int add_int64(PyObject *m, const char *name, int64_t value) {
 PyMODINIT_FUNC PyInit__sections(void) {
     if (PyType_Ready(&SectionEntriesType) < 0) return NULL;
     if (key_cache == NULL && (key_cache = PyDict_New()) == NULL) return NULL;
+#ifdef COMPACTOR_KEPT_ZSTD
+    static int dctx_key_made;
+    if (!dctx_key_made) {
+        if (pthread_key_create(&dctx_key, free_dctx) != 0) {
+            PyErr_SetString(PyExc_OSError, "no thread-specific key for zstd's contexts");
+            return NULL;
+        }
+        dctx_key_made = 1;
+    }
+    PyObject *kept_zstd = Py_True;
+#else
+    PyObject *kept_zstd = Py_False;
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    /* Whether zstd messages are decompressed by one kept context a thread (the build
+       found libzstd: setup.py). */
+    if (PyModule_AddObjectRef(m, "KEPT_ZSTD_CONTEXT", kept_zstd) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddObjectRef(m, "SectionEntries", (PyObject *)&SectionEntriesType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -24,6 +24,7 @@ BUFFERS_V1: int
 CODEC_LZ4_FRAME: int
 CODEC_ZSTD: int
 MIN_ROW_BYTES: int
+KEPT_ZSTD_CONTEXT: bool
 
 @overload
 def figures(
@@ -109,6 +110,7 @@ def small_sections(
 def usual_message(
     payload: Any, check_expansion: bool, max_decoded: int, max_expansion: int
 ) -> tuple[int, int, int | None, int] | None: ...
+def zstd_stored_as_is(payload: Any, wanted: int, max_decoded: int) -> bytes | None: ...
 def table_columns(entries: Any) -> tuple[list[Any], list[int], list[int]]: ...
 def span_weights(
     spans: list[tuple[list[Any], list[int], int, int]], budget: int

@@ -61,7 +61,7 @@ def decode_fields(
             included_fields=list(stored), use_threads=False
         )
     try:
-        batch = read_compressed(payload, message.schema, options)
+        batch = read_compressed(payload, message.schema, options, message.codec)
         batch.validate(full=True)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Sequence
 from typing import Any, Final, NamedTuple, Protocol, cast
 
 import pyarrow as pa
@@ -620,10 +621,35 @@ class _PayloadFeed:
         pass
 
 
+def _buffer_count(t: pa.DataType) -> int:
+    """How many buffers an IPC message holds for a column of type ``t`` (of the types
+    RECORD_SCHEMA has): validity and data, offsets too for binary and strings, a list's
+    and a struct's own and their children's."""
+    if pa.types.is_list(t):
+        return 2 + _buffer_count(t.value_type)
+    if pa.types.is_struct(t):
+        return 1 + sum(_buffer_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        return 3
+    return 2
+
+
+def wanted_buffers(schema: pa.Schema, fields: Sequence[int] | None) -> int:
+    """The buffers of a message of ``schema`` that decoding ``fields`` (top-level
+    indices; None for all) reads, as a bit mask of buffer indices."""
+    mask, at = 0, 0
+    for i, field in enumerate(schema):
+        n = _buffer_count(field.type)
+        if fields is None or i in fields:
+            mask |= ((1 << n) - 1) << at
+        at += n
+    return mask
+
+
 class _KeptReader:
     """One Arrow stream reader kept open over a ``_PayloadFeed``, fed one batch message
     at a time: the schema message is parsed once, not once a batch, and no payload is
-    copied behind it.
+    copied behind it. ``wanted``: the buffers its options decode (``wanted_buffers``).
 
     Invariant: the feed is empty between reads. A read that fails or leaves bytes of its
     payload unread makes the caller drop this reader (``read_compressed``), so a reader
@@ -634,6 +660,7 @@ class _KeptReader:
         source = pa.PythonFile(self._feed, mode="r")
         self._reader = pa.ipc.open_stream(source, options=options)
         self._feed.unread()
+        self.wanted = wanted_buffers(schema, options.included_fields or None)
 
     def read(self, payload: Payload) -> pa.RecordBatch:
         self._feed.load(payload)
@@ -655,15 +682,20 @@ _kept = _ThreadsReaders()
 
 
 def read_compressed(
-    payload: Payload, schema: pa.Schema, options: pa.ipc.IpcReadOptions
+    payload: Payload, schema: pa.Schema, options: pa.ipc.IpcReadOptions, codec: str | None
 ) -> pa.RecordBatch:
     """The batch of a compressed batch message of ``schema`` (RECORD_SCHEMA or its
-    version 1), decoded with ``options``: the callers' options decompress on the calling
-    thread (``use_threads=False``). Arrow's default hands each buffer to its thread pool
-    and waits: for the batches of a job, up to a MiB, that handoff cost more than the
-    decompression (a sixth of a job's thread on the L0 shape at 64 partitions, in
-    condition-variable signals and waits), and the job's other threads keep the second
+    version 1) in ``codec``, decoded with ``options``: the callers' options decompress on
+    the calling thread (``use_threads=False``). Arrow's default hands each buffer to its
+    thread pool and waits: for the batches of a job, up to a MiB, that handoff cost more
+    than the decompression (a sixth of a job's thread on the L0 shape at 64 partitions,
+    in condition-variable signals and waits), and the job's other threads keep the second
     core busy.
+
+    A zstd message's wanted buffers are first decompressed by the thread's kept zstd
+    context (``_sections.zstd_stored_as_is``, where the build had libzstd): Arrow's reader
+    makes a context for every buffer, about 190 µs a batch more than lz4 on a virtual
+    machine (bench.codec_calls). Where that declines, Arrow decodes the payload as it is.
 
     Each thread keeps one stream reader per schema and options (``_KeptReader``). Opening
     one a batch, over a copy of the payload behind the schema message, cost 10-30 µs of
@@ -677,6 +709,10 @@ def read_compressed(
         if len(readers) >= _KEPT_READERS_LIMIT:
             readers.clear()
         reader = readers[key] = _KeptReader(schema, options)
+    if codec == "zstd":
+        stored = _sections.zstd_stored_as_is(payload, reader.wanted, MAX_DECODED_BATCH)
+        if stored is not None:
+            payload = stored
     try:
         return reader.read(payload)
     except BaseException:
@@ -710,7 +746,7 @@ def decode_batch(
     m = inspect_message(payload, position, object_name, version=version)
     try:
         if m.compressed:
-            batch = read_compressed(payload, m.schema, _ON_THIS_THREAD)
+            batch = read_compressed(payload, m.schema, _ON_THIS_THREAD, m.codec)
         else:
             batch = pa.ipc.read_record_batch(pa.py_buffer(payload), m.schema)
         batch.validate(full=True)

@@ -56,21 +56,24 @@ def fresh_decode(payload: bytes, schema: pa.Schema, options: pa.ipc.IpcReadOptio
     return pa.ipc.open_stream(stream, options=options).read_all()
 
 
-def cases(count: int, seed: int) -> list[tuple[bytes, pa.Schema, pa.ipc.IpcReadOptions]]:
+Case = tuple[bytes, pa.Schema, pa.ipc.IpcReadOptions, str]
+"""A payload, its schema, the read options, its codec."""
+
+
+def cases(count: int, seed: int) -> list[Case]:
     rng = random.Random(seed)
     out = []
     for i in range(count):
         schema = rng.choice([RECORD_SCHEMA, RECORD_SCHEMA_V1])
-        payload = payload_of(
-            batch_of(seed * 1000 + i, rng.randrange(1, 300)), schema, rng.choice(["lz4", "zstd"])
-        )
-        out.append((payload, schema, rng.choice([WHOLE, KEYS])))
+        codec = rng.choice(["lz4", "zstd"])
+        payload = payload_of(batch_of(seed * 1000 + i, rng.randrange(1, 300)), schema, codec)
+        out.append((payload, schema, rng.choice([WHOLE, KEYS]), codec))
     return out
 
 
 def test_interleaved_schemas_and_options_decode_as_fresh_streams() -> None:
-    for payload, schema, options in cases(60, seed=1):
-        batch = ipc.read_compressed(payload, schema, options)
+    for payload, schema, options, codec in cases(60, seed=1):
+        batch = ipc.read_compressed(payload, schema, options, codec)
         assert pa.Table.from_batches([batch]).equals(fresh_decode(payload, schema, options))
 
 
@@ -84,22 +87,22 @@ def test_interleaved_schemas_and_options_decode_as_fresh_streams() -> None:
     ],
 )
 def test_a_failed_payload_leaves_the_next_one_decodable(spoil: Callable[[bytes], bytes]) -> None:
-    good = [(p, s) for p, s, _ in cases(4, seed=2)]
-    for payload, schema in good:
-        ipc.read_compressed(payload, schema, WHOLE)  # the thread's reader exists
-    bad, schema = good[0]
+    good = [(p, s, c) for p, s, _, c in cases(4, seed=2)]
+    for payload, schema, codec in good:
+        ipc.read_compressed(payload, schema, WHOLE, codec)  # the thread's reader exists
+    bad, schema, codec = good[0]
     with pytest.raises((ValueError, OSError)):  # as Arrow raised it, or the feed's check
-        ipc.read_compressed(spoil(bad), schema, WHOLE)
+        ipc.read_compressed(spoil(bad), schema, WHOLE, codec)
     assert (len(schema), WHOLE) not in ipc._kept.readers  # dropped, not fed again
-    for payload, schema in good:
-        batch = ipc.read_compressed(payload, schema, WHOLE)
+    for payload, schema, codec in good:
+        batch = ipc.read_compressed(payload, schema, WHOLE, codec)
         assert pa.Table.from_batches([batch]).equals(fresh_decode(payload, schema, WHOLE))
 
 
 def test_trailing_bytes_are_named() -> None:
-    payload, schema, _ = cases(1, seed=3)[0]
+    payload, schema, _, codec = cases(1, seed=3)[0]
     with pytest.raises(ValueError, match="ends 3 bytes before its payload's end"):
-        ipc.read_compressed(payload + b"abc", schema, WHOLE)
+        ipc.read_compressed(payload + b"abc", schema, WHOLE, codec)
 
 
 def test_public_decoders_raise_format_errors_and_go_on() -> None:
@@ -118,7 +121,7 @@ def test_public_decoders_raise_format_errors_and_go_on() -> None:
 
 def test_each_thread_decodes_with_its_own_reader() -> None:
     work = cases(40, seed=5)
-    expected = [fresh_decode(p, s, o) for p, s, o in work]
+    expected = [fresh_decode(p, s, o) for p, s, o, _ in work]
     failures: list[str] = []
     start = threading.Barrier(4)
 
@@ -127,8 +130,8 @@ def test_each_thread_decodes_with_its_own_reader() -> None:
         for rounds in range(5):
             for i in range(len(work)):
                 j = (i + shift + rounds) % len(work)
-                payload, schema, options = work[j]
-                batch = ipc.read_compressed(payload, schema, options)
+                payload, schema, options, codec = work[j]
+                batch = ipc.read_compressed(payload, schema, options, codec)
                 if not pa.Table.from_batches([batch]).equals(expected[j]):
                     failures.append(f"thread {shift}: case {j}")
 
