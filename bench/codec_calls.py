@@ -1,8 +1,10 @@
 """What a batch's compression costs per call, by codec and batch size: encoding by the
 writer's compiled encoder (``fileformat/_encoder.cpp``, zstd with one kept context where
 the build had libzstd) against pyarrow's own stream writer (Arrow's codec, a zstd context
-a buffer), and decoding by the reader's path (``ipc.decode_batch``), which is Arrow's
-codec: a zstd context a buffer.
+a buffer); and decoding by the reader's path (``ipc.decode_batch``: a zstd message's
+buffers decompressed by the thread's kept context first, where the build had libzstd),
+with its read step alone both ways: ``ipc.read_compressed`` given the message's codec, and
+given none, so that Arrow's codec decompresses (a zstd context a buffer).
 
     .venv/bin/python -m bench.codec_calls
     .venv/bin/python -m bench.codec_calls --rows 1,50,1000,20000 --repeat 5
@@ -23,10 +25,11 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from compactor.fileformat import _encoder, ipc
+from compactor.fileformat import _encoder, _sections, ipc
 from compactor.fileformat.records import Record, records_to_batch
 
 CODECS = ("zstd", "lz4", "none")
+_WHOLE = pa.ipc.IpcReadOptions(use_threads=False)
 
 
 def _batch(rows: int) -> pa.RecordBatch:
@@ -80,9 +83,16 @@ def _row(batch: pa.RecordBatch, codec: str, calls: int, repeat: int) -> str:
     if not ipc.decode_batch(payload, 0, "bench").equals(batch):
         raise SystemExit(f"codec_calls: a {codec} payload does not decode to its batch")
     decode = _least_per_call(lambda: ipc.decode_batch(payload, 0, "bench"), calls, repeat)
+    schema, named = batch.schema, None if codec == "none" else codec
+    kept = _least_per_call(
+        lambda: ipc.read_compressed(payload, schema, _WHOLE, named), calls, repeat
+    )
+    arrows = _least_per_call(
+        lambda: ipc.read_compressed(payload, schema, _WHOLE, None), calls, repeat
+    )
     return (
         f"| {batch.num_rows:,} | {codec} | {len(payload):,} | {compiled:.1f} | {arrow:.1f} "
-        f"| {decode:.1f} |"
+        f"| {decode:.1f} | {kept:.1f} | {arrows:.1f} |"
     )
 
 
@@ -92,12 +102,15 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=0, help="calls a round (default: by size)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds of each way")
     args = ap.parse_args()
-    print(f"kept zstd context in this build: {_encoder.KEPT_ZSTD_CONTEXT}\n")
+    print(
+        f"kept zstd contexts in this build: writing {_encoder.KEPT_ZSTD_CONTEXT}, "
+        f"reading {_sections.KEPT_ZSTD_CONTEXT}\n"
+    )
     print(
         "| rows | codec | payload bytes | encode, compiled (µs) | encode, pyarrow (µs) "
-        "| decode (µs) |"
+        "| decode (µs) | read (µs) | read, Arrow's codec (µs) |"
     )
-    print("|---:|---|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for rows in (int(r) for r in args.rows.split(",")):
         batch = _batch(rows)
         calls = args.calls or max(10, 2_000 // max(rows, 1))
