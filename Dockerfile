@@ -5,7 +5,8 @@
 # per-section passes (fileformat/_sections.c) and the batch encoder
 # (fileformat/_encoder.cpp, against the pinned pyarrow's Arrow C++); with libssl-dev the
 # kernel's SHA-512/256 uses OpenSSL, without it the portable C; with libzstd-dev the
-# encoder keeps one zstd context per stream writer, without it Arrow's codec (setup.py).
+# encoder keeps one zstd context per stream writer and the reader one per thread, without
+# it Arrow's codec (setup.py).
 FROM python:3.11-slim
 
 RUN apt-get update \
