@@ -1694,6 +1694,7 @@ typedef struct {
     int64_t buffers_at;     /* the buffers' (offset, length) pairs */
     int64_t body_length_at; /* the Message's bodyLength; 8 where the field is absent */
     int64_t body_start;
+    int64_t nodes_at; /* the field nodes' (length, null count) pairs */
 } MessageShape;
 
 /* The checks of ipc._check_message on `payload` (n bytes); 0 with `shape` filled when all
@@ -1735,20 +1736,20 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
             (codec != CODEC_LZ4_FRAME && codec != CODEC_ZSTD) || method != 0)
             return NOT_USUAL;
     }
-    int64_t decoded = 0;
+    int64_t decoded = 0; /* at most max_decoded, so no sum below overflows */
     for (int64_t i = 0; i < buffers; i++) {
         int64_t off = (int64_t)le64(fb.p + buffers_at + 16 * i);
         int64_t length = (int64_t)le64(fb.p + buffers_at + 16 * i + 8);
         if (off < 0 || length < 0 || off > body_len || length > body_len - off) return NOT_USUAL;
-        if (!compression_at || length == 0) {
-            decoded += length;
-        } else {
+        int64_t adds = length;
+        if (compression_at && length != 0) {
             if (length < 8) return NOT_USUAL;
             int64_t declared = (int64_t)le64(payload + body_start + off);
             if (declared < -1) return NOT_USUAL;
-            decoded += declared == -1 ? length - 8 : declared;
+            adds = declared == -1 ? length - 8 : declared;
         }
-        if (decoded > max_decoded) return NOT_USUAL; /* only grows: the Python fails too */
+        if (adds > max_decoded - decoded) return NOT_USUAL; /* the Python fails too */
+        decoded += adds;
     }
     if (check_expansion && decoded > max_expansion * (int64_t)n) return NOT_USUAL;
     shape->rows = rows;
@@ -1759,6 +1760,7 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
     shape->buffers_at = 8 + buffers_at;
     shape->body_length_at = 8 + fb_field(&fb, &message, 3);
     shape->body_start = body_start;
+    shape->nodes_at = 8 + nodes_at;
     return 0;
 }
 
@@ -1799,7 +1801,14 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
    thread ends), and the message is rewritten with each wanted buffer decompressed and
    stored as it is (length prefix -1, FORMAT.md 6.2): Arrow's reader then slices those
    buffers out of the new body and decompresses nothing. The metadata is the message's
-   own, with only its buffers' (offset, length) pairs and its body length changed. */
+   own, with only its buffers' (offset, length) pairs and its body length changed.
+
+   Invariants: the rewrite decodes to what Arrow decodes from the original, or is not
+   made. So it declines what Arrow would refuse for the rewrite's sake alone (a wanted
+   buffer not 8-aligned in the body) and what would misalign the new arrays (a body not
+   8-aligned in the payload); every size is read once (`Spans`: the payload may be a map
+   of a file) and bounded by max_decoded, at most a quarter of INT64_MAX, so no sum wraps;
+   and the new metadata is parsed again and must say what the old said (`says_the_same`). */
 
 #ifdef COMPACTOR_KEPT_ZSTD
 #include <pthread.h>
@@ -1822,31 +1831,59 @@ static ZSTD_DCtx *thread_dctx(void) {
 
 static inline int64_t pad8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
-/* Buffer i's stored length in the new body: 0 where it is not wanted or empty. */
-static int64_t stored_length(const uint8_t *p, const MessageShape *m, uint64_t wanted,
-                             int64_t i) {
-    int64_t off = (int64_t)le64(p + m->buffers_at + 16 * i);
-    int64_t len = (int64_t)le64(p + m->buffers_at + 16 * i + 8);
-    if (!len || !(wanted >> i & 1)) return 0;
-    int64_t declared = (int64_t)le64(p + m->body_start + off); /* len >= 8: checked */
-    return declared == -1 ? len : 8 + declared;
+/* A message's buffers as the rewrite reads them, read once: the payload may be a map of a
+ * file, and every size below is taken from here, never read again. */
+typedef struct {
+    int64_t off[BUFFERS], len[BUFFERS];
+    int64_t stored[BUFFERS]; /* bytes in the new body: 0 where not wanted or empty */
+    int as_is[BUFFERS];      /* stored as it is already (length prefix -1) */
+} Spans;
+
+/* The spans of a message check_message accepted as `m` (at most max_decoded bytes
+ * decoded, max_decoded at most a quarter of INT64_MAX); the new body's size, or -1 where
+ * the rewrite declines: a wanted buffer not 8-aligned in the body (Arrow refuses it; the
+ * caller's fallback then says so), or any span no longer what check_message saw. */
+static int64_t read_spans(const uint8_t *p, Py_ssize_t n, const MessageShape *m,
+                          uint64_t wanted, int64_t max_decoded, Spans *sp) {
+    int64_t body_len = (int64_t)n - m->body_start, size = 0, decoded = 0;
+    for (int64_t i = 0; i < m->buffers; i++) {
+        int64_t off = (int64_t)le64(p + m->buffers_at + 16 * i);
+        int64_t len = (int64_t)le64(p + m->buffers_at + 16 * i + 8);
+        if (off < 0 || len < 0 || off > body_len || len > body_len - off) return -1;
+        sp->off[i] = off;
+        sp->len[i] = len;
+        sp->stored[i] = 0;
+        sp->as_is[i] = 0;
+        if (!(wanted >> i & 1)) continue;
+        if (off % 8) return -1;
+        if (!len) continue;
+        if (len < 8) return -1;
+        int64_t declared = (int64_t)le64(p + m->body_start + off);
+        if (declared < -1) return -1;
+        int64_t adds = declared == -1 ? len - 8 : declared;
+        if (adds > max_decoded - decoded) return -1;
+        decoded += adds;
+        sp->as_is[i] = declared == -1;
+        sp->stored[i] = declared == -1 ? len : 8 + declared;
+        size += pad8(sp->stored[i]);
+    }
+    return size;
 }
 
 /* Writes the new body after the metadata copied to `q`; 0, or -1 where a buffer does not
  * decompress to exactly its declared size (or no context can be made). No GIL needed. */
-static int write_stored(const uint8_t *p, const MessageShape *m, uint64_t wanted,
-                        uint8_t *q) {
+static int write_stored(const uint8_t *p, const MessageShape *m, const Spans *sp, uint8_t *q) {
     ZSTD_DCtx *dctx = thread_dctx();
     if (dctx == NULL) return -1;
     int64_t at = 0;
     for (int64_t i = 0; i < m->buffers; i++) {
-        int64_t stored = stored_length(p, m, wanted, i);
+        int64_t stored = sp->stored[i], len = sp->len[i];
         if (stored) {
-            const uint8_t *src = p + m->body_start + (int64_t)le64(p + m->buffers_at + 16 * i);
-            int64_t len = (int64_t)le64(p + m->buffers_at + 16 * i + 8);
+            const uint8_t *src = p + m->body_start + sp->off[i];
             uint8_t *dst = q + m->body_start + at;
-            if (stored == len && (int64_t)le64(src) == -1) {
+            if (sp->as_is[i]) {
                 memcpy(dst, src, (size_t)len);
+                put64(dst, UINT64_MAX); /* -1, whatever the source says by now */
             } else {
                 put64(dst, UINT64_MAX); /* -1: stored as it is */
                 size_t got = ZSTD_decompressDCtx(dctx, dst + 8, (size_t)(stored - 8), src + 8,
@@ -1862,6 +1899,22 @@ static int write_stored(const uint8_t *p, const MessageShape *m, uint64_t wanted
     put64(q + m->body_length_at, (uint64_t)at);
     return 0;
 }
+
+/* Whether the rewritten message `q` (n bytes) says what the original `p` said, less the
+ * spans and body length written: the same rows, field nodes and codec, and the spans
+ * and body length read back as written (metadata whose vectors or fields overlap would
+ * make the writes change something else). */
+static int says_the_same(const uint8_t *p, const MessageShape *m, const uint8_t *q,
+                         Py_ssize_t n, int64_t max_decoded) {
+    MessageShape o;
+    if (check_message(q, n, 0, max_decoded, 1, &o) == NOT_USUAL) return 0;
+    if (o.rows != m->rows || o.nodes != m->nodes || o.codec != m->codec ||
+        o.buffers != m->buffers || o.buffers_at != m->buffers_at ||
+        o.body_length_at != m->body_length_at || o.nodes_at != m->nodes_at ||
+        o.body_start != m->body_start)
+        return 0;
+    return memcmp(p + m->nodes_at, q + o.nodes_at, (size_t)(16 * m->nodes)) == 0;
+}
 #endif
 
 PyDoc_STRVAR(zstd_stored_as_is_doc,
@@ -1871,8 +1924,9 @@ PyDoc_STRVAR(zstd_stored_as_is_doc,
 "(length prefix -1), every other buffer empty: Arrow's reader, asked for the fields of\n"
 "those buffers, decodes the same arrays from it without a zstd context per buffer.\n"
 "None where the payload is not a zstd message ipc._check_message accepts (at most\n"
-"`max_decoded` bytes decoded), where a buffer does not decompress to its declared size,\n"
-"or where the build had no libzstd (KEPT_ZSTD_CONTEXT): the caller then gives Arrow the\n"
+"`max_decoded` bytes decoded), where a wanted buffer does not start 8-aligned in the body\n"
+"or the body in the payload, where a buffer does not decompress to its declared size, or\n"
+"where the build had no libzstd (KEPT_ZSTD_CONTEXT): the caller then gives Arrow the\n"
 "payload, and Arrow's error names any problem. Decompresses without the GIL.");
 
 static PyObject *zstd_stored_as_is(PyObject *self, PyObject *args) {
@@ -1887,12 +1941,15 @@ static PyObject *zstd_stored_as_is(PyObject *self, PyObject *args) {
 #else
     const uint8_t *p = (const uint8_t *)view.buf;
     MessageShape m;
+    Spans sp;
     PyObject *out = NULL;
-    if (max_decoded <= 0 || check_message(p, view.len, 0, max_decoded, 1, &m) == NOT_USUAL ||
-        m.codec != CODEC_ZSTD || m.body_length_at == 8 /* absent: an empty body */)
+    int64_t size;
+    if (max_decoded <= 0 || max_decoded > INT64_MAX / 4 ||
+        check_message(p, view.len, 0, max_decoded, 1, &m) == NOT_USUAL ||
+        m.codec != CODEC_ZSTD || m.body_length_at == 8 /* absent: an empty body */ ||
+        m.body_start % 8 || (size = read_spans(p, view.len, &m, wanted, max_decoded, &sp)) < 0)
         goto none;
-    int64_t size = m.body_start;
-    for (int64_t i = 0; i < m.buffers; i++) size += pad8(stored_length(p, &m, wanted, i));
+    size += m.body_start;
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (out == NULL) {
         PyBuffer_Release(&view);
@@ -1902,9 +1959,9 @@ static PyObject *zstd_stored_as_is(PyObject *self, PyObject *args) {
     int written;
     Py_BEGIN_ALLOW_THREADS
     memcpy(q, p, (size_t)m.body_start);
-    written = write_stored(p, &m, wanted, q);
+    written = write_stored(p, &m, &sp, q) == 0 && says_the_same(p, &m, q, size, max_decoded);
     Py_END_ALLOW_THREADS
-    if (written < 0) goto none;
+    if (!written) goto none;
     PyBuffer_Release(&view);
     return out;
 none:

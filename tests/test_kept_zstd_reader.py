@@ -166,6 +166,99 @@ def test_what_does_not_decompress_exactly_is_left_to_arrow(how: str) -> None:
         assert decode(payload).num_rows == 3_000
 
 
+def _relaid(payload: bytes, skew: int = 0, skewed: int = -1, meta_pad: int = 0) -> bytes:
+    """``payload`` with its body laid out again, buffer by buffer at 8-aligned offsets
+    but buffer ``skewed`` ``skew`` bytes later, and its metadata ``meta_pad`` bytes
+    longer: the same message to Arrow, but for where its buffers start."""
+    meta_len = struct.unpack_from("<i", payload, 4)[0]
+    body = 8 + meta_len
+    meta = bytearray(payload[8:body]) + bytes(meta_pad)
+    _, message = _table(bytes(meta), struct.unpack_from("<I", meta, 0)[0])
+    _, batch = _table(bytes(meta), message[2] + struct.unpack_from("<I", meta, message[2])[0])
+    vector = batch[2] + struct.unpack_from("<I", meta, batch[2])[0] + 4
+    new = bytearray()
+    for i, (off, length) in enumerate(_spans(payload[8:body])):
+        new += bytes(-len(new) % 8 + (skew if i == skewed else 0))
+        struct.pack_into("<qq", meta, vector + 16 * i, len(new), length)
+        new += payload[body + off : body + off + length]
+    new += bytes(-len(new) % 8)
+    struct.pack_into("<q", meta, message[3], len(new))
+    return b"\xff\xff\xff\xff" + struct.pack("<i", len(meta)) + bytes(meta) + bytes(new)
+
+
+@needs_kept_zstd
+def test_a_buffer_arrow_refuses_for_its_place_is_still_refused() -> None:
+    """Arrow refuses a buffer that does not start 8-aligned in the body; the rewrite,
+    which places every buffer anew, must not make such a payload decodable."""
+    payload = payload_of(batch_of(1, 500), RECORD_SCHEMA, "zstd")
+    assert decode_batch(_relaid(payload), 0, "t").num_rows == 500  # the relayout is sound
+    bad = _relaid(payload, skew=3, skewed=5)
+    assert _sections.zstd_stored_as_is(bad, ALL, MAX_DECODED_BATCH) is None
+    with pytest.raises(FormatError, match="8-byte aligned"):
+        decode_batch(bad, 0, "t")
+    key_buffers = ipc.wanted_buffers(RECORD_SCHEMA, [0, 2])
+    assert _sections.zstd_stored_as_is(bad, key_buffers, MAX_DECODED_BATCH) is None
+
+
+@needs_kept_zstd
+def test_metadata_of_an_odd_length_is_left_to_arrow() -> None:
+    """A body that does not start 8-aligned in the payload would give misaligned arrays
+    once rewritten: declined, and Arrow decodes it as before."""
+    payload = _relaid(payload_of(batch_of(1, 500), RECORD_SCHEMA, "zstd"), meta_pad=4)
+    assert _sections.zstd_stored_as_is(payload, ALL, MAX_DECODED_BATCH) is None
+    assert decode_batch(payload, 0, "t").equals(decode_batch(_relaid(payload), 0, "t"))
+
+
+@needs_kept_zstd
+@pytest.mark.parametrize("cap", [MAX_DECODED_BATCH, (1 << 62) - 1, (1 << 63) - 1])
+def test_declared_sizes_that_would_overflow_are_declined(cap: int) -> None:
+    """Two buffers each declaring nearly 2^63 bytes: no sum may wrap, whatever cap the
+    caller gives; nothing is allocated or written."""
+    payload = bytearray(payload_of(batch_of(1, 3_000), RECORD_SCHEMA, "zstd"))
+    body = 8 + struct.unpack_from("<i", payload, 4)[0]
+    spans = _spans(bytes(payload[8:body]))
+    wanted = 0
+    for i, (off, length) in enumerate(spans):
+        if length >= 8 and struct.unpack_from("<q", payload, body + off)[0] >= 0:
+            struct.pack_into("<q", payload, body + off, (1 << 63) - 16)
+            wanted |= 1 << i
+    assert bin(wanted).count("1") >= 2
+    assert _sections.zstd_stored_as_is(bytes(payload), wanted, cap) is None
+    assert _sections.usual_message(bytes(payload), False, cap, 1) is None
+
+
+@needs_kept_zstd
+def test_a_mapped_payload_is_read_in_place() -> None:
+    """A memoryview, as the local store maps a long payload, and a view into a larger
+    buffer, as the same payload read among others."""
+    payload = payload_of(batch_of(2, 2_000), RECORD_SCHEMA, "zstd")
+    expected = _sections.zstd_stored_as_is(payload, ALL, MAX_DECODED_BATCH)
+    assert expected is not None
+    inside = memoryview(bytes(16) + payload + bytes(8))[16 : 16 + len(payload)]
+    for view in (memoryview(payload), inside):
+        assert _sections.zstd_stored_as_is(view, ALL, MAX_DECODED_BATCH) == expected
+
+
+@needs_kept_zstd
+def test_the_decoders_rewrite_every_zstd_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``decode_batch`` and ``decode_fields`` go through the rewrite for a zstd message
+    (not Arrow's codec), and it accepts each."""
+    rewrite = _sections.zstd_stored_as_is
+    results: list[bool] = []
+
+    def watched(payload: object, wanted: int, cap: int) -> bytes | None:
+        out = rewrite(payload, wanted, cap)
+        results.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_sections, "zstd_stored_as_is", watched)
+    payload = payload_of(batch_of(3, 700), RECORD_SCHEMA, "zstd")
+    decode_batch(payload, 0, "t")
+    decode_fields(payload, 0, "t", ["key"])
+    decode_batch(payload_of(batch_of(3, 700), RECORD_SCHEMA, "lz4"), 0, "t")
+    assert results == [True, True]
+
+
 @pytest.mark.parametrize("codec", ["lz4", None])
 def test_other_codecs_are_left_to_arrow(codec: str | None) -> None:
     payload = payload_of(batch_of(3, 100), RECORD_SCHEMA, codec)  # type: ignore[arg-type]
