@@ -1695,6 +1695,10 @@ typedef struct {
     int64_t body_length_at; /* the Message's bodyLength; 8 where the field is absent */
     int64_t body_start;
     int64_t nodes_at; /* the field nodes' (length, null count) pairs */
+    /* Each buffer as checked, read once (the payload may be a map of a file): its offset
+       in the body, its length, and the size its prefix declares (0 where the body is not
+       compressed or the buffer is empty; -1: stored as it is). */
+    int64_t off[BUFFERS], len[BUFFERS], declared[BUFFERS];
 } MessageShape;
 
 /* The checks of ipc._check_message on `payload` (n bytes); 0 with `shape` filled when all
@@ -1741,15 +1745,18 @@ static int check_message(const uint8_t *payload, Py_ssize_t n, int check_expansi
         int64_t off = (int64_t)le64(fb.p + buffers_at + 16 * i);
         int64_t length = (int64_t)le64(fb.p + buffers_at + 16 * i + 8);
         if (off < 0 || length < 0 || off > body_len || length > body_len - off) return NOT_USUAL;
-        int64_t adds = length;
+        int64_t adds = length, declared = 0;
         if (compression_at && length != 0) {
             if (length < 8) return NOT_USUAL;
-            int64_t declared = (int64_t)le64(payload + body_start + off);
+            declared = (int64_t)le64(payload + body_start + off);
             if (declared < -1) return NOT_USUAL;
             adds = declared == -1 ? length - 8 : declared;
         }
         if (adds > max_decoded - decoded) return NOT_USUAL; /* the Python fails too */
         decoded += adds;
+        shape->off[i] = off;
+        shape->len[i] = length;
+        shape->declared[i] = declared;
     }
     if (check_expansion && decoded > max_expansion * (int64_t)n) return NOT_USUAL;
     shape->rows = rows;
@@ -1806,8 +1813,9 @@ static PyObject *usual_message(PyObject *self, PyObject *args) {
    Invariants: the rewrite decodes to what Arrow decodes from the original, or is not
    made. So it declines what Arrow would refuse for the rewrite's sake alone (a wanted
    buffer not 8-aligned in the body) and what would misalign the new arrays (a body not
-   8-aligned in the payload); every size is read once (`Spans`: the payload may be a map
-   of a file) and bounded by max_decoded, at most a quarter of INT64_MAX, so no sum wraps;
+   8-aligned in the payload); every size is read once, by check_message (`MessageShape`:
+   the payload may be a map of a file), and bounded by max_decoded, at most a quarter of
+   INT64_MAX, so no sum wraps;
    and the new metadata is parsed again and must say what the old said (`says_the_same`). */
 
 #ifdef COMPACTOR_KEPT_ZSTD
@@ -1831,57 +1839,38 @@ static ZSTD_DCtx *thread_dctx(void) {
 
 static inline int64_t pad8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
-/* A message's buffers as the rewrite reads them, read once: the payload may be a map of a
- * file, and every size below is taken from here, never read again. */
-typedef struct {
-    int64_t off[BUFFERS], len[BUFFERS];
-    int64_t stored[BUFFERS]; /* bytes in the new body: 0 where not wanted or empty */
-    int as_is[BUFFERS];      /* stored as it is already (length prefix -1) */
-} Spans;
+/* Buffer i's bytes in the new body: where wanted, its declared size and prefix (or all of
+ * it, stored as it is already); else 0. */
+static int64_t stored_length(const MessageShape *m, uint64_t wanted, int64_t i) {
+    if (!(wanted >> i & 1) || !m->len[i]) return 0;
+    return m->declared[i] == -1 ? m->len[i] : 8 + m->declared[i];
+}
 
-/* The spans of a message check_message accepted as `m` (at most max_decoded bytes
- * decoded, max_decoded at most a quarter of INT64_MAX); the new body's size, or -1 where
- * the rewrite declines: a wanted buffer not 8-aligned in the body (Arrow refuses it; the
- * caller's fallback then says so), or any span no longer what check_message saw. */
-static int64_t read_spans(const uint8_t *p, Py_ssize_t n, const MessageShape *m,
-                          uint64_t wanted, int64_t max_decoded, Spans *sp) {
-    int64_t body_len = (int64_t)n - m->body_start, size = 0, decoded = 0;
+/* The new body's size (check_message bounded the declared sizes' sum by max_decoded, at
+ * most a quarter of INT64_MAX, so it does not wrap), or -1 where a wanted buffer does not
+ * start 8-aligned in the body: Arrow refuses it, and the caller's fallback says so. */
+static int64_t body_size(const MessageShape *m, uint64_t wanted) {
+    int64_t size = 0;
     for (int64_t i = 0; i < m->buffers; i++) {
-        int64_t off = (int64_t)le64(p + m->buffers_at + 16 * i);
-        int64_t len = (int64_t)le64(p + m->buffers_at + 16 * i + 8);
-        if (off < 0 || len < 0 || off > body_len || len > body_len - off) return -1;
-        sp->off[i] = off;
-        sp->len[i] = len;
-        sp->stored[i] = 0;
-        sp->as_is[i] = 0;
-        if (!(wanted >> i & 1)) continue;
-        if (off % 8) return -1;
-        if (!len) continue;
-        if (len < 8) return -1;
-        int64_t declared = (int64_t)le64(p + m->body_start + off);
-        if (declared < -1) return -1;
-        int64_t adds = declared == -1 ? len - 8 : declared;
-        if (adds > max_decoded - decoded) return -1;
-        decoded += adds;
-        sp->as_is[i] = declared == -1;
-        sp->stored[i] = declared == -1 ? len : 8 + declared;
-        size += pad8(sp->stored[i]);
+        if (wanted >> i & 1 && m->off[i] % 8) return -1;
+        size += pad8(stored_length(m, wanted, i));
     }
     return size;
 }
 
 /* Writes the new body after the metadata copied to `q`; 0, or -1 where a buffer does not
  * decompress to exactly its declared size (or no context can be made). No GIL needed. */
-static int write_stored(const uint8_t *p, const MessageShape *m, const Spans *sp, uint8_t *q) {
+static int write_stored(const uint8_t *p, const MessageShape *m, uint64_t wanted,
+                        uint8_t *q) {
     ZSTD_DCtx *dctx = thread_dctx();
     if (dctx == NULL) return -1;
     int64_t at = 0;
     for (int64_t i = 0; i < m->buffers; i++) {
-        int64_t stored = sp->stored[i], len = sp->len[i];
+        int64_t stored = stored_length(m, wanted, i), len = m->len[i];
         if (stored) {
-            const uint8_t *src = p + m->body_start + sp->off[i];
+            const uint8_t *src = p + m->body_start + m->off[i];
             uint8_t *dst = q + m->body_start + at;
-            if (sp->as_is[i]) {
+            if (m->declared[i] == -1) {
                 memcpy(dst, src, (size_t)len);
                 put64(dst, UINT64_MAX); /* -1, whatever the source says by now */
             } else {
@@ -1902,10 +1891,10 @@ static int write_stored(const uint8_t *p, const MessageShape *m, const Spans *sp
 
 /* Whether the rewritten message `q` (n bytes) says what the original `p` said, less the
  * spans and body length written: the same rows, field nodes and codec, and the spans
- * and body length read back as written (metadata whose vectors or fields overlap would
- * make the writes change something else). */
-static int says_the_same(const uint8_t *p, const MessageShape *m, const uint8_t *q,
-                         Py_ssize_t n, int64_t max_decoded) {
+ * read back as written (metadata whose vectors or fields overlap would make the writes
+ * change something else; check_message holds the body length to the n bytes). */
+static int says_the_same(const uint8_t *p, const MessageShape *m, uint64_t wanted,
+                         const uint8_t *q, Py_ssize_t n, int64_t max_decoded) {
     MessageShape o;
     if (check_message(q, n, 0, max_decoded, 1, &o) == NOT_USUAL) return 0;
     if (o.rows != m->rows || o.nodes != m->nodes || o.codec != m->codec ||
@@ -1913,6 +1902,12 @@ static int says_the_same(const uint8_t *p, const MessageShape *m, const uint8_t 
         o.body_length_at != m->body_length_at || o.nodes_at != m->nodes_at ||
         o.body_start != m->body_start)
         return 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < m->buffers; i++) {
+        int64_t stored = stored_length(m, wanted, i);
+        if (o.off[i] != at || o.len[i] != stored) return 0;
+        at += pad8(stored);
+    }
     return memcmp(p + m->nodes_at, q + o.nodes_at, (size_t)(16 * m->nodes)) == 0;
 }
 #endif
@@ -1941,13 +1936,12 @@ static PyObject *zstd_stored_as_is(PyObject *self, PyObject *args) {
 #else
     const uint8_t *p = (const uint8_t *)view.buf;
     MessageShape m;
-    Spans sp;
     PyObject *out = NULL;
     int64_t size;
     if (max_decoded <= 0 || max_decoded > INT64_MAX / 4 ||
         check_message(p, view.len, 0, max_decoded, 1, &m) == NOT_USUAL ||
         m.codec != CODEC_ZSTD || m.body_length_at == 8 /* absent: an empty body */ ||
-        m.body_start % 8 || (size = read_spans(p, view.len, &m, wanted, max_decoded, &sp)) < 0)
+        m.body_start % 8 || (size = body_size(&m, wanted)) < 0)
         goto none;
     size += m.body_start;
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
@@ -1959,7 +1953,8 @@ static PyObject *zstd_stored_as_is(PyObject *self, PyObject *args) {
     int written;
     Py_BEGIN_ALLOW_THREADS
     memcpy(q, p, (size_t)m.body_start);
-    written = write_stored(p, &m, &sp, q) == 0 && says_the_same(p, &m, q, size, max_decoded);
+    written = write_stored(p, &m, wanted, q) == 0 &&
+              says_the_same(p, &m, wanted, q, size, max_decoded);
     Py_END_ALLOW_THREADS
     if (!written) goto none;
     PyBuffer_Release(&view);
