@@ -36,20 +36,26 @@ def _table(data: bytes, pos: int) -> tuple[int, list[int]]:
     return pos, [pos + s if s else 0 for s in slots]
 
 
-def buffers(payload: bytes) -> list[bytes]:
-    """Each body buffer's bytes (empty ones too), found through the message's metadata."""
-    meta_len = struct.unpack_from("<i", payload, 4)[0]
-    meta, body = payload[8 : 8 + meta_len], payload[8 + meta_len :]
+def layout(meta: bytes) -> tuple[int, int, list[tuple[int, int]]]:
+    """Where a message's metadata holds its bodyLength and its buffers' vector (the
+    first pair's position), and each body buffer's (offset, length)."""
     _, message = _table(meta, struct.unpack_from("<I", meta, 0)[0])
-    assert struct.unpack_from("<q", meta, message[3])[0] == len(body), "bodyLength"
     header = message[2] + struct.unpack_from("<I", meta, message[2])[0]
     _, batch = _table(meta, header)
     vector = batch[2] + struct.unpack_from("<I", meta, batch[2])[0]
     count = struct.unpack_from("<I", meta, vector)[0]
-    spans = struct.unpack_from(f"<{2 * count}q", meta, vector + 4)
+    flat = struct.unpack_from(f"<{2 * count}q", meta, vector + 4)
+    return message[3], vector + 4, list(zip(flat[::2], flat[1::2], strict=True))
+
+
+def buffers(payload: bytes) -> list[bytes]:
+    """Each body buffer's bytes (empty ones too), found through the message's metadata."""
+    meta_len = struct.unpack_from("<i", payload, 4)[0]
+    meta, body = payload[8 : 8 + meta_len], payload[8 + meta_len :]
+    body_length_at, _, spans = layout(meta)
+    assert struct.unpack_from("<q", meta, body_length_at)[0] == len(body), "bodyLength"
     out = []
-    for i in range(count):
-        off, length = spans[2 * i], spans[2 * i + 1]
+    for off, length in spans:
         assert off % 8 == 0 and off + length <= len(body)
         out.append(body[off : off + length])
     return out

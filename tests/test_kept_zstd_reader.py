@@ -23,7 +23,7 @@ from compactor.fileformat.field_decode import decode_fields
 from compactor.fileformat.framing import MAX_DECODED_BATCH
 from compactor.fileformat.ipc import MIN_SAVINGS, BatchEncoder, decode_batch
 from compactor.fileformat.records import RECORD_SCHEMA, RECORD_SCHEMA_V1
-from tests.test_buffers_as_is import STORED_AS_IS, _table, batches, buffers, prefix
+from tests.test_buffers_as_is import STORED_AS_IS, batches, buffers, layout, prefix
 from tests.test_kept_readers import batch_of, fresh_decode, payload_of
 
 needs_kept_zstd = pytest.mark.skipif(
@@ -117,22 +117,12 @@ def test_decoders_take_the_kept_context_and_agree(rows: int) -> None:
 def _first_compressed(payload: bytes) -> tuple[int, int, int]:
     """The position in the payload, stored length and declared size of its first buffer
     that zstd compressed."""
-    meta_len = struct.unpack_from("<i", payload, 4)[0]
-    body = 8 + meta_len
-    for (off, length), buffer in zip(_spans(payload[8:body]), buffers(payload), strict=True):
+    body = 8 + struct.unpack_from("<i", payload, 4)[0]
+    _, _, spans = layout(payload[8:body])
+    for (off, length), buffer in zip(spans, buffers(payload), strict=True):
         if buffer and prefix(buffer) != STORED_AS_IS:
             return body + off, length, prefix(buffer)
     raise AssertionError("no compressed buffer")
-
-
-def _spans(meta: bytes) -> list[tuple[int, int]]:
-    """The (offset, length) of each body buffer, from the message's metadata."""
-    _, message = _table(meta, struct.unpack_from("<I", meta, 0)[0])
-    _, batch = _table(meta, message[2] + struct.unpack_from("<I", meta, message[2])[0])
-    vector = batch[2] + struct.unpack_from("<I", meta, batch[2])[0]
-    count = struct.unpack_from("<I", meta, vector)[0]
-    flat = struct.unpack_from(f"<{2 * count}q", meta, vector + 4)
-    return list(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _spoiled(payload: bytes, how: str) -> bytes:
@@ -170,19 +160,16 @@ def _relaid(payload: bytes, skew: int = 0, skewed: int = -1, meta_pad: int = 0) 
     """``payload`` with its body laid out again, buffer by buffer at 8-aligned offsets
     but buffer ``skewed`` ``skew`` bytes later, and its metadata ``meta_pad`` bytes
     longer: the same message to Arrow, but for where its buffers start."""
-    meta_len = struct.unpack_from("<i", payload, 4)[0]
-    body = 8 + meta_len
+    body = 8 + struct.unpack_from("<i", payload, 4)[0]
     meta = bytearray(payload[8:body]) + bytes(meta_pad)
-    _, message = _table(bytes(meta), struct.unpack_from("<I", meta, 0)[0])
-    _, batch = _table(bytes(meta), message[2] + struct.unpack_from("<I", meta, message[2])[0])
-    vector = batch[2] + struct.unpack_from("<I", meta, batch[2])[0] + 4
+    body_length_at, vector, spans = layout(payload[8:body])
     new = bytearray()
-    for i, (off, length) in enumerate(_spans(payload[8:body])):
+    for i, (off, length) in enumerate(spans):
         new += bytes(-len(new) % 8 + (skew if i == skewed else 0))
         struct.pack_into("<qq", meta, vector + 16 * i, len(new), length)
         new += payload[body + off : body + off + length]
     new += bytes(-len(new) % 8)
-    struct.pack_into("<q", meta, message[3], len(new))
+    struct.pack_into("<q", meta, body_length_at, len(new))
     return b"\xff\xff\xff\xff" + struct.pack("<i", len(meta)) + bytes(meta) + bytes(new)
 
 
@@ -216,7 +203,7 @@ def test_declared_sizes_that_would_overflow_are_declined(cap: int) -> None:
     caller gives; nothing is allocated or written."""
     payload = bytearray(payload_of(batch_of(1, 3_000), RECORD_SCHEMA, "zstd"))
     body = 8 + struct.unpack_from("<i", payload, 4)[0]
-    spans = _spans(bytes(payload[8:body]))
+    _, _, spans = layout(bytes(payload[8:body]))
     wanted = 0
     for i, (off, length) in enumerate(spans):
         if length >= 8 and struct.unpack_from("<q", payload, body + off)[0] >= 0:
