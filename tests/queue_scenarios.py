@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from typing import Any
 
 from clirunner import run_cli
@@ -103,6 +105,31 @@ def start_worker(s3: S3Url, queues: JobQueues, *extra: str) -> subprocess.Popen[
 def events(stderr: bytes) -> list[dict[str, Any]]:
     """The JSON log lines a worker wrote."""
     return [json.loads(line) for line in stderr.decode().splitlines() if line.startswith("{")]
+
+
+def read_until(worker: subprocess.Popen[bytes], event: str, timeout_s: float) -> bytes:
+    """The worker's standard error up to and including its first ``event`` log line (the
+    rest is left for ``communicate``); AssertionError if it exits or ``timeout_s`` passes
+    first."""
+    assert worker.stderr is not None
+    read = b""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {event} within {timeout_s} s:\n{read.decode()}"
+        if not select.select([worker.stderr], [], [], left)[0]:
+            continue
+        line = worker.stderr.readline()
+        assert line, f"the worker exited before {event}:\n{read.decode()}"
+        read += line
+        if line.startswith(b"{") and json.loads(line)["event"] == event:
+            return read
+
+
+def shown(log: list[dict[str, Any]]) -> str:
+    """Workers' events for an assertion's message: one JSON line each, errors in full
+    (pytest shortens a message that is not a string)."""
+    return "\n".join(json.dumps(e, sort_keys=True) for e in log)
 
 
 def compaction_commits(s3: S3Url) -> list[str]:

@@ -18,7 +18,9 @@ from queue_scenarios import (
     compaction_commits,
     events,
     populate,
+    read_until,
     schedule,
+    shown,
     start_worker,
     views,
 )
@@ -188,9 +190,9 @@ def test_kill_9_mid_job_another_worker_completes_it(
     # At once: the rescuer's first receipt is the one that commits. Its receive count is
     # at least 2 (the dead worker's receipt came first); LocalStack counted 3 once, on a
     # machine loaded by two test suites, so the count is not pinned to 2.
-    assert len(received) == 1 and received[0]["receive_count"] >= 2, events(err)
+    assert len(received) == 1 and received[0]["receive_count"] >= 2, shown(events(err))
     committed = [e["job"] for e in events(err) if e["event"] == "job_committed"]
-    assert committed == [job["id"]], events(err)
+    assert committed == [job["id"]], shown(events(err))
     assert compaction_commits(s3_url) == [job["id"]]
     assert views(s3_url) == before
     assert run_cli(*s3_url.cli_args, "verify").code == 0
@@ -200,11 +202,22 @@ def test_kill_9_mid_job_another_worker_completes_it(
     assert queues.count(queues.url) == 0
 
 
+FROZEN_AT_MOST_S = 15.0
+"""How long the frozen worker stays stopped once the other has received the job; then it
+resumes, whether or not the other has finished: both orders must commit once. LocalStack
+holds an object's write lock while it waits for a PUT's body, so a worker stopped between
+a heartbeat commit's headers and its body stalls the other's lease commit to the same
+catalog log key until it resumes (S3 decides a conditional PUT once the body is complete,
+and stalls nobody). Resumed well within the other's read timeout (30 s), the stopped PUT
+lands first, and the other's loses the key and commits at the next version."""
+
+
 def test_visibility_expiring_mid_job_while_another_worker_takes_it_commits_once(
     s3_url: S3Url, s3_store: S3Store, s3_endpoint: S3Endpoint
 ) -> None:
     """A worker frozen mid-job (SIGSTOP: no heartbeat) past its visibility timeout; a
-    second worker receives the message and runs the job; then the first one resumes."""
+    second worker receives the message and runs the job; then the first one resumes
+    (after the second has finished, or while it still runs: FROZEN_AT_MOST_S)."""
     queues = make_job_queues(s3_endpoint, visibility_timeout_s=3)
     records, slow = big_job(s3_endpoint)
     populate(s3_url, s3_store, records=records, agents=4, file_bytes=64 << 20)
@@ -217,14 +230,22 @@ def test_visibility_expiring_mid_job_while_another_worker_takes_it_commits_once(
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
         other = start_worker(s3_url, queues, "--visibility-timeout-s", "3", "--max-jobs", "1")
-        _, other_err = other.communicate(timeout=300)
+        received = read_until(other, "job_received", timeout_s=120)
+        try:
+            _, rest = other.communicate(timeout=FROZEN_AT_MOST_S)
+        except subprocess.TimeoutExpired:
+            # Still running: the frozen worker goes on meanwhile (see FROZEN_AT_MOST_S).
+            os.kill(frozen.pid, signal.SIGCONT)
+            _, rest = other.communicate(timeout=300)
+        other_err = received + rest
         assert other.returncode == 0, other_err.decode()
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
     _, frozen_err = frozen.communicate(timeout=300)
     assert frozen.returncode == 0, frozen_err.decode()
-    outcomes = [e["event"] for e in events(other_err) + events(frozen_err)]
-    assert outcomes.count("job_committed") == 1, outcomes
+    log = events(other_err) + events(frozen_err)
+    outcomes = [e["event"] for e in log]
+    assert outcomes.count("job_committed") == 1, shown(log)
     assert compaction_commits(s3_url) == [job["id"]]
     assert views(s3_url) == before
     assert run_cli(*s3_url.cli_args, "verify").code == 0
