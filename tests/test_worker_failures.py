@@ -38,7 +38,7 @@ from compactor.planner.job import Job, JobInput
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.pipeline import PHASE1_MODES, Phase1Mode
 from compactor.worker.runner import run_job
-from tests.test_fileformat_writer import encoding_threads
+from tests.test_fileformat_writer import encoding_threads_settled
 
 NOW = 1_700_000_000_000
 PARTITIONS = 3
@@ -218,7 +218,7 @@ def test_a_corrupt_input_fails_the_job_and_changes_nothing(
     assert catalog.snapshot() == snap_before
     assert _objects(store) == objects_before  # no output, inputs byte for byte
     assert not [t.name for t in threading.enumerate() if t.name.startswith(JOB_THREADS)]
-    assert not encoding_threads()
+    assert not encoding_threads_settled(False)
 
 
 def _streamed(data: bytes, checks: reader.FileChecks, fields: tuple[str, ...] | None) -> None:
