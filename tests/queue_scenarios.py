@@ -108,22 +108,25 @@ def events(stderr: bytes) -> list[dict[str, Any]]:
 
 
 def read_until(worker: subprocess.Popen[bytes], event: str, timeout_s: float) -> bytes:
-    """The worker's standard error up to and including its first ``event`` log line (the
-    rest is left for ``communicate``); AssertionError if it exits or ``timeout_s`` passes
-    first."""
+    """The worker's standard error, read up to a line that logs ``event`` (the rest is left
+    for ``communicate``); AssertionError if it exits or ``timeout_s`` passes first. Read
+    from the descriptor itself: a line in the pipe object's buffer is not seen by select."""
     assert worker.stderr is not None
+    fd = worker.stderr.fileno()
     read = b""
     deadline = time.monotonic() + timeout_s
-    while True:
+    while not any(
+        line.startswith(b"{") and json.loads(line)["event"] == event
+        for line in read.splitlines(keepends=True)
+        if line.endswith(b"\n")
+    ):
         left = deadline - time.monotonic()
         assert left > 0, f"no {event} within {timeout_s} s:\n{read.decode()}"
-        if not select.select([worker.stderr], [], [], left)[0]:
-            continue
-        line = worker.stderr.readline()
-        assert line, f"the worker exited before {event}:\n{read.decode()}"
-        read += line
-        if line.startswith(b"{") and json.loads(line)["event"] == event:
-            return read
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 1 << 16)
+            assert chunk, f"the worker exited before {event}:\n{read.decode()}"
+            read += chunk
+    return read
 
 
 def shown(log: list[dict[str, Any]]) -> str:
