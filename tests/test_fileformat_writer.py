@@ -335,20 +335,28 @@ def encoding_threads() -> list[str]:
     """The writers' encoding threads of this process: Python's (``encode-<file>``, for
     lz4's buffer-by-buffer batches) and the compiled encoder's (``encode-batches``, by
     its OS name)."""
+    return python_encoding_threads() + native_encoding_threads()
+
+
+def python_encoding_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("encode-")]
+
+
+def native_encoding_threads() -> list[str]:
     native = []
     for comm in Path("/proc/self/task").glob("*/comm"):
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
             native.append(comm.read_text().strip())
-    return [t.name for t in threading.enumerate() if t.name.startswith("encode-")] + [
-        name for name in native if name == "encode-batches"
-    ]
+    return [name for name in native if name == "encode-batches"]
 
 
 def encoding_threads_settled(present: bool, within_s: float = 10.0) -> list[str]:
     """``encoding_threads()`` once it is non-empty (``present``) or empty, or as it is after
     ``within_s``. The compiled encoder's thread names itself once it runs, which a loaded
-    machine may put off past ``submit``'s return; an ended thread may stay listed under
-    /proc for a moment after its join."""
+    machine may put off past ``submit``'s return; a joined thread may stay listed under
+    /proc for a moment. Python's threads are joined, hence gone, at once: not waited for."""
+    if not present and (joined := python_encoding_threads()):
+        return joined
     deadline = time.monotonic() + within_s
     while bool(threads := encoding_threads()) != present and time.monotonic() < deadline:
         time.sleep(0.001)

@@ -229,14 +229,20 @@ def test_visibility_expiring_mid_job_while_another_worker_takes_it_commits_once(
     wait_for_upload(s3_endpoint, s3_url, frozen)
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
-        other = start_worker(s3_url, queues, "--visibility-timeout-s", "3", "--max-jobs", "1")
-        received = read_until(other, "job_received", timeout_s=120)
+        # The other holds the message 30 s a beat: a commit stalled by the frozen worker
+        # (FROZEN_AT_MOST_S) or a slow heartbeat cannot let it lapse.
+        other = start_worker(s3_url, queues, "--visibility-timeout-s", "30", "--max-jobs", "1")
         try:
-            _, rest = other.communicate(timeout=FROZEN_AT_MOST_S)
-        except subprocess.TimeoutExpired:
-            # Still running: the frozen worker goes on meanwhile (see FROZEN_AT_MOST_S).
-            os.kill(frozen.pid, signal.SIGCONT)
-            _, rest = other.communicate(timeout=300)
+            received = read_until(other, "job_received", timeout_s=120)
+            try:
+                _, rest = other.communicate(timeout=FROZEN_AT_MOST_S)
+            except subprocess.TimeoutExpired:
+                # Still running: the frozen worker goes on meanwhile (FROZEN_AT_MOST_S).
+                os.kill(frozen.pid, signal.SIGCONT)
+                _, rest = other.communicate(timeout=300)
+        finally:
+            if other.poll() is None:
+                other.kill()
         other_err = received + rest
         assert other.returncode == 0, other_err.decode()
     finally:
