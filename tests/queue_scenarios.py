@@ -108,9 +108,10 @@ def events(stderr: bytes) -> list[dict[str, Any]]:
 
 
 def read_until(worker: subprocess.Popen[bytes], event: str, timeout_s: float) -> bytes:
-    """The worker's standard error, read up to a line that logs ``event`` (the rest is left
-    for ``communicate``); AssertionError if it exits or ``timeout_s`` passes first. Read
-    from the descriptor itself: a line in the pipe object's buffer is not seen by select."""
+    """The worker's standard error as read until a whole line logs ``event``: that line
+    and whatever came with it (the rest is left for ``communicate``); AssertionError if
+    it exits or ``timeout_s`` passes first. Read from the descriptor itself: a line in
+    the pipe object's buffer is not seen by select."""
     assert worker.stderr is not None
     fd = worker.stderr.fileno()
     read = b""
