@@ -41,6 +41,14 @@ def error_code(e: ClientError) -> tuple[str, int | None]:
     return code, status
 
 
+def was_retried(e: BaseException | None) -> bool:
+    """Whether ``e`` is S3's answer to a retry by botocore: the request was sent before,
+    and its answer lost, so it may have been carried out."""
+    if not isinstance(e, ClientError):
+        return False
+    return int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
+
+
 def map_error(e: BaseException, *, op: str, where: str, bucket: str, endpoint: str) -> StoreError:
     """``where`` is the object's URL (s3://bucket/prefix/key) or the store's URL."""
     if isinstance(e, StoreError):

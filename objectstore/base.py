@@ -142,7 +142,8 @@ class MultipartWriter(ABC):
     @abstractmethod
     def complete(self) -> str:
         """Make the object visible; returns its ETag. Raises PreconditionFailed if the
-        writer was opened with ``if_none_match`` and the key exists."""
+        writer was opened with ``if_none_match`` and the key exists (but not if this
+        writer's own request put it there and its answer was lost)."""
 
     @abstractmethod
     def abort(self) -> None: ...

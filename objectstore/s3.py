@@ -99,12 +99,7 @@ class S3Store(ObjectStore):
         )
 
     def head(self, key: str) -> ObjectInfo:
-        full = self._conn.full_key(key)
-        try:
-            r = self._conn.client.head_object(Bucket=self.bucket, Key=full)
-        except Exception as e:
-            raise self._conn.error(e, "head", key) from e
-        return ObjectInfo(key, r["ContentLength"], r["ETag"])
+        return self._conn.head(key)
 
     def get(self, key: str) -> tuple[bytes, str]:
         full = self._conn.full_key(key)

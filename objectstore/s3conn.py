@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 
 from ._loop import LoopThread
 from ._s3errors import error_code, map_error
-from .base import GetCounter, ObjectStream, PreconditionFailed, StoreError
+from .base import GetCounter, ObjectInfo, ObjectStream, PreconditionFailed, StoreError
 from .keys import check_conditions, check_key, check_prefix
 
 if TYPE_CHECKING:
@@ -110,6 +110,14 @@ class S3Connection:
         return map_error(e, op=op, where=where, bucket=self.bucket, endpoint=self.endpoint_url)
 
     # -- requests shared by the store and its writers --------------------------------
+
+    def head(self, key: str) -> ObjectInfo:
+        """One ``head_object`` of a store key; see ``ObjectStore.head``."""
+        try:
+            r = self.client.head_object(Bucket=self.bucket, Key=self.full_key(key))
+        except Exception as e:
+            raise self.error(e, "head", key) from e
+        return ObjectInfo(key, r["ContentLength"], r["ETag"])
 
     def put(
         self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None

@@ -10,6 +10,11 @@ Invariants:
   with the same If-None-Match condition.
 - Any failure aborts the upload (nothing visible, no parts left behind); so does leaving
   the ``with`` block without a successful ``complete``.
+- ``complete`` succeeds when the request that wrote the object landed and its answer was
+  lost: botocore retries it, and S3 refuses the retry (NoSuchUpload: the upload is
+  already complete; PreconditionFailed: the object now exists). A refused retry is
+  believed only if the object's ETag is not the one S3 derives from the bytes uploaded
+  (``put_etag``, ``multipart_etag``); if it is, the first attempt wrote it.
 
 The writer holds only the store's ``S3Connection`` (never the store itself).
 """
@@ -18,14 +23,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
 from collections import deque
 from types import TracebackType
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ._s3errors import error_code
-from .base import MultipartWriter, StoreError
+from ._s3errors import error_code, was_retried
+from .base import MultipartWriter, ObjectNotFound, PreconditionFailed, StoreError
 from .s3conn import S3Connection
 
 MAX_IN_FLIGHT = 2
@@ -128,8 +134,13 @@ class S3MultipartWriter(MultipartWriter):
             return self._etag
         self._check_open()
         if self._upload_id is None:
+            data = bytes(self._buf)
             try:
-                etag = self._conn.put(self.key, bytes(self._buf), if_none_match=self._if_none_match)
+                etag = self._conn.put(self.key, data, if_none_match=self._if_none_match)
+            except PreconditionFailed as e:
+                if not was_retried(e.__cause__) or self._etag_now() != put_etag(data):
+                    raise
+                etag = put_etag(data)
             finally:
                 self._state = "aborted"  # replaced below on success
                 self._buf = bytearray()
@@ -149,8 +160,10 @@ class S3MultipartWriter(MultipartWriter):
                 }
                 if self._if_none_match:
                     request["IfNoneMatch"] = "*"
-                r = self._conn.client.complete_multipart_upload(**request)
-                etag = r["ETag"]
+                try:
+                    etag = self._conn.client.complete_multipart_upload(**request)["ETag"]
+                except ClientError as e:
+                    etag = self._landed_despite(e)
             except Exception as e:
                 self._abort_quietly()
                 if isinstance(e, StoreError):
@@ -161,6 +174,34 @@ class S3MultipartWriter(MultipartWriter):
                 raise
         self._state, self._etag = "completed", etag
         return etag
+
+    def _landed_despite(self, refusal: ClientError) -> str:
+        """The object's ETag if a refused CompleteMultipartUpload was a retry of one that
+        had landed, its answer lost; else the refusal, as the store's error: an upload gone
+        with no object (aborted, or expired by a lifecycle rule) is a StoreError, and a key
+        another object took first, under If-None-Match, is PreconditionFailed."""
+        code, status = error_code(refusal)
+        refused = code == "NoSuchUpload" or code == "PreconditionFailed" or status == 412
+        if not (refused and was_retried(refusal)):
+            raise refusal
+        expected = multipart_etag([part["ETag"] for part in self._done])
+        now = self._etag_now()
+        if expected is not None and now == expected:
+            return expected
+        if code == "NoSuchUpload" and self._if_none_match and now is not None:
+            raise PreconditionFailed(
+                f"complete multipart upload of {self._conn.where(self.key)}: precondition "
+                "failed (the key holds another object)"
+            ) from refusal
+        raise refusal
+
+    def _etag_now(self) -> str | None:
+        """The ETag of the object at the key now, quoted, None if there is none."""
+        try:
+            bare = self._conn.head(self.key).etag.strip('"')
+        except ObjectNotFound:
+            return None
+        return f'"{bare}"'
 
     def abort(self) -> None:
         """Discard everything; raises StoreError only if S3 refused the abort."""
@@ -200,3 +241,23 @@ class S3MultipartWriter(MultipartWriter):
     ) -> None:
         if self._state != "completed":
             self._abort_quietly()
+
+
+def put_etag(data: bytes) -> str:
+    """The ETag S3 gives an object written by one PutObject of ``data``."""
+    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+
+def multipart_etag(part_etags: list[str]) -> str | None:
+    """The ETag S3 gives an object completed from parts of these ETags: the MD5 of the
+    parts' MD5 digests concatenated, a dash and the number of parts; None if a part's
+    ETag is no MD5. S3, MinIO, LocalStack and moto agree; an object encrypted with SSE-KMS
+    or SSE-C has other ETags, and is then never taken for one this writer wrote."""
+    try:
+        digests = [bytes.fromhex(etag.strip('"')) for etag in part_etags]
+    except ValueError:
+        return None
+    if any(len(digest) != 16 for digest in digests):
+        return None
+    whole = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
+    return f'"{whole}-{len(part_etags)}"'

@@ -1,4 +1,5 @@
-"""A TCP proxy on loopback that cuts one S3 response mid-body, for resume tests."""
+"""A TCP proxy on loopback that cuts one S3 response mid-body or drops it whole: a
+resumed stream, a lost answer to a request the server carried out."""
 
 from __future__ import annotations
 
@@ -11,17 +12,23 @@ from urllib.parse import urlsplit
 
 class CuttingProxy:
     """A TCP proxy on 127.0.0.1 in front of the S3 endpoint. The first response to
-    ``GET <path>`` is cut (connection closed) after ``cut_after`` body bytes; everything
-    else passes through. Records every request line and headers it forwards.
+    ``<method> <path>`` is cut (connection closed) after ``cut_after`` body bytes;
+    everything else passes through. A ``path`` with a query (``/b/k?uploadId=``) matches
+    every request line it begins. ``cut_after=None`` drops that response whole once the
+    server has begun it: the server carried the request out and the client sees the
+    connection close, as when an answer is lost on the way. Records every request line and
+    headers it forwards.
 
     Bounded: sockets time out, and leaving the ``with`` block stops every thread.
     Assumes no HTTP pipelining (true of botocore and aiohttp)."""
 
-    def __init__(self, upstream_url: str, path: str, cut_after: int) -> None:
+    def __init__(
+        self, upstream_url: str, path: str, cut_after: int | None, method: str = "GET"
+    ) -> None:
         parts = urlsplit(upstream_url)
         assert parts.hostname is not None and parts.port is not None
         self._upstream = (parts.hostname, parts.port)
-        self._target = f"GET {path} ".encode()
+        self._target = _request_line_start(method, path).encode()
         self._cut_after = cut_after
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.1)
@@ -123,7 +130,22 @@ class CuttingProxy:
             if not data:
                 _shut(client)
                 return
+            if armed.is_set() and self._cut_after is None:
+                head += data
+                interim, head = _interim_responses(head)
+                try:
+                    client.sendall(interim)  # "100 Continue": the body is still to come
+                except OSError:
+                    return
+                if _final_begun(head):
+                    with self._lock:
+                        self.cuts += 1
+                    _shut(client)
+                    _shut(upstream)
+                    return
+                continue
             if armed.is_set():
+                assert self._cut_after is not None
                 if body_sent is None:
                     forwarded = len(head)
                     head += data
@@ -153,9 +175,36 @@ class CuttingProxy:
             except OSError:
                 return
 
+    def lines(self, method: str, path: str) -> list[str]:
+        """The request lines forwarded that match ``method`` and ``path`` (as the cut's)."""
+        start = _request_line_start(method, path)
+        with self._lock:
+            return [line for line, _ in self.requests if (line + " ").startswith(start)]
+
     def gets(self, path: str) -> list[dict[str, str]]:
         with self._lock:
             return [h for line, h in self.requests if line.startswith(f"GET {path} ")]
+
+
+def _request_line_start(method: str, path: str) -> str:
+    """How a request line that matches begins: the whole path, or a path with a query."""
+    return f"{method} {path}" + ("" if "?" in path else " ")
+
+
+def _interim_responses(data: bytes) -> tuple[bytes, bytes]:
+    """The complete informational (1xx) responses at the start of ``data``, and the rest."""
+    end = 0
+    while data.startswith(_INTERIM, end) and (stop := data.find(b"\r\n\r\n", end)) >= 0:
+        end = stop + 4
+    return data[:end], data[end:]
+
+
+def _final_begun(rest: bytes) -> bool:
+    """Whether what follows the informational responses is the final response."""
+    return len(rest) >= len(_INTERIM) and not rest.startswith(_INTERIM)
+
+
+_INTERIM = b"HTTP/1.1 1"
 
 
 def _shut(s: socket.socket) -> None:

@@ -23,7 +23,7 @@ from compactor.objectstore import (
     open_store,
 )
 from compactor.objectstore.s3 import S3Store
-from compactor.objectstore.s3multipart import S3MultipartWriter
+from compactor.objectstore.s3multipart import S3MultipartWriter, multipart_etag, put_etag
 
 MiB = 1 << 20
 
@@ -252,6 +252,113 @@ def test_an_abort_while_the_upload_is_being_created_removes_it(
     w._create()  # the caller's wait for it "interrupted": the id is never read
     w.abort()
     assert client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads", []) == []
+    client.close()
+
+
+@pytest.fixture
+def answer_lost(
+    s3_endpoint: S3Endpoint, s3_store: S3Store, request: pytest.FixtureRequest
+) -> Iterator[tuple[S3Store, CuttingProxy, str]]:
+    """(an S3Store talking through a CuttingProxy, the proxy, the request it drops the
+    first answer to, as (method, path)): ``request.param`` is (method, path after the
+    bucket)."""
+    method, path = request.param
+    target = f"/{s3_store.bucket}/{path}"
+    with CuttingProxy(s3_endpoint.url, target, None, method=method) as proxy:
+        store = S3Store(s3_store.bucket, endpoint_url=proxy.url, part_size=s3_endpoint.part_size)
+        try:
+            yield store, proxy, (method, target)
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize(
+    ("answer_lost", "parts"),
+    [(("POST", "lost/object.bin?uploadId="), 2.5), (("PUT", "lost/object.bin"), 0.5)],
+    indirect=["answer_lost"],
+    ids=["complete-multipart-upload", "put-object"],
+)
+def test_a_write_whose_answer_is_lost_completes(
+    answer_lost: tuple[S3Store, CuttingProxy, tuple[str, str]], s3_store: S3Store, parts: float
+) -> None:
+    """The server carries the request out and its answer never arrives: botocore retries,
+    the retry is refused (If-None-Match's 412; NoSuchUpload for the completed upload,
+    LocalStack's answer, where moto completes it again), and the writer finds the object
+    holding exactly what it uploaded, so the write succeeded."""
+    store, proxy, line = answer_lost
+    data = blob(int(parts * store.part_size), seed=21)
+    with store.open_multipart("lost/object.bin", if_none_match=True) as w:
+        w.write(data)
+        etag = w.complete()
+    assert proxy.cuts == 1
+    assert len(proxy.lines(*line)) == 2  # the request, and botocore's retry
+    assert s3_store.get("lost/object.bin") == (data, etag)
+    assert s3_store.head("lost/object.bin").etag == etag
+    assert list(s3_store.pending_uploads()) == []
+
+
+@pytest.mark.parametrize(
+    "answer_lost", [("PUT", "lost/object.bin")], indirect=True, ids=["put-object"]
+)
+def test_a_refused_retry_stands_when_the_object_is_another(
+    answer_lost: tuple[S3Store, CuttingProxy, tuple[str, str]], s3_store: S3Store
+) -> None:
+    """The retry is refused and the key holds what another writer put there first: the
+    refusal stands, and that object is untouched."""
+    store, proxy, line = answer_lost
+    s3_store.put("lost/object.bin", b"first")
+    with (
+        pytest.raises(PreconditionFailed, match="lost/object.bin"),
+        store.open_multipart("lost/object.bin", if_none_match=True) as w,
+    ):
+        w.write(blob(1000, seed=22))
+        w.complete()
+    assert (proxy.cuts, len(proxy.lines(*line))) == (1, 2)
+    assert s3_store.get("lost/object.bin")[0] == b"first"
+
+
+def test_etags_are_derived_as_s3_derives_them(s3_endpoint: S3Endpoint, s3_store: S3Store) -> None:
+    """The writer's ETags against the server's, for an object written whole and one from
+    parts; an ETag that is no MD5 (SSE-KMS) derives nothing."""
+    client = s3_endpoint.client()
+    data = blob(2 * s3_store.part_size + 5, seed=24)
+    assert s3_store.put("whole", data) == put_etag(data)
+    key, bucket = "parts", s3_store.bucket
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    size = s3_store.part_size
+    etags = [
+        client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload, PartNumber=n + 1, Body=data[n * size :][:size]
+        )["ETag"]
+        for n in range(3)
+    ]
+    parts = [{"PartNumber": n + 1, "ETag": etag} for n, etag in enumerate(etags)]
+    client.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
+    )
+    assert s3_store.head(key).etag == multipart_etag(etags)
+    assert multipart_etag(['"not-an-md5"']) is None
+    assert multipart_etag(['"00ff"']) is None
+    client.close()
+
+
+def test_completing_an_upload_aborted_behind_the_writer_fails(
+    s3_endpoint: S3Endpoint, s3_store: S3Store
+) -> None:
+    """NoSuchUpload to a first CompleteMultipartUpload (no retry: the upload was aborted,
+    as a lifecycle rule does): a StoreError naming the object, and no object."""
+    client = s3_endpoint.client()
+    w = s3_store.open_multipart("aborted/object.bin", if_none_match=True)
+    w.write(blob(2 * s3_store.part_size, seed=23))
+    (upload,) = client.list_multipart_uploads(Bucket=s3_store.bucket)["Uploads"]
+    client.abort_multipart_upload(
+        Bucket=s3_store.bucket, Key="aborted/object.bin", UploadId=upload["UploadId"]
+    )
+    with pytest.raises(StoreError, match="aborted/object.bin") as e:
+        w.complete()
+    assert not isinstance(e.value, PreconditionFailed)
+    with pytest.raises(ObjectNotFound):
+        s3_store.head("aborted/object.bin")
     client.close()
 
 

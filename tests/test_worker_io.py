@@ -7,6 +7,7 @@ import gc
 import random
 
 import pyarrow as pa
+import pytest
 from conftest import RequestLog, S3Endpoint
 from cutting_proxy import CuttingProxy
 from worker_scenarios import add_file, make_topics, read_live
@@ -15,6 +16,7 @@ from compactor.catalog import Catalog, LiveFile
 from compactor.catalog.changes import append_files
 from compactor.catalog.verify import verify_store
 from compactor.fileformat import RECORD_SCHEMA, FileWriter, Record
+from compactor.fileformat.offset_index import index_key
 from compactor.objectstore import LocalStore, ObjectStore
 from compactor.objectstore.s3 import S3Store
 from compactor.planner.job import Job, JobInput
@@ -170,6 +172,46 @@ def test_cut_stream_resumes_and_is_counted(s3_endpoint: S3Endpoint, s3_store: S3
     survivors = read_live(s3_store, catalog)[("t", 0)]
     latest = {r.key: r for r in expected[("t", 0)]}
     assert survivors == sorted(latest.values(), key=lambda r: r.offset)
+
+
+@pytest.mark.parametrize(
+    ("distinct", "method", "query"),
+    [(200, "PUT", ""), (1 << 40, "POST", "?uploadId=")],  # an output over a part: 9 MB
+    ids=["put-object", "complete-multipart-upload"],
+)
+def test_an_output_whose_answer_is_lost_commits_at_once(
+    s3_endpoint: S3Endpoint, s3_store: S3Store, distinct: int, method: str, query: str
+) -> None:
+    """The request that makes the job's output visible lands, and its answer is lost:
+    botocore's retry is refused, and the job still commits on this attempt with the
+    output's offset index (an earlier attempt's output would be adopted without one)."""
+    catalog = Catalog(s3_store)
+    make_topics(catalog, {"t": (1, {"cleanup.policy": "compact"})})
+    rng = random.Random(5)
+    for i in range(2):
+        records = [
+            Record(i * 40_000 + j, NOW, b"k%d" % rng.randrange(distinct), rng.randbytes(100))
+            for j in range(40_000)
+        ]
+        add_file(s3_store, catalog, f"f{i}", {("t", 0): records}, level=1)
+    expected = read_live(s3_store, catalog)
+    job = _job(catalog)
+    output = job.output_key("compacted")
+    path = f"/{s3_store.bucket}/{output}{query}"
+    with CuttingProxy(s3_endpoint.url, path, None, method=method) as proxy:
+        through = S3Store(s3_store.bucket, endpoint_url=proxy.url, part_size=s3_endpoint.part_size)
+        try:
+            report = run_job(through, Catalog(through), job, KeyBuffer(1 << 20), now_ms=NOW)
+        finally:
+            through.close()
+    assert (proxy.cuts, len(proxy.lines(method, path))) == (1, 2)
+    assert report.committed
+    multipart = s3_store.head(output).size > s3_endpoint.part_size
+    assert multipart == (method == "POST")
+    s3_store.head(index_key(output))  # written by this attempt, after its output
+    assert list(s3_store.pending_uploads()) == []
+    latest = {r.key: r for r in expected[("t", 0)]}
+    assert read_live(s3_store, catalog)[("t", 0)] == sorted(latest.values(), key=lambda r: r.offset)
 
 
 def test_progress_is_reported_as_phase_2_reads(local_store: LocalStore) -> None:
