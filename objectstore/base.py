@@ -142,8 +142,9 @@ class MultipartWriter(ABC):
     @abstractmethod
     def complete(self) -> str:
         """Make the object visible; returns its ETag. Raises PreconditionFailed if the
-        writer was opened with ``if_none_match`` and the key exists (but not if this
-        writer's own request put it there and its answer was lost)."""
+        writer was opened with ``if_none_match`` and the key exists, unless it holds exactly
+        the bytes written (as when this writer's own request put them there and its answer
+        was lost): the write is then done."""
 
     @abstractmethod
     def abort(self) -> None: ...

@@ -31,7 +31,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ._s3errors import error_code, was_retried
-from .base import MultipartWriter, ObjectNotFound, PreconditionFailed, StoreError
+from .base import MultipartWriter, PreconditionFailed, StoreError
 from .s3conn import S3Connection
 
 MAX_IN_FLIGHT = 2
@@ -196,10 +196,11 @@ class S3MultipartWriter(MultipartWriter):
         raise refusal
 
     def _etag_now(self) -> str | None:
-        """The ETag of the object at the key now, quoted, None if there is none."""
+        """The ETag of the object at the key now, quoted; None if there is none or the HEAD
+        failed (the refusal then stands, as it would have without the look)."""
         try:
             bare = self._conn.head(self.key).etag.strip('"')
-        except ObjectNotFound:
+        except StoreError:
             return None
         return f'"{bare}"'
 
@@ -251,8 +252,9 @@ def put_etag(data: bytes) -> str:
 def multipart_etag(part_etags: list[str]) -> str | None:
     """The ETag S3 gives an object completed from parts of these ETags: the MD5 of the
     parts' MD5 digests concatenated, a dash and the number of parts; None if a part's
-    ETag is no MD5. S3, MinIO, LocalStack and moto agree; an object encrypted with SSE-KMS
-    or SSE-C has other ETags, and is then never taken for one this writer wrote."""
+    ETag is not 16 bytes in hex. S3, MinIO, LocalStack and moto agree. Under SSE-KMS or
+    SSE-C an ETag is no MD5 of the bytes, and the object's never equals the result: such
+    an object is never taken for one this writer wrote."""
     try:
         digests = [bytes.fromhex(etag.strip('"')) for etag in part_etags]
     except ValueError:

@@ -4,6 +4,7 @@ resumed stream, a lost answer to a request the server carried out."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 from types import TracebackType
@@ -35,6 +36,8 @@ class CuttingProxy:
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.cuts = 0
+        self.dropped: list[int] = []
+        """The status of each answer dropped whole."""
         self._cut_armed = False  # the one cut has been given to a connection
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -137,9 +140,10 @@ class CuttingProxy:
                     client.sendall(interim)  # "100 Continue": the body is still to come
                 except OSError:
                     return
-                if _final_begun(head):
+                if (status := _final_status(head)) is not None:
                     with self._lock:
                         self.cuts += 1
+                        self.dropped.append(status)
                     _shut(client)
                     _shut(upstream)
                     return
@@ -194,17 +198,22 @@ def _request_line_start(method: str, path: str) -> str:
 def _interim_responses(data: bytes) -> tuple[bytes, bytes]:
     """The complete informational (1xx) responses at the start of ``data``, and the rest."""
     end = 0
-    while data.startswith(_INTERIM, end) and (stop := data.find(b"\r\n\r\n", end)) >= 0:
+    while _INTERIM.match(data, end) and (stop := data.find(b"\r\n\r\n", end)) >= 0:
         end = stop + 4
     return data[:end], data[end:]
 
 
-def _final_begun(rest: bytes) -> bool:
-    """Whether what follows the informational responses is the final response."""
-    return len(rest) >= len(_INTERIM) and not rest.startswith(_INTERIM)
+def _final_status(rest: bytes) -> int | None:
+    """The status of the final response ``rest`` begins with (what follows the complete
+    informational responses), None until its status line has come; 0 if it has none."""
+    if b"\r\n" not in rest or _INTERIM.match(rest):
+        return None  # a status line, or an informational response, still arriving
+    status = _STATUS.match(rest)
+    return 0 if status is None else int(status.group(1))
 
 
-_INTERIM = b"HTTP/1.1 1"
+_INTERIM = re.compile(rb"HTTP/1\.\d 1\d\d ")
+_STATUS = re.compile(rb"HTTP/1\.\d (\d\d\d)")
 
 
 def _shut(s: socket.socket) -> None:
