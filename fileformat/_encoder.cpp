@@ -233,8 +233,10 @@ class StreamEncoder {
   std::shared_ptr<arrow::Schema> schema_;
 };
 
+constexpr const char* kThreadName = "encode-batches";
+
 void run(std::shared_ptr<Shared> shared) {
-  pthread_setname_np(pthread_self(), "encode-batches");
+  pthread_setname_np(pthread_self(), kThreadName);
   StreamEncoder encoder(shared->codec);
   for (;;) {
     std::shared_ptr<Job> job;
@@ -449,6 +451,9 @@ static PyObject* Encoder_submit(EncoderObject* self, PyObject* capsules) {
   if (self->thread == nullptr) {
     try {
       self->thread = new std::thread(run, *self->shared);
+      // Named here too, so it is listed under its name once submit returns, however late
+      // the scheduler first runs it (run() names itself as well).
+      pthread_setname_np(self->thread->native_handle(), kThreadName);
     } catch (const std::exception& exc) {
       PyErr_Format(PyExc_RuntimeError, "cannot start the encoding thread: %s", exc.what());
       return nullptr;

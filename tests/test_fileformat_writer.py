@@ -351,14 +351,16 @@ def native_encoding_threads() -> list[str]:
 
 
 def encoding_threads_settled(present: bool, within_s: float = 10.0) -> list[str]:
-    """``encoding_threads()`` once it is non-empty (``present``) or empty, or as it is after
-    ``within_s``. The compiled encoder's thread names itself once it runs, which a loaded
-    machine may put off past ``submit``'s return; a joined thread may stay listed under
-    /proc for a moment. Python's threads are joined, hence gone, at once: not waited for."""
-    if not present and (joined := python_encoding_threads()):
+    """``encoding_threads()`` now if ``present`` (the compiled encoder's thread is named by
+    ``submit``, which started it); else once it is empty, or as it is after ``within_s``:
+    a joined native thread may stay listed under /proc for a moment. Python's threads are
+    joined, hence gone, at once: not waited for."""
+    if present:
+        return encoding_threads()
+    if joined := python_encoding_threads():
         return joined
     deadline = time.monotonic() + within_s
-    while bool(threads := encoding_threads()) != present and time.monotonic() < deadline:
+    while (threads := encoding_threads()) and time.monotonic() < deadline:
         time.sleep(0.001)
     return threads
 
