@@ -9,9 +9,11 @@ checkpoint and the few entries after it: a bounded number of GETs.
 
 A committer that loses the race reads only the entries it missed, re-applies its change
 (a pure function that checks its own preconditions) to that newest state, and tries the
-next version: no change is lost or applied twice, and changes that do not conflict
-(an ingest and a compaction, or compactions of disjoint inputs) both commit. A change
-whose preconditions no longer hold raises ``CommitConflict``.
+next version: no change is lost or applied twice, and changes that do not conflict (an
+ingest and a compaction, or compactions of disjoint inputs) both commit. A change whose
+preconditions no longer hold raises ``CommitConflict``. A refusal that answers the
+store's retry of the committer's own PUT, which landed, is recognized: the entry holds
+exactly its bytes, and the commit is done.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from compactor.catalog.codec import state_from_json, state_to_json
@@ -204,12 +207,34 @@ class Catalog:
             self._state = self._load()
         state = self._state
         while (entry := self._read_entry(state.version + 1)) is not None:
-            state = apply(state, entry.delta, entry.version)
-            if entry.version % self.checkpoint_interval == 0:
-                # Its committer wrote that checkpoint, or a later load finds it missing.
-                self._checkpoint_version = entry.version
+            state = self._advance(state, entry)
         self._state = state
         return state
+
+    def _advance(self, state: Snapshot, entry: LogEntry) -> Snapshot:
+        """``state`` with another committer's ``entry`` applied."""
+        if entry.version % self.checkpoint_interval == 0:
+            # Its committer wrote that checkpoint, or a later load finds it missing.
+            self._checkpoint_version = entry.version
+        return apply(state, entry.delta, entry.version)
+
+    def _refused(self, state: Snapshot, entry: LogEntry, body: bytes) -> Snapshot | None:
+        """After the PUT of ``entry`` (``body``, with its own ``writer``) on top of
+        ``state`` was refused: the state it committed if the log holds exactly ``body`` at
+        its version (the PUT landed and its answer was lost, so the store's retry found
+        the key taken by it), else None, with ``self._state`` moved past the entry that
+        won. The entry is read once either way: the refresh that follows starts after
+        it."""
+        key = log_key(entry.version)
+        try:
+            winner, _ = self.store.get(key)
+        except ObjectNotFound:
+            return None
+        if winner == body:
+            self._state = apply(state, entry.delta, entry.version)
+            return self._state
+        self._state = self._advance(state, entry_from_bytes(winner, key))
+        return None
 
     def _read_entry(self, version: int) -> LogEntry | None:
         key = log_key(version)
@@ -284,11 +309,13 @@ class Catalog:
             for attempt in range(self.max_attempts):
                 delta = diff(state, change(state))
                 entry = LogEntry(state.version + 1, self.clock(), record, delta)
+                body = entry_to_bytes(entry, writer=uuid.uuid4().hex)
                 try:
-                    self.store.put(
-                        log_key(entry.version), entry_to_bytes(entry), if_none_match=True
-                    )
+                    self.store.put(log_key(entry.version), body, if_none_match=True)
                 except PreconditionFailed:
+                    if (mine := self._refused(state, entry, body)) is not None:
+                        self._maybe_checkpoint(mine, entry.time_ms)
+                        return mine
                     if attempt >= 2:
                         # Jittered backoff keeps many racing committers from lockstep.
                         time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))

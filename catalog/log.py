@@ -84,16 +84,19 @@ def decode(body: bytes, key: str) -> Mapping[str, Any]:
     return data
 
 
-def entry_to_bytes(e: LogEntry) -> bytes:
-    return encode(
-        {
-            "format": CATALOG_FORMAT,
-            "version": e.version,
-            "time_ms": e.time_ms,
-            "commit": {"kind": e.record.kind, **e.record.details},
-            "delta": delta_to_json(e.delta),
-        }
-    )
+def entry_to_bytes(e: LogEntry, writer: str | None = None) -> bytes:
+    """The entry's object. ``writer``, unique to the PUT that writes it (CATALOG.md §5),
+    tells its committer this entry from an equal one another committer wrote."""
+    d: Json = {
+        "format": CATALOG_FORMAT,
+        "version": e.version,
+        "time_ms": e.time_ms,
+        "commit": {"kind": e.record.kind, **e.record.details},
+        "delta": delta_to_json(e.delta),
+    }
+    if writer is not None:
+        d["writer"] = writer
+    return encode(d)
 
 
 def entry_from_bytes(body: bytes, key: str) -> LogEntry:
