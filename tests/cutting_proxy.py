@@ -7,6 +7,7 @@ import contextlib
 import re
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -17,20 +18,27 @@ class CuttingProxy:
     everything else passes through. A ``path`` with a query (``/b/k?uploadId=``) matches
     every request line it begins. ``cut_after=None`` drops that response whole once the
     server has begun it: the server carried the request out and the client sees the
-    connection close, as when an answer is lost on the way. Records every request line and
-    headers it forwards.
+    connection close, as when an answer is lost on the way; ``on_drop`` runs first, so
+    what it changes at the server comes before the client's retry. Records every request
+    line and headers it forwards.
 
     Bounded: sockets time out, and leaving the ``with`` block stops every thread.
     Assumes no HTTP pipelining (true of botocore and aiohttp)."""
 
     def __init__(
-        self, upstream_url: str, path: str, cut_after: int | None, method: str = "GET"
+        self,
+        upstream_url: str,
+        path: str,
+        cut_after: int | None,
+        method: str = "GET",
+        on_drop: Callable[[], None] = lambda: None,
     ) -> None:
         parts = urlsplit(upstream_url)
         assert parts.hostname is not None and parts.port is not None
         self._upstream = (parts.hostname, parts.port)
         self._target = _request_line_start(method, path).encode()
         self._cut_after = cut_after
+        self._on_drop = on_drop
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.1)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -144,6 +152,7 @@ class CuttingProxy:
                     with self._lock:
                         self.cuts += 1
                         self.dropped.append(status)
+                    self._on_drop()  # before the client learns of the drop, hence retries
                     _shut(client)
                     _shut(upstream)
                     return

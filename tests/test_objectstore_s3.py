@@ -342,6 +342,35 @@ def test_etags_are_derived_as_s3_derives_them(s3_endpoint: S3Endpoint, s3_store:
     client.close()
 
 
+def test_a_completed_upload_overwritten_before_the_retry_is_not_taken_for_its_own(
+    s3_endpoint: S3Endpoint, s3_store: S3Store
+) -> None:
+    """The answer to CompleteMultipartUpload is lost, and another writer replaces the
+    object before botocore's retry, which is refused: If-None-Match's 412 on moto,
+    NoSuchUpload on LocalStack. The key holds another object, so the writer reports
+    PreconditionFailed. Were a server to complete the upload again, the object would be
+    the writer's: ``complete`` succeeds iff the object holds exactly what it wrote."""
+    key, other = "replaced/object.bin", b"another writer's object"
+    path = f"/{s3_store.bucket}/{key}?uploadId="
+    data = blob(2 * s3_store.part_size + 3, seed=25)
+    on_drop = lambda: s3_store.put(key, other)  # noqa: E731
+    with CuttingProxy(s3_endpoint.url, path, None, method="POST", on_drop=on_drop) as proxy:
+        store = S3Store(s3_store.bucket, endpoint_url=proxy.url, part_size=s3_store.part_size)
+        try:
+            with store.open_multipart(key, if_none_match=True) as w:
+                w.write(data)
+                try:
+                    etag: str | None = w.complete()
+                except PreconditionFailed:
+                    etag = None
+        finally:
+            store.close()
+    assert (proxy.dropped, len(proxy.lines("POST", path))) == ([200], 2)
+    held, held_etag = s3_store.get(key)
+    assert (held, held_etag) == ((data, etag) if etag is not None else (other, held_etag))
+    assert list(s3_store.pending_uploads()) == []
+
+
 def test_completing_an_upload_aborted_behind_the_writer_fails(
     s3_endpoint: S3Endpoint, s3_store: S3Store
 ) -> None:
