@@ -15,11 +15,12 @@ from urllib.parse import urlsplit
 class CuttingProxy:
     """A TCP proxy on 127.0.0.1 in front of the S3 endpoint. The first response to
     ``<method> <path>`` is cut (connection closed) after ``cut_after`` body bytes;
-    everything else passes through. A ``path`` with a query (``/b/k?uploadId=``) matches
-    every request line it begins. ``cut_after=None`` drops that response whole once the
-    server has begun it: the server carried the request out and the client sees the
-    connection close, as when an answer is lost on the way; ``on_drop`` runs first, so
-    what it changes at the server comes before the client's retry. Records every request
+    everything else passes through. A ``path`` with a query (``/b/k?uploadId=``) or
+    ending in ``/`` (``/b/data/L0/``) matches every request line it begins.
+    ``cut_after=None`` drops that response whole once the server has begun it: the
+    server carried the request out and the client sees the connection close, as when an
+    answer is lost on the way; ``on_drop`` runs first, so what it changes at the server
+    comes before the client's retry. Records every request
     line and headers it forwards.
 
     Bounded: sockets time out, and leaving the ``with`` block stops every thread.
@@ -200,8 +201,9 @@ class CuttingProxy:
 
 
 def _request_line_start(method: str, path: str) -> str:
-    """How a request line that matches begins: the whole path, or a path with a query."""
-    return f"{method} {path}" + ("" if "?" in path else " ")
+    """How a request line that matches begins: the whole path, or a path with a query or
+    a folder's path (every key under it)."""
+    return f"{method} {path}" + ("" if "?" in path or path.endswith("/") else " ")
 
 
 def _interim_responses(data: bytes) -> tuple[bytes, bytes]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import S3Endpoint
@@ -18,8 +19,9 @@ from compactor.catalog import Catalog
 from compactor.catalog.log import log_key
 from compactor.catalog.verify import verify_store
 from compactor.fileformat import Record
-from compactor.ingest.agent import L0Ingest
+from compactor.ingest.agent import L0Ingest, _put_new
 from compactor.ingest.jsonl import InputRecord
+from compactor.objectstore import LocalStore, PreconditionFailed
 from compactor.objectstore.s3 import S3Store
 from compactor.planner.job import Job, JobInput
 from compactor.worker.kernel import KeyBuffer
@@ -97,3 +99,45 @@ def test_a_compaction_whose_commit_answer_is_lost_commits_once(
     assert verify_store(catalog, snap).ok
     latest = {r.key: r for r in expected[("t", 0)]}
     assert read_live(s3_store, catalog)[("t", 0)] == sorted(latest.values(), key=lambda r: r.offset)
+
+
+def test_an_l0_upload_whose_answer_is_lost_is_committed(
+    s3_endpoint: S3Endpoint, s3_store: S3Store
+) -> None:
+    """The PUT of an ingest's L0 file lands and its answer is lost: the store's retry is
+    refused (If-None-Match), and the ingest must see that the object holds its own bytes
+    instead of failing an ingest that wrote everything."""
+    make_topics(Catalog(s3_store), {"t": (2, {"cleanup.policy": "compact"})})
+    folder = f"/{s3_store.bucket}/data/L0/"
+    with CuttingProxy(s3_endpoint.url, folder, None, method="PUT") as proxy:
+        through = S3Store(s3_store.bucket, endpoint_url=proxy.url)
+        try:
+            ingest = L0Ingest(through, Catalog(through), now_ms=NOW, max_file_records=40)
+            sent = [InputRecord("t", i % 2, NOW, b"k%d" % i, b"v%d" % i, ()) for i in range(100)]
+            for record in sent:
+                ingest.add(record)
+            result = ingest.commit()
+        finally:
+            through.close()
+        puts = proxy.lines("PUT", folder)
+    assert proxy.dropped == [200]
+    assert len(puts) == len(result.files) + 1  # the first file's PUT sent twice
+    catalog = Catalog(s3_store)
+    snap = catalog.snapshot()
+    assert {f.key for f in snap.files} == {f.key for f in result.files}
+    assert verify_store(catalog, snap).ok
+    live = read_live(s3_store, catalog)
+    for partition in (0, 1):
+        kept = [(r.key, r.value) for r in live[("t", partition)]]
+        assert kept == [(r.key, r.value) for r in sent if r.partition == partition]
+
+
+def test_a_refused_l0_upload_stands_unless_the_object_is_its_own(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path))
+    store.put("data/L0/a.cf", b"theirs")
+    with pytest.raises(PreconditionFailed):
+        _put_new(store, "data/L0/a.cf", b"mine")
+    assert store.get("data/L0/a.cf")[0] == b"theirs"
+    _put_new(store, "data/L0/a.cf", b"theirs")  # what a lost answer's refused retry finds
+    _put_new(store, "data/L0/b.cf", b"mine")
+    assert store.get("data/L0/b.cf")[0] == b"mine"
