@@ -7,6 +7,11 @@ the object exists with the catalog's size, every checksum holds, each section's 
 and stats match its records, and the footer matches the manifest. Per partition: offsets
 strictly increase along the live sequence with no overlap between files, and stay below
 the partition's next offset. Above L0, no file mixes compacted and non-compacted topics.
+
+Beside the problems, the report lists *strays*: objects under ``data/`` that no live file
+or garbage entry names, nor their offset indexes. They break no invariant (the catalog
+serves nothing from them) but hold storage nobody will delete: the uploads of an ingest or
+a job that has not committed yet, or that failed or was killed after uploading.
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from compactor.fileformat.offset_index import (
     index_key,
     read_and_index,
 )
-from compactor.objectstore import ObjectNotFound, ObjectStore, StoreError
+from compactor.objectstore import ObjectInfo, ObjectNotFound, ObjectStore, StoreError
 
 Sections = dict[str, tuple[SectionMeta, ...]]
 
 MAX_LEVEL = 4
+DATA_PREFIX = "data/"
+"""Where every data file and offset index is written (``ingest.agent.l0_key``,
+``planner.job.Job.output_key``, ``fileformat.offset_index.index_key``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,8 @@ class VerifyReport:
     partitions: int
     records: int
     problems: tuple[str, ...]
+    strays: tuple[ObjectInfo, ...] = ()
+    """Objects under ``data/`` the catalog does not name (the module's doc); not problems."""
 
     @property
     def ok(self) -> bool:
@@ -67,7 +77,24 @@ def verify_store(
     problems.extend(_check_partitions(snapshot, sections))
     partitions = len({(sec.topic, sec.partition) for secs in sections.values() for sec in secs})
     records = sum(f.record_count for f in snapshot.files)
-    return VerifyReport(len(snapshot.files), partitions, records, tuple(problems))
+    strays = tuple(_strays(catalog, snapshot))
+    return VerifyReport(len(snapshot.files), partitions, records, tuple(problems), strays)
+
+
+def _strays(catalog: Catalog, snapshot: Snapshot) -> Iterator[ObjectInfo]:
+    """The objects under ``data/`` that neither ``snapshot`` nor the newest state names.
+    Listed after every file was checked; a name the snapshot lacks is looked up again in
+    the newest state, so a commit made meanwhile does not make its files strays."""
+    named = _named(snapshot)
+    listed = [info for info in catalog.store.list(DATA_PREFIX) if info.key not in named]
+    if listed:
+        newer = _named(catalog.snapshot())
+        yield from (info for info in listed if info.key not in newer)
+
+
+def _named(snapshot: Snapshot) -> set[str]:
+    keys = {f.key for f in snapshot.files} | {g.key for g in snapshot.garbage}
+    return keys | {index_key(k) for k in keys}
 
 
 def _check_catalog(s: Snapshot) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""compactor verify: exit 0 iff every invariant holds."""
+"""compactor verify: exit 0 iff every invariant holds; strays are listed, not failed."""
 
 from __future__ import annotations
 
@@ -33,16 +33,24 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                     "partitions": report.partitions,
                     "records": report.records,
                     "problems": list(report.problems),
+                    "strays": [{"key": s.key, "size": s.size} for s in report.strays],
                 }
             )
         )
     else:
         for problem in report.problems:
             print(f"problem: {problem}", file=sys.stderr)
+        for stray in report.strays:
+            print(
+                f"stray: {stray.key} ({stray.size} bytes): no live file or garbage entry "
+                "names it (an upload not committed yet, or left by a failed ingest or job)",
+                file=sys.stderr,
+            )
         verdict = "OK" if report.ok else f"FAILED ({len(report.problems)} problems)"
+        strays = f", {len(report.strays)} stray objects" if report.strays else ""
         print(
             f"{verdict}: {report.files} files, {report.partitions} partitions, "
-            f"{report.records} records"
+            f"{report.records} records{strays}"
         )
     return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED
 

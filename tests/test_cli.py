@@ -228,6 +228,30 @@ def test_verify_passes_then_names_corruption(store_dir: str, tmp_path: Path) -> 
     assert any(result["files"][1] in p and "byte" in p for p in report["problems"])  # type: ignore[index]
 
 
+def test_verify_lists_objects_the_catalog_does_not_name(store_dir: str, tmp_path: Path) -> None:
+    _create(store_dir, "t", 2, "cleanup.policy=compact")
+    lines = [
+        json.dumps({"topic": "t", "partition": i % 2, "key": str(i % 7), "value": "v"})
+        for i in range(100)
+    ]
+    result = _ingest(store_dir, tmp_path, lines, "--max-file-records", "50")
+    assert run_cli("--store", store_dir, "compact", "--full").code == 0
+    clean = json.loads(run_cli("--store", store_dir, "verify", "--json").out)
+    assert (clean["ok"], clean["strays"]) == (True, [])  # outputs, indexes, garbage: named
+    data = Path(store_dir) / "data"
+    assert any(p.name.endswith(".idx") for p in data.rglob("*"))
+    # What an ingest killed after its upload leaves: an L0 file no commit made live.
+    left = data / "L0" / "0123456789abcdef0123456789abcdef.cf"
+    left.write_bytes((Path(store_dir) / result["files"][0]).read_bytes())  # type: ignore[index]
+    r = run_cli("--store", store_dir, "verify")
+    assert r.code == 0, r.err
+    assert r.out.startswith("OK: ") and r.out.rstrip().endswith(", 1 stray objects"), r.out
+    assert r.err.count("\n") == 1 and r.err.startswith("stray: data/L0/0123456789abcdef"), r.err
+    report = json.loads(run_cli("--store", store_dir, "verify", "--json").out)
+    key = "data/L0/0123456789abcdef0123456789abcdef.cf"
+    assert report["ok"] and report["strays"] == [{"key": key, "size": left.stat().st_size}]
+
+
 def _compact_with_stderr_on(store: str, stderr: int) -> subprocess.CompletedProcess[bytes]:
     cmd = [sys.executable, "-m", "compactor.cli.main", "--store", store, "compact", "--full"]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, timeout=300, check=True)
