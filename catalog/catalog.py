@@ -68,6 +68,13 @@ def _unchanged_at(s: Snapshot, version: int) -> Snapshot:
     return s
 
 
+def _back_off(attempt: int) -> None:
+    """After a lost race: from the third attempt on, a jittered sleep keeps many racing
+    committers from lockstep."""
+    if attempt >= 2:
+        time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -218,23 +225,21 @@ class Catalog:
             self._checkpoint_version = entry.version
         return apply(state, entry.delta, entry.version)
 
-    def _refused(self, state: Snapshot, entry: LogEntry, body: bytes) -> Snapshot | None:
-        """After the PUT of ``entry`` (``body``, with its own ``writer``) on top of
-        ``state`` was refused: the state it committed if the log holds exactly ``body`` at
-        its version (the PUT landed and its answer was lost, so the store's retry found
-        the key taken by it), else None, with ``self._state`` moved past the entry that
-        won. The entry is read once either way: the refresh that follows starts after
-        it."""
-        key = log_key(entry.version)
+    def _landed(self, state: Snapshot, version: int, body: bytes) -> bool:
+        """After the PUT of ``body`` (an entry with its own ``writer``) as ``version`` on
+        top of ``state`` was refused: whether the log holds exactly ``body`` there (the
+        PUT landed and its answer was lost, so the store's retry found the key taken by
+        it). If another entry won, ``self._state`` is moved past it: the entry is read
+        once either way, and the refresh that follows starts after it."""
+        key = log_key(version)
         try:
             winner, _ = self.store.get(key)
         except ObjectNotFound:
-            return None
+            return False
         if winner == body:
-            self._state = apply(state, entry.delta, entry.version)
-            return self._state
+            return True
         self._state = self._advance(state, entry_from_bytes(winner, key))
-        return None
+        return False
 
     def _read_entry(self, version: int) -> LogEntry | None:
         key = log_key(version)
@@ -313,14 +318,10 @@ class Catalog:
                 try:
                     self.store.put(log_key(entry.version), body, if_none_match=True)
                 except PreconditionFailed:
-                    if (mine := self._refused(state, entry, body)) is not None:
-                        self._maybe_checkpoint(mine, entry.time_ms)
-                        return mine
-                    if attempt >= 2:
-                        # Jittered backoff keeps many racing committers from lockstep.
-                        time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
-                    state = self._refresh()
-                    continue
+                    if not self._landed(state, entry.version, body):
+                        _back_off(attempt)
+                        state = self._refresh()
+                        continue
                 state = self._state = apply(state, delta, entry.version)
                 self._maybe_checkpoint(state, entry.time_ms)
                 return state
