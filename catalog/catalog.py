@@ -225,21 +225,16 @@ class Catalog:
             self._checkpoint_version = entry.version
         return apply(state, entry.delta, entry.version)
 
-    def _landed(self, state: Snapshot, version: int, body: bytes) -> bool:
-        """After the PUT of ``body`` (an entry with its own ``writer``) as ``version`` on
-        top of ``state`` was refused: whether the log holds exactly ``body`` there (the
-        PUT landed and its answer was lost, so the store's retry found the key taken by
-        it). If another entry won, ``self._state`` is moved past it: the entry is read
-        once either way, and the refresh that follows starts after it."""
+    def _lost_to(self, state: Snapshot, version: int) -> None:
+        """After the PUT of an entry as ``version`` on top of ``state`` was refused:
+        ``self._state`` moved past the entry that took ``version``, read once here, so the
+        refresh that follows starts after it. A refusal is never the committer's own PUT
+        landed with its answer lost: the store tells that apart (``ObjectStore.put``), by
+        the bytes, which the entry's ``writer`` makes the committer's alone."""
         key = log_key(version)
-        try:
+        with contextlib.suppress(ObjectNotFound):
             winner, _ = self.store.get(key)
-        except ObjectNotFound:
-            return False
-        if winner == body:
-            return True
-        self._state = self._advance(state, entry_from_bytes(winner, key))
-        return False
+            self._state = self._advance(state, entry_from_bytes(winner, key))
 
     def _read_entry(self, version: int) -> LogEntry | None:
         key = log_key(version)
@@ -318,10 +313,10 @@ class Catalog:
                 try:
                     self.store.put(log_key(entry.version), body, if_none_match=True)
                 except PreconditionFailed:
-                    if not self._landed(state, entry.version, body):
-                        _back_off(attempt)
-                        state = self._refresh()
-                        continue
+                    self._lost_to(state, entry.version)
+                    _back_off(attempt)
+                    state = self._refresh()
+                    continue
                 state = self._state = apply(state, delta, entry.version)
                 self._maybe_checkpoint(state, entry.time_ms)
                 return state

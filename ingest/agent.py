@@ -10,9 +10,9 @@ If another ingest advanced one of our partitions meanwhile, our offsets are stal
 files are rewritten with every stale partition's offsets shifted past the other
 ingest's (order within the partition kept), and the commit is retried.
 
-A file is uploaded under a fresh key with If-None-Match. If its PUT lands and the answer
-is lost, the store's retry is refused (412); the object is then read back, and if it holds
-exactly the file's bytes the upload is done (``_put_new``). Nothing else can write that key.
+A file is uploaded under a fresh key with If-None-Match. A PUT that landed with its
+answer lost is the store's to tell from a refusal (``ObjectStore.put``); nothing else can
+write that key.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from compactor.catalog.manifests import manifest_key
 from compactor.fileformat import RECORD_SCHEMA, FileWriter, SectionMeta, StreamReader, compute
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.ingest.jsonl import InputRecord
-from compactor.objectstore import ObjectStore, PreconditionFailed, StoreError
+from compactor.objectstore import ObjectStore
 from compactor.planner.codecs import DEFAULT_CODECS
 
 DEFAULT_MAX_FILE_BYTES = 8 << 20
@@ -170,7 +170,7 @@ class L0Ingest:
         for topic, partition, batches in sections:
             writer.write_section(topic, partition, batches)
         meta = writer.finish()
-        _put_new(self.store, key, sink.getvalue())
+        self.store.put(key, sink.getvalue(), if_none_match=True)
         live = LiveFile.of_sections(file_id, key, 0, meta.size, self.now_ms, meta.sections)
         self._sections[file_id] = meta.sections
         return live
@@ -237,22 +237,6 @@ class L0Ingest:
             self.store.delete(manifest_key(f.id))
         self.files.clear()
         self._buffers.clear()
-
-
-def _put_new(store: ObjectStore, key: str, data: bytes) -> None:
-    """PUTs ``data`` under a key no object has yet. A refusal (PreconditionFailed) is
-    believed unless the object at the key holds exactly ``data``: then this PUT landed,
-    its answer was lost and the store's retry was refused. Read back, not judged by its
-    ETag, which is no MD5 of the bytes under SSE-KMS; it costs one GET, only then."""
-    try:
-        store.put(key, data, if_none_match=True)
-    except PreconditionFailed:
-        try:
-            held, _ = store.get(key)
-        except StoreError:
-            held = None
-        if held != data:
-            raise
 
 
 def _shift_offsets(batch: pa.RecordBatch, delta: int) -> pa.RecordBatch:

@@ -202,7 +202,13 @@ class ObjectStore(ABC):
         self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
     ) -> str:
         """Write an object, returns its ETag. ``if_none_match``: only if the key does not
-        exist; ``if_match``: only if its ETag is this. Losing raises PreconditionFailed."""
+        exist; ``if_match``: only if its ETag is this. Losing raises PreconditionFailed.
+
+        A create-if-absent whose own request landed and whose answer was lost succeeds:
+        a store that retries tells its retry's refusal from another writer's object by
+        the bytes the key holds. So two writers of the same bytes under ``if_none_match``
+        both succeed; a writer that must know it won writes bytes no other writes (the
+        catalog's log entries carry a ``writer`` of their own)."""
 
     @abstractmethod
     def open_multipart(self, key: str, *, if_none_match: bool = False) -> MultipartWriter: ...

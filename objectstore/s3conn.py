@@ -27,7 +27,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ._loop import LoopThread
-from ._s3errors import error_code, map_error
+from ._s3errors import error_code, map_error, was_retried
 from .base import GetCounter, ObjectInfo, ObjectStream, PreconditionFailed, StoreError
 from .keys import check_conditions, check_key, check_prefix
 
@@ -122,7 +122,9 @@ class S3Connection:
     def put(
         self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
     ) -> str:
-        """One ``put_object`` of a store key; see ``ObjectStore.put``."""
+        """One ``put_object`` of a store key; see ``ObjectStore.put``. Under
+        ``if_none_match``, a refusal of botocore's retry is believed only if the key does
+        not hold exactly ``data`` (``_etag_if_holding``)."""
         check_conditions(if_none_match, if_match)
         full = self.full_key(key)
         try:
@@ -139,10 +141,32 @@ class S3Connection:
                 raise PreconditionFailed(
                     f"put {self.where(key)}: object does not exist (If-Match {if_match})"
                 ) from e
-            raise self.error(e, "put", key) from e
+            refusal = self.error(e, "put", key)
+            if if_none_match and isinstance(refusal, PreconditionFailed) and was_retried(e):
+                etag = self._etag_if_holding(key, full, data)
+                if etag is not None:
+                    return etag
+            raise refusal from e
         except Exception as e:
             raise self.error(e, "put", key) from e
         return r["ETag"]
+
+    def _etag_if_holding(self, key: str, full: str, data: bytes) -> str | None:
+        """The object's ETag if the key holds exactly ``data``: a create-if-absent PUT
+        whose answer was lost landed, and botocore's retry found the key taken by it.
+        Read back, not judged by the ETag, which is no MD5 under SSE-KMS. One GET, only
+        after a refused retry; None if the key holds anything else or the GET failed (the
+        refusal then stands, as it would have without the look)."""
+        self.gets.add(key)
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=full)
+            try:
+                held: bytes = r["Body"].read()
+            finally:
+                r["Body"].close()
+        except Exception:
+            return None
+        return str(r["ETag"]) if held == data else None
 
     # -- the event loop and open streams ---------------------------------------------
 

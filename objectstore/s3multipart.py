@@ -12,9 +12,11 @@ Invariants:
   the ``with`` block without a successful ``complete``.
 - ``complete`` succeeds when the request that wrote the object landed and its answer was
   lost: botocore retries it, and S3 refuses the retry (NoSuchUpload: the upload is
-  already complete; PreconditionFailed: the object now exists). A refused retry is
-  believed only if the object's ETag is not the one S3 derives from the bytes uploaded
-  (``put_etag``, ``multipart_etag``); if it is, the first attempt wrote it.
+  already complete; PreconditionFailed: the object now exists). A refused retry of
+  CompleteMultipartUpload is believed only if the object's ETag is not the one S3
+  derives from the parts uploaded (``multipart_etag``); if it is, the first attempt
+  wrote it. The PUT of a small object is the connection's, which reads the key back
+  after a refused retry (``S3Connection.put``).
 
 The writer holds only the store's ``S3Connection`` (never the store itself).
 """
@@ -137,10 +139,6 @@ class S3MultipartWriter(MultipartWriter):
             data = bytes(self._buf)
             try:
                 etag = self._conn.put(self.key, data, if_none_match=self._if_none_match)
-            except PreconditionFailed as e:
-                if not was_retried(e.__cause__) or self._etag_now() != put_etag(data):
-                    raise
-                etag = put_etag(data)
             finally:
                 self._state = "aborted"  # replaced below on success
                 self._buf = bytearray()
@@ -242,11 +240,6 @@ class S3MultipartWriter(MultipartWriter):
     ) -> None:
         if self._state != "completed":
             self._abort_quietly()
-
-
-def put_etag(data: bytes) -> str:
-    """The ETag S3 gives an object written by one PutObject of ``data``."""
-    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
 
 
 def multipart_etag(part_etags: list[str]) -> str | None:

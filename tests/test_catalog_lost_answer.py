@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from conftest import S3Endpoint
@@ -19,9 +18,8 @@ from compactor.catalog import Catalog
 from compactor.catalog.log import log_key
 from compactor.catalog.verify import verify_store
 from compactor.fileformat import Record
-from compactor.ingest.agent import L0Ingest, _put_new
+from compactor.ingest.agent import L0Ingest
 from compactor.ingest.jsonl import InputRecord
-from compactor.objectstore import LocalStore, PreconditionFailed
 from compactor.objectstore.s3 import S3Store
 from compactor.planner.job import Job, JobInput
 from compactor.worker.kernel import KeyBuffer
@@ -130,14 +128,3 @@ def test_an_l0_upload_whose_answer_is_lost_is_committed(
     for partition in (0, 1):
         kept = [(r.key, r.value) for r in live[("t", partition)]]
         assert kept == [(r.key, r.value) for r in sent if r.partition == partition]
-
-
-def test_a_refused_l0_upload_stands_unless_the_object_is_its_own(tmp_path: Path) -> None:
-    store = LocalStore(str(tmp_path))
-    store.put("data/L0/a.cf", b"theirs")
-    with pytest.raises(PreconditionFailed):
-        _put_new(store, "data/L0/a.cf", b"mine")
-    assert store.get("data/L0/a.cf")[0] == b"theirs"
-    _put_new(store, "data/L0/a.cf", b"theirs")  # what a lost answer's refused retry finds
-    _put_new(store, "data/L0/b.cf", b"mine")
-    assert store.get("data/L0/b.cf")[0] == b"mine"

@@ -3,6 +3,7 @@ cutting proxy, multipart streaming, error mapping, unreachable endpoints."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
 import socket
@@ -23,7 +24,7 @@ from compactor.objectstore import (
     open_store,
 )
 from compactor.objectstore.s3 import S3Store
-from compactor.objectstore.s3multipart import S3MultipartWriter, multipart_etag, put_etag
+from compactor.objectstore.s3multipart import S3MultipartWriter, multipart_etag
 
 MiB = 1 << 20
 
@@ -300,21 +301,53 @@ def test_a_write_whose_answer_is_lost_completes(
 @pytest.mark.parametrize(
     "answer_lost", [("PUT", "lost/object.bin")], indirect=True, ids=["put-object"]
 )
-def test_a_refused_retry_stands_when_the_object_is_another(
+def test_a_create_if_absent_put_whose_answer_is_lost_succeeds(
     answer_lost: tuple[S3Store, CuttingProxy, tuple[str, str]], s3_store: S3Store
+) -> None:
+    """``put`` with If-None-Match lands and its answer is lost: botocore's retry is
+    refused with 412, and the store reads the key back (one GET) and finds exactly the
+    bytes it sent, so the PUT succeeded and returns the object's ETag."""
+    store, proxy, line = answer_lost
+    data = blob(1000, seed=23)
+    etag = store.put("lost/object.bin", data, if_none_match=True)
+    assert proxy.dropped == [200]
+    assert len(proxy.lines(*line)) == 2  # the request, and botocore's retry
+    assert len(proxy.lines("GET", line[1])) == 1  # the read back
+    assert store.gets.get("lost/object.bin") == 1
+    assert s3_store.get("lost/object.bin") == (data, etag)
+
+
+@pytest.mark.parametrize(
+    "answer_lost", [("PUT", "lost/object.bin")], indirect=True, ids=["put-object"]
+)
+@pytest.mark.parametrize("through", ["put", "multipart"])
+def test_a_refused_retry_stands_when_the_object_is_another(
+    answer_lost: tuple[S3Store, CuttingProxy, tuple[str, str]], s3_store: S3Store, through: str
 ) -> None:
     """The retry is refused and the key holds what another writer put there first: the
     refusal stands, and that object is untouched."""
     store, proxy, line = answer_lost
     s3_store.put("lost/object.bin", b"first")
-    with (
-        pytest.raises(PreconditionFailed, match="lost/object.bin"),
-        store.open_multipart("lost/object.bin", if_none_match=True) as w,
-    ):
-        w.write(blob(1000, seed=22))
-        w.complete()
+    data = blob(1000, seed=22)
+    with pytest.raises(PreconditionFailed, match="lost/object.bin"):
+        if through == "put":
+            store.put("lost/object.bin", data, if_none_match=True)
+        else:
+            with store.open_multipart("lost/object.bin", if_none_match=True) as w:
+                w.write(data)
+                w.complete()
     assert (proxy.dropped, len(proxy.lines(*line))) == ([412], 2)
     assert s3_store.get("lost/object.bin")[0] == b"first"
+
+
+def test_a_refusal_at_the_first_attempt_is_not_read_back(s3_store: S3Store) -> None:
+    """A 412 that answers the PUT itself, not a retry, is another writer's object: no GET
+    is spent on it, even when the key holds the same bytes."""
+    s3_store.put("taken", b"same")
+    s3_store.gets.reset()
+    with pytest.raises(PreconditionFailed, match="taken"):
+        s3_store.put("taken", b"same", if_none_match=True)
+    assert s3_store.gets.snapshot() == {}
 
 
 def test_etags_are_derived_as_s3_derives_them(s3_endpoint: S3Endpoint, s3_store: S3Store) -> None:
@@ -322,7 +355,7 @@ def test_etags_are_derived_as_s3_derives_them(s3_endpoint: S3Endpoint, s3_store:
     parts; an ETag that is no MD5 (SSE-KMS) derives nothing."""
     client = s3_endpoint.client()
     data = blob(2 * s3_store.part_size + 5, seed=24)
-    assert s3_store.put("whole", data) == put_etag(data)
+    assert s3_store.put("whole", data) == f'"{hashlib.md5(data).hexdigest()}"'
     key, bucket = "parts", s3_store.bucket
     upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     size = s3_store.part_size
