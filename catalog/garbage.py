@@ -9,6 +9,11 @@ Multipart uploads that a dead writer left pending (kill -9 mid-job) are aborted 
 older than the grace period, unless their key is the output of a job that holds an
 unexpired lease (a queue worker still running it).
 
+Scratch objects (``_scratch/``: what ``replay --verify`` writes and deletes itself) are
+deleted, and their pending uploads aborted, once older than a day: a verify killed before
+its clean-up leaves them. Nothing but the verify that wrote them reads them, so deleting
+one under a verify still running can only make that verify fail.
+
 The catalog's own objects go the same way: checkpoints superseded for longer than the
 grace period, log entries that a checkpoint has folded and that are older than the
 history retention, and manifests of files that never became live (a crash between a
@@ -36,6 +41,12 @@ _JOB_OUTPUT = re.compile(r"(data/L\d/)?[0-9a-f]{32}-(compacted|plain)\.cf")
 """A job's output key (``Job.output_key``; a local store's pending upload knows only its
 last part)."""
 
+SCRATCH_PREFIX = "_scratch/"
+"""Where a run writes objects that only it reads (``replay.verify``), never the catalog."""
+SCRATCH_MAX_AGE_MS = 24 * 60 * 60 * 1000
+"""Scratch older than this (its object's write time, its upload's start, on the store's
+clock) is a killed run's: a verify re-runs one job, which takes minutes."""
+
 DEFAULT_GRACE_MS = 10 * 60 * 1000
 DEFAULT_HISTORY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 """``catalog.history.retention.ms``: how long a commit stays in ``compactor history``."""
@@ -48,9 +59,11 @@ def collect_all_garbage(
     history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
 ) -> list[str]:
     """Replaced files past the grace period (``now_ms``), uploads abandoned for longer,
-    then the catalog's own superseded objects; returns the keys deleted."""
+    a killed run's scratch, then the catalog's own superseded objects; returns the keys
+    deleted."""
     deleted = collect_garbage(catalog, now_ms, grace_ms)
     deleted += collect_abandoned_uploads(catalog, grace_ms)
+    deleted += collect_scratch(catalog)
     return deleted + collect_catalog_garbage(catalog, grace_ms, history_retention_ms)
 
 
@@ -86,6 +99,24 @@ def collect_abandoned_uploads(catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS
         catalog.store.abort_upload(upload)
         aborted.append(upload.key)
     return aborted
+
+
+def collect_scratch(catalog: Catalog, max_age_ms: int = SCRATCH_MAX_AGE_MS) -> list[str]:
+    """Delete every object under ``SCRATCH_PREFIX`` written more than ``max_age_ms`` ago
+    and abort every upload there begun as long ago (on the catalog's clock, the wall
+    clock); returns their keys. An object whose store gives no write time stays."""
+    store = catalog.store
+    now_ms = catalog.clock()
+    deleted: list[str] = []
+    for info in list(store.list(SCRATCH_PREFIX)):
+        if info.modified_ms is not None and info.modified_ms + max_age_ms <= now_ms:
+            store.delete(info.key)
+            deleted.append(info.key)
+    for upload in list(store.pending_uploads()):
+        if upload.key.startswith(SCRATCH_PREFIX) and upload.initiated_ms + max_age_ms <= now_ms:
+            store.abort_upload(upload)
+            deleted.append(upload.key)
+    return deleted
 
 
 def collect_catalog_garbage(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 
@@ -10,6 +11,7 @@ from compactor.catalog.verify import verify_store
 from compactor.cli.context import Context
 from compactor.cli.exit_codes import ExitCode
 from compactor.cli.progress import Progress
+from compactor.objectstore import ObjectInfo
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -33,7 +35,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                     "partitions": report.partitions,
                     "records": report.records,
                     "problems": list(report.problems),
-                    "strays": [{"key": s.key, "size": s.size} for s in report.strays],
+                    "strays": [
+                        {"key": s.key, "size": s.size, "written_ms": s.modified_ms}
+                        for s in report.strays
+                    ],
                 }
             )
         )
@@ -42,7 +47,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             print(f"problem: {problem}", file=sys.stderr)
         for stray in report.strays:
             print(
-                f"stray: {stray.key} ({stray.size} bytes): no live file or garbage entry "
+                f"stray: {stray.key} ({stray.size} bytes{_written(stray)}): no live file or "
+                "garbage entry "
                 "names it (an upload not committed yet, or left by a failed ingest or job)",
                 file=sys.stderr,
             )
@@ -61,3 +67,11 @@ def register(
     p = sub.add_parser("verify", help="check every live file and partition", parents=[common])
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
+
+
+def _written(info: ObjectInfo) -> str:
+    """ ", written <UTC time>" when the store says when ``info`` was written."""
+    if info.modified_ms is None:
+        return ""
+    when = datetime.datetime.fromtimestamp(info.modified_ms / 1000, datetime.UTC)
+    return f", written {when:%Y-%m-%dT%H:%M:%SZ}"

@@ -36,6 +36,9 @@ class ObjectInfo:
     key: str
     size: int
     etag: str
+    modified_ms: int | None = None
+    """When the object was written, in milliseconds since the epoch on the store's clock
+    (S3's LastModified, a local file's mtime); None where the store does not say."""
 
 
 @dataclass(frozen=True, slots=True)

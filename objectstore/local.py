@@ -168,7 +168,7 @@ class LocalStore(ObjectStore):
             st = os.stat(self._path(key))
         except OSError as e:
             raise self._error("stat", key, e) from e
-        return ObjectInfo(key, st.st_size, _etag(st))
+        return ObjectInfo(key, st.st_size, _etag(st), st.st_mtime_ns // 1_000_000)
 
     def get(self, key: str) -> tuple[bytes, str]:
         path = self._path(key)
@@ -273,7 +273,7 @@ class LocalStore(ObjectStore):
                 continue  # deleted since the walk
             except OSError as e:
                 raise self._error("stat", key, e) from e
-            yield ObjectInfo(key, st.st_size, _etag(st))
+            yield ObjectInfo(key, st.st_size, _etag(st), st.st_mtime_ns // 1_000_000)
 
     def delete(self, key: str) -> None:
         path = self._path(key)

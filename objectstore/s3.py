@@ -24,7 +24,7 @@ from .base import (
     check_buffer_size,
 )
 from .keys import check_prefix
-from .s3conn import S3Connection
+from .s3conn import S3Connection, epoch_ms, modified_ms
 from .s3multipart import S3MultipartWriter
 from .s3stream import S3ObjectStream
 
@@ -169,7 +169,7 @@ class S3Store(ObjectStore):
         try:
             for page in pages:
                 for obj in page.get("Contents", []):
-                    yield ObjectInfo(obj["Key"][strip:], obj["Size"], obj["ETag"])
+                    yield ObjectInfo(obj["Key"][strip:], obj["Size"], obj["ETag"], modified_ms(obj))
         except Exception as e:
             raise self._conn.error(e, f"list {prefix!r} in") from e
 
@@ -192,7 +192,7 @@ class S3Store(ObjectStore):
         try:
             for page in pages:
                 for up in page.get("Uploads", []):
-                    initiated = int(up["Initiated"].timestamp() * 1000)
+                    initiated = epoch_ms(up["Initiated"])
                     yield PendingUpload(up["Key"][strip:], up["UploadId"], initiated)
         except Exception as e:
             raise self._conn.error(e, "list multipart uploads in") from e

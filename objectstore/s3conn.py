@@ -16,8 +16,10 @@ This module imports nothing from the store, stream or writer modules: they impor
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -33,6 +35,18 @@ from .keys import check_conditions, check_key, check_prefix
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+
+def epoch_ms(when: datetime.datetime) -> int:
+    """An S3 timestamp (LastModified, Initiated: timezone-aware) in ms since the epoch."""
+    return int(when.timestamp() * 1000)
+
+
+def modified_ms(described: Mapping[str, Any]) -> int | None:
+    """An object's LastModified (HeadObject's answer, a listing's entry) in ms since the
+    epoch; None if the server gave none."""
+    when = described.get("LastModified")
+    return None if when is None else epoch_ms(when)
 
 
 class S3Connection:
@@ -117,7 +131,7 @@ class S3Connection:
             r = self.client.head_object(Bucket=self.bucket, Key=self.full_key(key))
         except Exception as e:
             raise self.error(e, "head", key) from e
-        return ObjectInfo(key, r["ContentLength"], r["ETag"])
+        return ObjectInfo(key, r["ContentLength"], r["ETag"], modified_ms(r))
 
     def put(
         self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None

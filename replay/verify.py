@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.catalog import Catalog, CatalogError
+from compactor.catalog.garbage import SCRATCH_PREFIX as CATALOG_SCRATCH
 from compactor.catalog.log import LogEntry
 from compactor.fileformat import FormatError
 from compactor.fileformat.offset_index import index_key
@@ -34,7 +35,7 @@ from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import RunSettings, write_outputs
 from compactor.worker.stats import JobProgress
 
-SCRATCH_PREFIX = "_scratch/verify"
+SCRATCH_PREFIX = f"{CATALOG_SCRATCH}verify"
 
 
 @dataclass

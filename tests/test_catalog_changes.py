@@ -239,3 +239,42 @@ def test_input_ends_agree_with_the_holders_scan(
             pair = snap.oldest_and_newest_holder(topic, partition)
             expected = (False, False) if pair is None else (pair[0].id in ids, pair[1].id in ids)
             assert ends(topic, partition) == expected, (topic, partition)
+
+
+def test_collect_scratch_deletes_a_killed_verifys_objects_after_a_day(store: ObjectStore) -> None:
+    """What a killed ``replay --verify`` left under ``_scratch/`` goes once older than
+    SCRATCH_MAX_AGE_MS by its write time; younger scratch and everything else stay."""
+    from compactor.catalog.catalog import wall_ms
+    from compactor.catalog.garbage import SCRATCH_MAX_AGE_MS, collect_all_garbage
+
+    left = "_scratch/verify-3-0123456789ab/data/L1/0123-compacted.cf"
+    store.put(left, b"a re-run output its verify never deleted")
+    store.put("data/L1/kept.cf", b"not scratch")
+    clock = [wall_ms() + SCRATCH_MAX_AGE_MS - 60_000]
+    catalog = Catalog(store, clock=lambda: clock[0])
+    assert collect_all_garbage(catalog, clock[0]) == []
+    assert [o.key for o in store.list("_scratch/")] == [left]
+    clock[0] += 120_000
+    assert collect_all_garbage(catalog, clock[0]) == [left]
+    assert [o.key for o in store.list("")] == ["data/L1/kept.cf"]
+
+
+def test_collect_scratch_aborts_a_killed_verifys_upload_after_a_day(s3_store: ObjectStore) -> None:
+    """A scratch upload left pending (a verify killed mid-output) is aborted once begun
+    more than SCRATCH_MAX_AGE_MS ago; a job's output upload under ``data/`` is not
+    scratch's to abort. (Only once begun long ago: moto dates every upload 2010, so a
+    young upload's staying is the objects' test above, through the same comparison.)"""
+    from compactor.catalog.catalog import wall_ms
+    from compactor.catalog.garbage import SCRATCH_MAX_AGE_MS, collect_scratch
+
+    part = s3_store.part_size  # type: ignore[attr-defined]
+    scratch = s3_store.open_multipart("_scratch/verify-3-0123456789ab/data/L1/a-compacted.cf")
+    other = s3_store.open_multipart("data/L1/0123456789abcdef0123456789abcdef-compacted.cf")
+    for upload in (scratch, other):
+        upload.write(b"x" * (part + 1))  # a part sent: the upload exists
+    pending = {u.key for u in s3_store.pending_uploads()}
+    assert pending == {scratch.key, other.key}
+    catalog = Catalog(s3_store, clock=lambda: wall_ms() + SCRATCH_MAX_AGE_MS + 60_000)
+    assert collect_scratch(catalog) == [scratch.key]
+    assert [u.key for u in s3_store.pending_uploads()] == [other.key]
+    other.abort()

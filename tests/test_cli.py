@@ -243,13 +243,17 @@ def test_verify_lists_objects_the_catalog_does_not_name(store_dir: str, tmp_path
     # What an ingest killed after its upload leaves: an L0 file no commit made live.
     left = data / "L0" / "0123456789abcdef0123456789abcdef.cf"
     left.write_bytes((Path(store_dir) / result["files"][0]).read_bytes())  # type: ignore[index]
+    os.utime(left, ns=(1_700_000_000_123_000_000, 1_700_000_000_123_000_000))
     r = run_cli("--store", store_dir, "verify")
     assert r.code == 0, r.err
     assert r.out.startswith("OK: ") and r.out.rstrip().endswith(", 1 stray objects"), r.out
-    assert r.err.count("\n") == 1 and r.err.startswith("stray: data/L0/0123456789abcdef"), r.err
-    report = json.loads(run_cli("--store", store_dir, "verify", "--json").out)
     key = "data/L0/0123456789abcdef0123456789abcdef.cf"
-    assert report["ok"] and report["strays"] == [{"key": key, "size": left.stat().st_size}]
+    size = left.stat().st_size
+    assert r.err.count("\n") == 1, r.err
+    assert r.err.startswith(f"stray: {key} ({size} bytes, written 2023-11-14T22:13:20Z): "), r.err
+    report = json.loads(run_cli("--store", store_dir, "verify", "--json").out)
+    stray = {"key": key, "size": size, "written_ms": 1_700_000_000_123}
+    assert report["ok"] and report["strays"] == [stray]
 
 
 def _compact_with_stderr_on(store: str, stderr: int) -> subprocess.CompletedProcess[bytes]:
