@@ -85,26 +85,30 @@ def collect_garbage(catalog: Catalog, now_ms: int, grace_ms: int = DEFAULT_GRACE
 
 
 def collect_abandoned_uploads(catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS) -> list[str]:
-    """Abort every pending multipart upload begun more than ``grace_ms`` ago (on the wall
-    clock) whose key no leased job writes; returns their keys."""
+    """Abort every pending multipart upload of a job's output begun more than ``grace_ms``
+    ago (on the wall clock) whose key no leased job writes, and every upload under
+    ``SCRATCH_PREFIX`` begun more than ``SCRATCH_MAX_AGE_MS`` ago; returns their keys."""
     now_ms = catalog.clock()
     leased_jobs = {j for j, lease in catalog.snapshot().leases.items() if lease.active(now_ms)}
     aborted: list[str] = []
     for upload in list(catalog.store.pending_uploads()):
-        if not _JOB_OUTPUT.fullmatch(upload.key):
-            continue  # not a job's output: another writer's upload, not ours to abort
-        job_id = upload.key.rpartition("/")[2].partition("-")[0]
-        if upload.initiated_ms + grace_ms > now_ms or job_id in leased_jobs:
-            continue
-        catalog.store.abort_upload(upload)
-        aborted.append(upload.key)
+        if upload.key.startswith(SCRATCH_PREFIX):
+            abandoned = upload.initiated_ms + SCRATCH_MAX_AGE_MS <= now_ms
+        elif _JOB_OUTPUT.fullmatch(upload.key):
+            job_id = upload.key.rpartition("/")[2].partition("-")[0]
+            abandoned = upload.initiated_ms + grace_ms <= now_ms and job_id not in leased_jobs
+        else:
+            continue  # another writer's upload, not ours to abort
+        if abandoned:
+            catalog.store.abort_upload(upload)
+            aborted.append(upload.key)
     return aborted
 
 
 def collect_scratch(catalog: Catalog, max_age_ms: int = SCRATCH_MAX_AGE_MS) -> list[str]:
     """Delete every object under ``SCRATCH_PREFIX`` written more than ``max_age_ms`` ago
-    and abort every upload there begun as long ago (on the catalog's clock, the wall
-    clock); returns their keys. An object whose store gives no write time stays."""
+    (on the catalog's clock, the wall clock); returns their keys. An object whose store
+    gives no write time stays. (Its uploads: ``collect_abandoned_uploads``.)"""
     store = catalog.store
     now_ms = catalog.clock()
     deleted: list[str] = []
@@ -112,10 +116,6 @@ def collect_scratch(catalog: Catalog, max_age_ms: int = SCRATCH_MAX_AGE_MS) -> l
         if info.modified_ms is not None and info.modified_ms + max_age_ms <= now_ms:
             store.delete(info.key)
             deleted.append(info.key)
-    for upload in list(store.pending_uploads()):
-        if upload.key.startswith(SCRATCH_PREFIX) and upload.initiated_ms + max_age_ms <= now_ms:
-            store.abort_upload(upload)
-            deleted.append(upload.key)
     return deleted
 
 

@@ -259,13 +259,14 @@ def test_collect_scratch_deletes_a_killed_verifys_objects_after_a_day(store: Obj
     assert [o.key for o in store.list("")] == ["data/L1/kept.cf"]
 
 
-def test_collect_scratch_aborts_a_killed_verifys_upload_after_a_day(s3_store: ObjectStore) -> None:
+def test_a_killed_verifys_upload_is_aborted_after_a_day(s3_store: ObjectStore) -> None:
     """A scratch upload left pending (a verify killed mid-output) is aborted once begun
-    more than SCRATCH_MAX_AGE_MS ago; a job's output upload under ``data/`` is not
-    scratch's to abort. (Only once begun long ago: moto dates every upload 2010, so a
-    young upload's staying is the objects' test above, through the same comparison.)"""
+    more than SCRATCH_MAX_AGE_MS ago, whatever the grace period; a job's output upload
+    under ``data/`` waits for the grace period (here, longer than any upload's age).
+    Only an upload begun long ago is shown: moto dates every upload 2010, so a young
+    one's staying is the objects' test above, through the same comparison."""
     from compactor.catalog.catalog import wall_ms
-    from compactor.catalog.garbage import SCRATCH_MAX_AGE_MS, collect_scratch
+    from compactor.catalog.garbage import SCRATCH_MAX_AGE_MS, collect_abandoned_uploads
 
     part = s3_store.part_size  # type: ignore[attr-defined]
     scratch = s3_store.open_multipart("_scratch/verify-3-0123456789ab/data/L1/a-compacted.cf")
@@ -274,7 +275,9 @@ def test_collect_scratch_aborts_a_killed_verifys_upload_after_a_day(s3_store: Ob
         upload.write(b"x" * (part + 1))  # a part sent: the upload exists
     pending = {u.key for u in s3_store.pending_uploads()}
     assert pending == {scratch.key, other.key}
-    catalog = Catalog(s3_store, clock=lambda: wall_ms() + SCRATCH_MAX_AGE_MS + 60_000)
-    assert collect_scratch(catalog) == [scratch.key]
+    later = wall_ms() + SCRATCH_MAX_AGE_MS + 60_000
+    catalog = Catalog(s3_store, clock=lambda: later)
+    aborted = collect_abandoned_uploads(catalog, grace_ms=later)
+    assert aborted == [scratch.key]
     assert [u.key for u in s3_store.pending_uploads()] == [other.key]
     other.abort()
