@@ -48,8 +48,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         for stray in report.strays:
             print(
                 f"stray: {stray.key} ({stray.size} bytes{_written(stray)}): no live file or "
-                "garbage entry "
-                "names it (an upload not committed yet, or left by a failed ingest or job)",
+                "garbage entry names it (an upload not committed yet, or left by a failed "
+                "ingest or job)",
                 file=sys.stderr,
             )
         verdict = "OK" if report.ok else f"FAILED ({len(report.problems)} problems)"

@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ._s3errors import BODY_ERRORS, error_code
+from ._s3errors import error_code
 from .base import (
     MultipartWriter,
     ObjectInfo,
@@ -104,7 +104,7 @@ class S3Store(ObjectStore):
     def get(self, key: str) -> tuple[bytes, str]:
         full = self._conn.full_key(key)
         try:
-            return self._small_get(key, Bucket=self.bucket, Key=full)
+            return self._conn.small_get(key, Bucket=self.bucket, Key=full)
         except Exception as e:
             raise self._conn.error(e, "get", key) from e
 
@@ -116,29 +116,13 @@ class S3Store(ObjectStore):
             return b""
         spec = f"bytes={start}" if start < 0 else f"bytes={start}-{end - 1}"
         try:
-            return self._small_get(key, Bucket=self.bucket, Key=full, Range=spec)[0]
+            return self._conn.small_get(key, Bucket=self.bucket, Key=full, Range=spec)[0]
         except ClientError as e:
             if error_code(e)[1] == 416:
                 return b""  # range starts past the end (or the object is empty)
             raise self._conn.error(e, "get range of", key) from e
         except Exception as e:
             raise self._conn.error(e, "get range of", key) from e
-
-    def _small_get(self, key: str, **request: Any) -> tuple[bytes, str]:
-        """One GET read whole. If the body breaks mid-way (botocore does not retry that)
-        the whole GET is repeated: the result is always one version's bytes and ETag."""
-        attempts = 3
-        for attempt in range(attempts):
-            self.gets.add(key)
-            r = self._conn.client.get_object(**request)
-            try:
-                return r["Body"].read(), r["ETag"]
-            except BODY_ERRORS:
-                if attempt == attempts - 1:
-                    raise
-            finally:
-                r["Body"].close()
-        raise AssertionError("unreachable")
 
     def open_stream(
         self, key: str, start: int = 0, *, buffer_size: int | None = None

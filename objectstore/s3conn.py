@@ -29,7 +29,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ._loop import LoopThread
-from ._s3errors import error_code, map_error, was_retried
+from ._s3errors import BODY_ERRORS, error_code, map_error, was_retried
 from .base import GetCounter, ObjectInfo, ObjectStream, PreconditionFailed, StoreError
 from .keys import check_conditions, check_key, check_prefix
 
@@ -171,16 +171,29 @@ class S3Connection:
         Read back, not judged by the ETag, which is no MD5 under SSE-KMS. One GET, only
         after a refused retry; None if the key holds anything else or the GET failed (the
         refusal then stands, as it would have without the look)."""
-        self.gets.add(key)
         try:
-            r = self.client.get_object(Bucket=self.bucket, Key=full)
-            try:
-                held: bytes = r["Body"].read()
-            finally:
-                r["Body"].close()
+            held, etag = self.small_get(key, Bucket=self.bucket, Key=full)
         except Exception:
             return None
-        return str(r["ETag"]) if held == data else None
+        return etag if held == data else None
+
+    def small_get(self, key: str, **request: Any) -> tuple[bytes, str]:
+        """One ``get_object`` of store key ``key`` (``request``: its arguments) read
+        whole, counted in ``gets``. If the body breaks mid-way (botocore does not retry
+        that) the whole GET is repeated: the result is always one version's bytes and
+        ETag."""
+        attempts = 3
+        for attempt in range(attempts):
+            self.gets.add(key)
+            r = self.client.get_object(**request)
+            try:
+                return r["Body"].read(), r["ETag"]
+            except BODY_ERRORS:
+                if attempt == attempts - 1:
+                    raise
+            finally:
+                r["Body"].close()
+        raise AssertionError("unreachable")
 
     # -- the event loop and open streams ---------------------------------------------
 
