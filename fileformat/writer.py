@@ -94,6 +94,7 @@ class _OpenSection:
         "offsets",
         "held",
         "held_weight",
+        "meta",
     )
 
     def __init__(self, topic: str, partition: int) -> None:
@@ -102,12 +103,13 @@ class _OpenSection:
         self.header_frame = encode_frame(
             TAG_SECTION_HEADER, encode_section_header(topic, partition)
         )
-        self.position: int | None = None  # set when the first batch is written
+        self.position: int | None = None  # set when its header is written
         self.stats: BatchStats | None = None
         self.index: list[tuple[int, int]] = []  # (first offset, position in the section)
         self.offsets: OffsetSetBuilder | None = None
         self.held: list[pa.RecordBatch] = []  # records kept back for a shared block
         self.held_weight = 0  # batching weight (plan_slices), what bounds a block
+        self.meta: SectionMeta | None = None  # set when its end is written
 
 
 class _Block:
@@ -211,8 +213,12 @@ class FileWriter:
     encoded on a thread of the writer's own (Arrow compresses without the GIL), up to
     ``ENCODE_AHEAD`` of each at a time, while the caller goes on producing the next ones;
     frames still reach the sink in file order, each as soon as it and those before it are
-    encoded, and ``end_section`` (of a framed section), a framed section's first batch and
-    ``finish`` wait for what is before them. The file's bytes are the same either way.
+    encoded. A framed section's end is written behind its last frame, so the caller goes
+    on to the next section while the last batches of one are encoded (waiting there for
+    them cost a job a fifth of its time on sections of a few MiB: ``bench/README.md``,
+    "A section's end behind its frames"); a block is written only after every frame before
+    it, a framed section's first batch only after every block before it, and ``finish``
+    waits for all. The file's bytes are the same either way.
     ``close`` stops the thread (``finish`` does too); a writer abandoned on an error must
     be closed. An encoding error surfaces from a later call, when the batch's or block's
     turn to be written comes, and leaves the writer unusable (the section already counts
@@ -224,8 +230,9 @@ class FileWriter:
     section 13) of at most ``block_bytes``, and the file is version 3. A section that
     grows past ``share_below`` is framed as usual, after the block it would have joined.
     The writer then holds at most one block and one small section of records.
-    ``end_section`` returns None for a section that waits in a block: its position and
-    length are the block's, listed by ``finish``.
+    ``end_section`` returns None for a section that waits in a block (its position and
+    length are the block's) or, with ``encode_ahead``, behind batches still being encoded;
+    ``finish`` lists every section.
     """
 
     def __init__(
@@ -255,10 +262,13 @@ class FileWriter:
         self._encoder = BatchEncoder(compression, min_compress_bytes)
         self._encode_ahead = encode_ahead and compression is not None
         self._executor: ThreadPoolExecutor | None = None
-        # Batches of the open section waiting for their frames to be written, in order:
-        # (first offset, largest timestamp, payload being encoded or ready). end_section
-        # drains it.
-        self._pending: deque[tuple[int, int, Pending | bytes | EncodedFrame]] = deque()
+        # Framed sections' batches and ends waiting to be written, in file order:
+        # (section, first offset, largest timestamp, payload being encoded or ready), or
+        # (section, 0, 0, None) for a section's end. All of it comes before any block in
+        # self._blocks.
+        self._pending: deque[
+            tuple[_OpenSection, int, int, Pending | bytes | EncodedFrame | None]
+        ] = deque()
         # Shared blocks closed but not yet written, in order, each with its payload being
         # encoded or ready (``_write_block``). Drained before anything else is written.
         self._blocks: deque[tuple[_Block, Pending | bytes]] = deque()
@@ -349,7 +359,7 @@ class FileWriter:
                 f"{self.object_name}: {section.topic}/{section.partition}: offset {first} "
                 f"does not follow {section.stats.last_offset}"
             )
-        if section.position is None and self._share_below:
+        if section.offsets is None and self._share_below:
             logical, weight = batching_weight(batch)
             if section.held_weight + weight < self._share_below:
                 stats = batch_stats(batch, logical)
@@ -389,12 +399,9 @@ class FileWriter:
         runs = plan_slices(batch, self._max_batch_bytes)
         if frame is not None and (len(runs) > 1 or not self.reuses(frame, *runs[0][1:])):
             frame = None
-        if section.position is None:
+        if section.offsets is None:
             self._flush_blocks(0)
-            section.position = self._position
             section.offsets = OffsetSetBuilder(int64_view(batch.column(0))[0])
-            self._emit(section.header_frame)
-        assert section.offsets is not None
         for start, length, logical in runs:
             chunk = batch if length == batch.num_rows else batch.slice(start, length)
             stats = batch_stats(chunk, logical)
@@ -405,7 +412,7 @@ class FileWriter:
             else:
                 encoded = frame
                 self.frames_reused += 1
-            self._pending.append((stats.first_offset, stats.max_timestamp, encoded))
+            self._pending.append((section, stats.first_offset, stats.max_timestamp, encoded))
             self._flush(ENCODE_AHEAD)
 
     def _encode(self, chunk: pa.RecordBatch, logical: int) -> Pending | bytes:
@@ -422,13 +429,18 @@ class FileWriter:
         return self._executor
 
     def _flush(self, in_flight: int) -> None:
-        """Writes the frames of the pending batches that are encoded, in order, first
-        waiting until at most ``in_flight`` batches are still being encoded."""
+        """Writes, in order, the frames of the pending batches that are encoded (a
+        section's header before its first) and the ends of the sections whose frames are
+        all written, first waiting until at most ``in_flight`` batches are still being
+        encoded."""
         pending = self._pending
-        section = self._open
         while pending:
-            first_offset, max_timestamp, payload = pending[0]
+            section, first_offset, max_timestamp, payload = pending[0]
             body: Payload
+            if payload is None:
+                pending.popleft()
+                self._write_end(section)
+                continue
             if isinstance(payload, EncodedFrame):
                 header = FRAME_HEADER.pack(TAG_BATCH, len(payload.payload), payload.crc)
                 body = payload.payload
@@ -442,7 +454,9 @@ class FileWriter:
                 body = payload
                 header = encode_frame_header(TAG_BATCH, body)
             pending.popleft()
-            assert section is not None and section.position is not None
+            if section.position is None:
+                section.position = self._position
+                self._emit(section.header_frame)
             relative = self._position - section.position
             section.index.append((first_offset, relative))
             if self._index is not None:
@@ -461,23 +475,32 @@ class FileWriter:
             self._executor = None
 
     def end_section(self) -> SectionMeta | None:
-        """Closes the open section and returns its metadata (None while it waits in a
-        shared block).
+        """Closes the open section and returns its metadata, or None while it waits: in a
+        shared block, or behind its batches still being encoded (written by a later call).
 
         ValueError if the section has no records; it is then dropped (nothing of it was
         written) and the writer can go on.
         """
         section = self._state(want_open=True)
         assert section is not None
-        self._flush(0)
         self._open = None
         if section.held:
             self._share(section)
             return None
-        if section.stats is None or section.position is None or section.offsets is None:
+        if section.stats is None or section.offsets is None:
             raise ValueError(
                 f"{self.object_name}: section {section.topic}/{section.partition} has no records"
             )
+        self._last_key = section_key(section.topic, section.partition)
+        self._pending.append((section, 0, 0, None))
+        self._flush(ENCODE_AHEAD)
+        return section.meta
+
+    def _write_end(self, section: _OpenSection) -> None:
+        """Writes the end of a framed section whose frames are all written: its trailer,
+        and its entries in the footer and the index."""
+        assert section.stats is not None and section.offsets is not None
+        assert section.position is not None
         offsets = section.offsets.build()
         trailer = encode_frame(TAG_TRAILER, encode_trailer(section.stats, section.index, offsets))
         self._emit(trailer)
@@ -492,8 +515,7 @@ class FileWriter:
         )
         self._sections.append(meta)
         self._footer.append(encode_footer_entry(meta, encode_topic(meta.topic)))
-        self._last_key = section_key(section.topic, section.partition)
-        return meta
+        section.meta = meta
 
     def _share(self, section: _OpenSection) -> None:
         """Adds a closed small section to the open block, writing the block first if the
@@ -598,6 +620,7 @@ class FileWriter:
                 if ready is None:
                     return
                 payload = ready
+            self._flush(0)  # the frames before it
             blocks.popleft()
             self._emit_block(block, payload)
 
@@ -627,6 +650,7 @@ class FileWriter:
     def finish(self) -> FileMeta:
         """Writes the footer and tail; returns what the footer says. The sink is not closed."""
         self._state(want_open=False)
+        self._flush(0)
         self._write_block()
         self._flush_blocks(0)
         self.close()

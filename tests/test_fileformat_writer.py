@@ -24,6 +24,7 @@ from compactor.fileformat import (
     records_to_batch,
     verify_stream,
 )
+from compactor.fileformat.framing import TAG_TRAILER
 
 
 def batch(*offsets: int, value: bytes = b"v") -> pa.RecordBatch:
@@ -302,10 +303,13 @@ class _CountingSink(io.BytesIO):
         return n
 
 
+@pytest.mark.parametrize("share_below", [0, 4 << 10])
 @pytest.mark.parametrize("seed", range(6))
-def test_encoding_ahead_writes_the_same_bytes(seed: int) -> None:
+def test_encoding_ahead_writes_the_same_bytes(seed: int, share_below: int) -> None:
     """Batches encoded on the writer's thread (big ones) and inline (small ones), mixed in
-    one section and across sections, give the same file, written in the same pieces."""
+    one section and across sections, give the same file, written in the same pieces; with
+    ``share_below``, small sections' blocks come after the framed sections' ends that
+    wait behind the encoder."""
     rnd = random.Random(seed)
     sections = []
     for p in range(rnd.randrange(1, 5)):
@@ -320,7 +324,9 @@ def test_encoding_ahead_writes_the_same_bytes(seed: int) -> None:
     outputs = []
     for ahead in (False, True):
         sink = _CountingSink()
-        writer = FileWriter(sink, max_batch_bytes=max_batch_bytes, encode_ahead=ahead)
+        writer = FileWriter(
+            sink, max_batch_bytes=max_batch_bytes, encode_ahead=ahead, share_below=share_below
+        )
         for topic, partition, batches in sections:
             writer.write_section(topic, partition, batches)
         outputs.append((writer.finish(), sink.getvalue(), sink.sizes))
@@ -329,6 +335,35 @@ def test_encoding_ahead_writes_the_same_bytes(seed: int) -> None:
     assert meta_ahead == meta
     assert sizes_ahead == sizes
     verify_stream(io.BytesIO(data_ahead), object_name="f", size=len(data_ahead))
+
+
+def test_a_sections_end_waits_behind_its_batches_being_encoded() -> None:
+    """``end_section`` does not wait for the encoder: the section's trailer is written
+    behind its last frame, by a later call, while the caller goes on to the next
+    section; ``finish`` lists both, and the file is the one a writer without
+    ``encode_ahead`` writes."""
+    rnd = random.Random(7)
+    big = [
+        batch(*range(i * 4000, (i + 1) * 4000), value=rnd.randbytes(200).hex().encode())
+        for i in range(6)
+    ]
+    outputs = []
+    for ahead in (False, True):
+        sink = io.BytesIO()
+        writer = FileWriter(sink, max_batch_bytes=1 << 20, encode_ahead=ahead)
+        first = writer.write_section("t", 0, big)
+        if ahead:
+            assert first is None  # six batches of about 1.6 MiB each: not encoded yet
+            assert TAG_TRAILER not in sink.getvalue()
+        else:
+            assert first is not None and first.record_count == 24_000
+        second = writer.write_section("t", 1, [batch(0, 1, 2)])  # encoded inline: small
+        assert (second is None) == ahead
+        meta = writer.finish()
+        assert [(s.partition, s.record_count) for s in meta.sections] == [(0, 24_000), (1, 3)]
+        outputs.append((meta, sink.getvalue()))
+    assert outputs[0] == outputs[1]
+    verify_stream(io.BytesIO(outputs[1][1]), object_name="f", size=len(outputs[1][1]))
 
 
 def encoding_threads() -> list[str]:

@@ -361,3 +361,30 @@ def test_a_helper_that_read_s3_exits_without_a_word(s3_url: S3Url, s3_store: S3S
     assert worker.returncode == 0, worker.stderr
     assert worker.stdout == "process [2, 2, 2]\n"
     assert worker.stderr == ""
+
+
+def test_a_window_of_100000_winners_fits_in_the_pipe_from_the_helper() -> None:
+    """The helper hands over a keep-set without waiting for phase 2 to read it: the pipe
+    from a helper holds ``OUTBOX_PIPE_BYTES`` (Linux's default, 64 KiB, blocked the
+    helper from about 8,000 winners on, until phase 2 had finished the window before)."""
+    import fcntl
+
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    wanted = min(helper_pool.OUTBOX_PIPE_BYTES, limit)
+    helper = helper_pool.Helper()
+    try:
+        assert fcntl.fcntl(helper.outbox.fileno(), fcntl.F_GETPIPE_SZ) >= wanted
+    finally:
+        helper.kill()
+    keep = KeepSet(pa.array(range(0, 200_000, 2), pa.int64()))
+    message = pickle.dumps(keep, protocol=pickle.HIGHEST_PROTOCOL)
+    assert 64 << 10 < len(message) <= wanted
+    r, w = os.pipe()
+    try:
+        assert helper_pool.widen_pipe(w) >= wanted
+        os.set_blocking(w, False)
+        assert os.write(w, message) == len(message)  # all of it, with nobody reading
+        assert pickle.loads(os.read(r, len(message) + 1)).bits(pa.array([2, 3], pa.int64())) == 1
+    finally:
+        os.close(r)
+        os.close(w)
