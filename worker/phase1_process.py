@@ -24,7 +24,9 @@ own.
 
 Bounds: the same as a thread's. At most ``MAX_KEEP_SETS`` keep-sets are out at a time
 (the helper waits for the job's process to release one before it takes out a third), and
-a pipe holds at most one item in flight beyond what the job's process has read.
+the pipe from the helper holds up to ``helper_pool.OUTBOX_PIPE_BYTES`` unread, so the
+helper sends a window's keep-set and goes on to the next window without waiting for the
+job's process to read it.
 
 Failure: whatever phase 1 raises in the helper (FormatError, StoreError, WorkerError) is
 pickled and raised on the job's thread when phase 2 gets there, as from a thread; an
