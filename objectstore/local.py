@@ -69,6 +69,15 @@ def _etag(st: os.stat_result) -> str:
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
+def _mtime_ms(st: os.stat_result) -> int:
+    """A file's write time in milliseconds since the epoch."""
+    return st.st_mtime_ns // 1_000_000
+
+
+def _info(key: str, st: os.stat_result) -> ObjectInfo:
+    return ObjectInfo(key, st.st_size, _etag(st), _mtime_ms(st))
+
+
 class LocalStore(ObjectStore):
     def __init__(self, root: Path | str = DEFAULT_ROOT) -> None:
         self.root = Path(root).absolute()
@@ -168,7 +177,7 @@ class LocalStore(ObjectStore):
             st = os.stat(self._path(key))
         except OSError as e:
             raise self._error("stat", key, e) from e
-        return ObjectInfo(key, st.st_size, _etag(st), st.st_mtime_ns // 1_000_000)
+        return _info(key, st)
 
     def get(self, key: str) -> tuple[bytes, str]:
         path = self._path(key)
@@ -273,7 +282,7 @@ class LocalStore(ObjectStore):
                 continue  # deleted since the walk
             except OSError as e:
                 raise self._error("stat", key, e) from e
-            yield ObjectInfo(key, st.st_size, _etag(st), st.st_mtime_ns // 1_000_000)
+            yield _info(key, st)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -312,7 +321,7 @@ class LocalStore(ObjectStore):
             except FileNotFoundError:
                 continue  # completed or aborted meanwhile
             key = name[len(_UPLOAD_PREFIX) : name.rindex(".")]
-            yield PendingUpload(key, str(self._tmp / name), st.st_mtime_ns // 1_000_000)
+            yield PendingUpload(key, str(self._tmp / name), _mtime_ms(st))
 
     def abort_upload(self, upload: PendingUpload) -> None:
         _unlink_quietly(upload.upload_id)

@@ -57,7 +57,8 @@ winners; MAX_KEEP_SETS still bounds how many a job holds."""
 
 def widen_pipe(fd: int, size: int = OUTBOX_PIPE_BYTES) -> int:
     """Asks for a pipe of ``size`` bytes; returns the size it has (as it was where the
-    system refuses: not Linux, or a lower ``/proc/sys/fs/pipe-max-size``)."""
+    system refuses, e.g. a lower ``/proc/sys/fs/pipe-max-size``), or 0 where pipes cannot
+    be sized (not Linux)."""
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
     getsize = getattr(fcntl, "F_GETPIPE_SZ", None)
     if setsize is None or getsize is None:
