@@ -1,8 +1,9 @@
 """Declares the compiled parts; everything else is in pyproject.toml.
 
-``compactor.fileformat._sections`` (a shared block's per-section figures) and
-``compactor.objectstore._filemap`` (read-only maps of a local file's byte ranges) are
-plain C against the CPython API, as is the key-buffer kernel below.
+``compactor.fileformat._sections`` (a shared block's per-section figures),
+``compactor.objectstore._filemap`` (read-only maps of a local file's byte ranges) and
+``compactor.fileformat._rows`` (rows picked out of a column's chunks) are plain C against
+the CPython API, as is the key-buffer kernel below.
 
 ``compactor.fileformat._encoder`` (a writer's batches encoded on a thread without the GIL)
 is C++ against the Arrow C++ library that pyarrow ships, its headers and its
@@ -159,6 +160,11 @@ setup(
         Extension(
             SECTIONS,
             sources=["fileformat/_sections.c"],
+            extra_compile_args=C_FLAGS,
+        ),
+        Extension(
+            "compactor.fileformat._rows",
+            sources=["fileformat/_rows.c"],
             extra_compile_args=C_FLAGS,
         ),
         _arrow_encoder(),

@@ -54,11 +54,18 @@ def bitmap_bits(buf: pa.Buffer, offset: int, n: int) -> int:
     return (raw >> shift) & ((1 << n) - 1)
 
 
-def validity_bits(arr: pa.Array) -> int:
-    """Which slots of ``arr`` are not null, as an int (bit i: slot i)."""
+def validity_bits(arr: pa.Array | pa.ChunkedArray) -> int:
+    """Which slots of ``arr`` (or of a table's column) are not null, as an int (bit i:
+    slot i)."""
     n = len(arr)
     if not arr.null_count:
         return (1 << n) - 1
+    if isinstance(arr, pa.ChunkedArray):
+        bits = shift = 0
+        for chunk in arr.chunks:
+            bits |= validity_bits(chunk) << shift
+            shift += len(chunk)
+        return bits
     validity = arr.buffers()[0]
     if validity is None:  # a null-typed array: every slot null
         return 0
@@ -108,7 +115,16 @@ _NOT_HEADERS = [i for i in range(len(RECORD_SCHEMA)) if i != _HEADERS]
 _no_headers: list[pa.Array] = []
 
 
-def _empty_headers(n: int) -> pa.Array:
+def has_headers(headers: pa.Array) -> bool:
+    """Whether any record of a headers column has a header (or, against the schema, a
+    null headers list)."""
+    if headers.null_count or len(headers) == 0:
+        return bool(headers.null_count)
+    offsets = _offsets_view(headers)
+    return offsets[-1] != offsets[0]
+
+
+def empty_headers(n: int) -> pa.Array:
     """A headers column of ``n`` empty lists (a slice of a cached one)."""
     if not _no_headers or len(_no_headers[0]) < n:
         size = max(n, 1024)
@@ -139,10 +155,10 @@ def _picked(
     column is not picked from but replaced by as many empty lists: picking from a list of
     structs costs as much as all the other columns together."""
     headers = batch.column(_HEADERS)
-    if headers.null_count or _header_items(headers) is not None:
+    if has_headers(headers):
         return pick(batch)
     out = pick(batch.select(_NOT_HEADERS))
-    return out.add_column(_HEADERS, RECORD_SCHEMA.field(_HEADERS), _empty_headers(out.num_rows))
+    return out.add_column(_HEADERS, RECORD_SCHEMA.field(_HEADERS), empty_headers(out.num_rows))
 
 
 def batch_problem(batch: pa.RecordBatch, ordered: bool = True) -> str | None:

@@ -29,23 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import pyarrow as pa
 
 from compactor.fileformat import RECORD_SCHEMA, compute
-from compactor.fileformat.batches import (
-    filter_batch,
-    int64_view,
-    strictly_increasing,
-    validity_bits,
-)
+from compactor.fileformat.batches import int64_view, strictly_increasing, validity_bits
+from compactor.fileformat.picked import Records, joined, picked, whole
 from compactor.worker.errors import PhaseMismatch
 from compactor.worker.kernel import member_bits
 from compactor.worker.masks import at_most, bool_array
 from compactor.worker.policy import PartitionPolicy, Rank, record_rank
 from compactor.worker.stats import CompactionStats
 
+_R = TypeVar("_R", pa.RecordBatch, pa.Table)
 _HORIZON = RECORD_SCHEMA.get_field_index("delete_horizon")
 _HORIZON_FIELD = RECORD_SCHEMA.field(_HORIZON)
 
@@ -183,11 +180,11 @@ class _YoungKeys:
 class _Phase2Cursor:
     """Hands out the phase-2 pointer's records in runs of exactly n."""
 
-    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+    def __init__(self, batches: Iterable[Records]) -> None:
         self._batches = iter(batches)
-        self._pending: pa.RecordBatch | None = None
+        self._pending: Records | None = None
 
-    def take(self, n: int) -> Iterator[pa.RecordBatch]:
+    def take(self, n: int) -> Iterator[Records]:
         while n > 0:
             if self._pending is None or self._pending.num_rows == 0:
                 try:
@@ -210,15 +207,13 @@ class _Phase2Cursor:
                 raise PhaseMismatch("phase 2's pointer holds records phase 1's never saw")
 
 
-def copy_partition(
-    phase2: Iterable[pa.RecordBatch], stats: CompactionStats
-) -> Iterator[pa.RecordBatch]:
+def copy_partition(phase2: Iterable[Records], stats: CompactionStats) -> Iterator[pa.RecordBatch]:
     """No deduplication (L0 -> L1, non-compacted topics): every record goes through.
     The phase-1 pointer only skips past the partition (the caller does that)."""
-    for batch in phase2:
-        stats.records_in += batch.num_rows
-        stats.null_keys += batch.column("key").null_count
-        yield batch
+    for records in phase2:
+        stats.records_in += records.num_rows
+        stats.null_keys += records.column("key").null_count
+        yield joined(records)
 
 
 class KeepSet:
@@ -309,7 +304,7 @@ def phase1_windows(
 
 
 def phase2_windows(
-    phase2: Iterable[pa.RecordBatch],
+    phase2: Iterable[Records],
     windows: Iterable[Window],
     policy: PartitionPolicy,
     stats: CompactionStats,
@@ -331,9 +326,10 @@ def phase2_windows(
 
 
 def _spare_outranking(
-    batch: pa.RecordBatch, gone: int, policy: PartitionPolicy, young: _YoungKeys
+    records: Records, gone: int, policy: PartitionPolicy, young: _YoungKeys
 ) -> int:
     """``gone`` (a bit mask) less the tombstones that outrank a young record of their key."""
+    batch = joined(records)  # rare: a droppable tombstone while a key is too young
     n = batch.num_rows
     mask = bool_array(gone, n)
     keys = compute.filter(batch.column("key"), mask).to_pylist()
@@ -345,12 +341,14 @@ def _spare_outranking(
 
 
 def _survivors(
-    batch: pa.RecordBatch,
+    batch: Records,
     window: Window,
     policy: PartitionPolicy,
     stats: CompactionStats,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``batch`` that survive the window (masks: ``worker.masks``)."""
+    """The records of ``batch`` (or of a table of gathered batches) that survive the
+    window (masks: ``worker.masks``), as one batch: a batch that keeps every record as
+    it is, else only the survivors copied (``picked``)."""
     n = batch.num_rows
     stats.records_in += n
     if not n:
@@ -358,7 +356,7 @@ def _survivors(
     full = (1 << n) - 1
     eligible = validity_bits(batch.column("key"))
     if policy.lag_cutoff_ms is not None:
-        eligible &= at_most(batch.column("timestamp"), policy.lag_cutoff_ms)
+        eligible &= at_most(whole(batch.column("timestamp")), policy.lag_cutoff_ms)
     droppable = full if policy.tombstones_droppable else 0
     young = window.young
 
@@ -369,7 +367,7 @@ def _survivors(
         batch,
         Verdict(
             eligible=eligible,
-            won=eligible & window.keep.bits(batch.column("offset")),
+            won=eligible & window.keep.bits(whole(batch.column("offset"))),
             droppable=droppable,
             may_drop=droppable if window.may_drop_tombstones else 0,
         ),
@@ -378,10 +376,10 @@ def _survivors(
         stats,
         spare,
     )
-    if keep == full:
+    if keep == full and isinstance(kept, pa.RecordBatch):
         yield kept
     elif keep:
-        yield filter_batch(kept, bool_array(keep, n))
+        yield picked(kept, keep, keep.bit_count())
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,13 +399,13 @@ class Verdict:
 
 
 def decide(
-    batch: pa.RecordBatch,
+    batch: _R,
     verdict: Verdict,
     horizon: Callable[[], pa.Scalar | pa.Array],
     now_ms: int,
     stats: CompactionStats,
     spare: Callable[[int], int] = lambda gone: gone,
-) -> tuple[pa.RecordBatch, int]:
+) -> tuple[_R, int]:
     """Which records of ``batch`` survive: those not eligible, and the winners, less the
     winning tombstones past their horizon that may go (less what ``spare`` keeps of those:
     tombstones that outrank a record too young to compact). Returns the batch, with a new
@@ -424,7 +422,7 @@ def decide(
     stats.dropped_superseded += n - keep.bit_count()
     tombstone = full & ~validity_bits(values)
     stats.tombstones_removed += (tombstone & ~keep).bit_count()
-    horizons = batch.column(_HORIZON)
+    horizons = whole(batch.column(_HORIZON))
     winning_tombstone = won & tombstone
     past = tombstone & keep & verdict.droppable
     if past:

@@ -41,7 +41,13 @@ from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.collector import rare_collections
 from compactor.worker.errors import PhaseMismatch
-from compactor.worker.gather import GroupRows, gathered, section_batches, weighed
+from compactor.worker.gather import (
+    GroupRows,
+    gathered,
+    gathered_tables,
+    section_batches,
+    weighed,
+)
 from compactor.worker.group import Group, group_survivors
 from compactor.worker.helper_pool import usable_cpus
 from compactor.worker.kernel import KeyBuffer
@@ -501,7 +507,7 @@ def _run_partition(
     """One partition: its survivors (or, without deduplication, all its records) from the
     phase-2 pointer's sections, written to the partition's output group."""
     sections2 = phase2.take(part.topic, part.partition)
-    batches = gathered(section_batches(sections2), as_read=output.writes_as_read)
+    batches = gathered_tables(section_batches(sections2), as_read=output.writes_as_read)
     if part.policy.deduplicate:
         survivors = phase2_windows(batches, phase1.windows(), part.policy, stats)
     else:
