@@ -108,8 +108,8 @@ static Chunk *parse_chunks(PyObject *seq, Py_ssize_t width, int binary, Py_ssize
                             : PyArg_ParseTuple(item, "nnOO", &c->length, &c->slot, &validity,
                                                &data);
         if (!parsed) goto fail;
-        if (c->length < 0 || c->slot < 0 || c->length > PY_SSIZE_T_MAX / 16 ||
-            c->slot > PY_SSIZE_T_MAX / 16 || *total > PY_SSIZE_T_MAX / 4 - c->length) {
+        if (c->length < 0 || c->slot < 0 || c->length > PY_SSIZE_T_MAX / 64 ||
+            c->slot > PY_SSIZE_T_MAX / 64 || *total > PY_SSIZE_T_MAX / 4 - c->length) {
             PyErr_Format(PyExc_ValueError, "chunk %zd's length or slot is out of range", i);
             goto fail;
         }
@@ -136,25 +136,43 @@ fail:
     return NULL;
 }
 
-/* The mask as a buffer of the chunks' `total` rows, with exactly `rows` bits set. */
-static int parse_mask(PyObject *obj, Py_buffer *mask, Py_ssize_t total, Py_ssize_t rows) {
-    if (PyObject_GetBuffer(obj, mask, PyBUF_SIMPLE) < 0) return -1;
-    if (mask->len < (total + 7) / 8) {
-        PyErr_Format(PyExc_ValueError, "the mask holds %zd bytes, %zd rows need %zd", mask->len,
-                     total, (total + 7) / 8);
-        PyBuffer_Release(mask);
-        return -1;
+/* A private copy of the mask of the chunks' `total` rows, checked to set exactly `rows`
+ * bits (a copy: the passes trust that count without the GIL, while the caller's buffer
+ * could change); its bits past `total` cleared. NULL on error (PyMem_Free it after). */
+static uint8_t *parse_mask(PyObject *obj, Py_ssize_t total, Py_ssize_t rows) {
+    Py_buffer view;
+    Py_ssize_t bytes = (total + 7) / 8;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (view.len < bytes) {
+        PyErr_Format(PyExc_ValueError, "the mask holds %zd bytes, %zd rows need %zd", view.len,
+                     total, bytes);
+        PyBuffer_Release(&view);
+        return NULL;
     }
-    const uint8_t *m = mask->buf;
-    Py_ssize_t set = 0, whole = total / 8;
-    for (Py_ssize_t i = 0; i < whole; i++) set += __builtin_popcount(m[i]);
-    if (total & 7) set += __builtin_popcount(m[whole] & ((1u << (total & 7)) - 1));
+    uint8_t *m = PyMem_Malloc(bytes ? (size_t)bytes : 1);
+    if (m == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(m, view.buf, (size_t)bytes);
+    PyBuffer_Release(&view);
+    if (total & 7) m[bytes - 1] &= (uint8_t)((1u << (total & 7)) - 1);
+    Py_ssize_t set = 0;
+    for (Py_ssize_t i = 0; i < bytes; i++) set += __builtin_popcount(m[i]);
     if (set != rows) {
         PyErr_Format(PyExc_ValueError, "the mask picks %zd of %zd rows, not %zd", set, total, rows);
-        PyBuffer_Release(mask);
-        return -1;
+        PyMem_Free(m);
+        return NULL;
     }
-    return 0;
+    return m;
+}
+
+/* An int32 offset, wherever its buffer starts (a memoryview need not be aligned). */
+static inline int32_t offset_at(const void *offsets, Py_ssize_t i) {
+    int32_t v;
+    memcpy(&v, (const uint8_t *)offsets + 4 * i, 4);
+    return v;
 }
 
 /* The validity of the picked rows into `out` (zeroed, `rows` bits); their nulls. */
@@ -207,7 +225,6 @@ PyDoc_STRVAR(pick_fixed_doc,
 static PyObject *pick_fixed(PyObject *self, PyObject *args) {
     PyObject *mask_obj, *chunks_obj, *data = NULL, *validity = NULL, *out = NULL;
     Py_ssize_t rows, width, n, total;
-    Py_buffer mask;
     (void)self;
     if (!PyArg_ParseTuple(args, "OnnO", &mask_obj, &rows, &width, &chunks_obj)) return NULL;
     if (width < 1 || width > 16 || rows < 0) {
@@ -216,11 +233,11 @@ static PyObject *pick_fixed(PyObject *self, PyObject *args) {
     }
     Chunk *chunks = parse_chunks(chunks_obj, width, 0, &n, &total);
     if (chunks == NULL) return NULL;
-    if (parse_mask(mask_obj, &mask, total, rows) < 0) {
+    uint8_t *m = parse_mask(mask_obj, total, rows);
+    if (m == NULL) {
         release_chunks(chunks, n);
         return NULL;
     }
-    const uint8_t *m = mask.buf;
     data = PyBytes_FromStringAndSize(NULL, rows * width);
     if (data == NULL) goto done;
     uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(data);
@@ -251,7 +268,7 @@ static PyObject *pick_fixed(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(data);
     Py_XDECREF(validity);
-    PyBuffer_Release(&mask);
+    PyMem_Free(m);
     release_chunks(chunks, n);
     return out;
 }
@@ -260,8 +277,8 @@ PyDoc_STRVAR(pick_binary_doc,
 "pick_binary(mask, rows, chunks) -> (offsets, data, validity, nulls)\n\n"
 "The `rows` rows that `mask` picks of a binary column (int32 offsets) given as `chunks`\n"
 "of (length, slot, validity, offsets, data): new int32 offsets from 0 (`rows` + 1 of\n"
-"them), the picked values' bytes one after another (a null row's bytes as its chunk\n"
-"holds them, usually none), and their validity bitmap (None when none of them is null)\n"
+"them), the picked values' bytes one after another (none for a null row), and their\n"
+"validity bitmap (None when none of them is null)\n"
 "and null count. ValueError for a short buffer, a picked row's offsets outside its\n"
 "data, a mask that picks other than `rows` rows, or picked bytes beyond int32 offsets.");
 
@@ -269,7 +286,6 @@ static PyObject *pick_binary(PyObject *self, PyObject *args) {
     PyObject *mask_obj, *chunks_obj, *offsets = NULL, *data = NULL, *validity = NULL,
                                       *out = NULL;
     Py_ssize_t rows, n, total;
-    Py_buffer mask;
     (void)self;
     if (!PyArg_ParseTuple(args, "OnO", &mask_obj, &rows, &chunks_obj)) return NULL;
     if (rows < 0 || rows > INT32_MAX) {
@@ -278,11 +294,11 @@ static PyObject *pick_binary(PyObject *self, PyObject *args) {
     }
     Chunk *chunks = parse_chunks(chunks_obj, 0, 1, &n, &total);
     if (chunks == NULL) return NULL;
-    if (parse_mask(mask_obj, &mask, total, rows) < 0) {
+    uint8_t *m = parse_mask(mask_obj, total, rows);
+    if (m == NULL) {
         release_chunks(chunks, n);
         return NULL;
     }
-    const uint8_t *m = mask.buf;
     offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1));
     if (offsets == NULL) goto done;
     int32_t *o = (int32_t *)PyBytes_AS_STRING(offsets);
@@ -293,13 +309,16 @@ static PyObject *pick_binary(PyObject *self, PyObject *args) {
     o[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const Chunk *c = &chunks[i];
-        const int32_t *co = (const int32_t *)c->offsets.buf + c->slot;
         int64_t limit = c->data.len, wrong = 0;
+        const uint8_t *valid = c->has_validity ? c->validity.buf : NULL;
         FOR_EACH_PICKED(m, row, c->length, r, {
-            int64_t start = co[r], end = co[r + 1];
+            int64_t start = offset_at(c->offsets.buf, c->slot + r);
+            int64_t end = offset_at(c->offsets.buf, c->slot + r + 1);
             int64_t off = (start < 0) | (end < start) | (end > limit);
+            int64_t null = valid != NULL && !bit_set(valid, c->slot + r);
             wrong |= off;
-            size += (end - start) & (off - 1); /* nothing for a wrong row: it fails below */
+            /* nothing for a wrong row (it fails below) or a null one (no bytes, as Arrow) */
+            size += (end - start) & ((off | null) - 1);
             o[++at] = (int32_t)size;
         })
         row += c->length;
@@ -324,20 +343,31 @@ static PyObject *pick_binary(PyObject *self, PyObject *args) {
     data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (data == NULL) goto done;
     uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(data);
+    /* Second pass: the bytes, each value's length and place taken from the offsets just
+       made (they alone say where the output's bytes go), its start checked again. */
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     row = 0;
+    at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const Chunk *c = &chunks[i];
-        const int32_t *co = (const int32_t *)c->offsets.buf + c->slot;
         const uint8_t *src = c->data.buf;
+        int64_t limit = c->data.len;
         FOR_EACH_PICKED(m, row, c->length, r, {
-            size_t len = (size_t)(co[r + 1] - co[r]);
-            memcpy(dst, src + co[r], len);
-            dst += len;
+            int64_t start = offset_at(c->offsets.buf, c->slot + r), len = (int64_t)o[at + 1] - o[at];
+            if (start < 0 || start > limit - len)
+                changed = 1;
+            else
+                memcpy(dst + o[at], src + start, (size_t)len);
+            at++;
         })
         row += c->length;
     }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_ValueError, "a chunk's offsets changed while its rows were picked");
+        goto done;
+    }
     validity = validity_of(chunks, n, m, rows);
     if (validity == NULL) goto done;
     out = Py_BuildValue("(OOOO)", offsets, data, PyTuple_GET_ITEM(validity, 0),
@@ -347,7 +377,7 @@ done:
     Py_XDECREF(offsets);
     Py_XDECREF(data);
     Py_XDECREF(validity);
-    PyBuffer_Release(&mask);
+    PyMem_Free(m);
     release_chunks(chunks, n);
     return out;
 }

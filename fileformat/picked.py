@@ -82,9 +82,10 @@ def picked(records: Records, keep: int, rows: int) -> pa.RecordBatch:
 
 
 def _any_headers(column: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether any record of a headers column has a header: a chunk whose list items are
-    none at all has none (cheaper to ask than its offsets)."""
-    return any(len(c.values) and has_headers(c) for c in _chunks(column))
+    """Whether any record of a headers column has a header (or a null list, against the
+    schema: Arrow's path keeps it): a chunk whose list items are none at all has none
+    (cheaper to ask than its offsets)."""
+    return any(c.null_count or (len(c.values) and has_headers(c)) for c in _chunks(column))
 
 
 def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:

@@ -3,6 +3,8 @@ filter of their concatenation, whatever the chunks look like; bad input is refus
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -13,19 +15,26 @@ from compactor.fileformat.batches import concat, filter_batch
 from compactor.fileformat.picked import picked
 from compactor.worker.masks import bool_array
 
-_binary = st.one_of(st.none(), st.binary(max_size=12))
-_records = st.lists(
-    st.tuples(
-        _binary,
-        _binary,
-        st.one_of(st.none(), st.integers(-(2**62), 2**62)),
-        st.lists(st.tuples(st.text(max_size=3), _binary), max_size=2),
-    ),
-    max_size=12,
-)
-
-
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]]]
+
+
+def _rows_of(n: int, seed: int, headers: bool) -> list[Row]:
+    """``n`` records of keys and values of up to 12 bytes, about a fifth of each null, and
+    (if ``headers``) a header on about one in ten."""
+    rng = random.Random(seed)
+
+    def binary() -> bytes | None:
+        return None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 12))
+
+    return [
+        (
+            binary(),
+            binary(),
+            None if rng.random() < 0.5 else rng.randint(-(2**62), 2**62),
+            [("h", binary())] if headers and rng.random() < 0.1 else [],
+        )
+        for _ in range(n)
+    ]
 
 
 def _batch(rows: list[Row], first: int) -> pa.RecordBatch:
@@ -39,26 +48,36 @@ def _batch(rows: list[Row], first: int) -> pa.RecordBatch:
 
 @st.composite
 def runs(draw: st.DrawFn) -> tuple[list[pa.RecordBatch], int]:
-    """Batches as a gathered run holds them (some sliced, some empty), and a mask."""
+    """Batches as a gathered run holds them (up to 150 records, some sliced anywhere,
+    some empty; headers in few runs), and a mask of them."""
+    headers = draw(st.integers(0, 9)) == 0
     batches = []
-    for n, rows in enumerate(draw(st.lists(_records, min_size=1, max_size=5))):
-        batch = _batch(rows, 100 * n)
-        if batch.num_rows and draw(st.booleans()):
-            start = draw(st.integers(0, batch.num_rows))
-            batch = batch.slice(start, draw(st.integers(0, batch.num_rows - start)))
+    for n in range(draw(st.integers(1, 5))):
+        size = draw(st.integers(0, 150))
+        batch = _batch(_rows_of(size, draw(st.integers(0, 2**32)), headers), 1000 * n)
+        if size and draw(st.booleans()):
+            start = draw(st.integers(0, size))
+            batch = batch.slice(start, draw(st.integers(0, size - start)))
         batches.append(batch)
     total = sum(b.num_rows for b in batches)
-    return batches, draw(st.integers(0, (1 << total) - 1))
+    density = draw(st.sampled_from([0.0, 0.05, 0.35, 0.9, 1.0]))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    return batches, sum(1 << i for i in range(total) if rng.random() < density)
 
 
 @settings(max_examples=300, deadline=None)
-@given(runs(), st.booleans())
+@given(runs(), st.booleans(), st.booleans())
 def test_picked_rows_are_arrows_filter_of_the_concatenation(
-    run: tuple[list[pa.RecordBatch], int], as_table: bool
+    run: tuple[list[pa.RecordBatch], int], as_table: bool, uneven: bool
 ) -> None:
     batches, keep = run
     whole = concat(batches)
-    records = pa.Table.from_batches(batches, schema=RECORD_SCHEMA) if as_table else whole
+    records: pa.RecordBatch | pa.Table = whole
+    if as_table:
+        records = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+        if uneven:  # as decide leaves a table whose horizons it stamped: one chunk
+            horizons = records.column("delete_horizon").combine_chunks()
+            records = records.set_column(5, RECORD_SCHEMA.field(5), horizons)
     out = picked(records, keep, keep.bit_count())
     out.validate(full=True)
     assert out.schema == RECORD_SCHEMA
@@ -66,6 +85,8 @@ def test_picked_rows_are_arrows_filter_of_the_concatenation(
     assert out.to_pylist() == expected.to_pylist()
     for name in ("key", "value", "delete_horizon"):
         assert out.column(name).null_count == expected.column(name).null_count
+    for name in ("key", "value"):  # no bytes for a null value, as Arrow's filter
+        assert out.column(name).buffers()[2].size == expected.column(name).buffers()[2].size
 
 
 def test_picked_values_are_new_buffers_of_only_the_survivors() -> None:
@@ -101,3 +122,23 @@ def test_short_buffers_and_offsets_outside_the_data_are_refused() -> None:
         _rows.pick_fixed(b"", 0, 8, [(1, 0, None, bytes(8))])
     # Only the picked row is read: an unpicked row's wrong offsets are not looked at.
     assert _rows.pick_binary(b"\x01", 1, [(2, 0, None, offsets, b"abcd")])[1] == b"abcd"
+
+
+def test_a_null_headers_list_is_kept_as_arrow_keeps_it() -> None:
+    batch = _batch([(b"k", b"v", None, [])] * 3, 0)
+    headers = pa.array([[], None, []], RECORD_SCHEMA.field("headers").type)
+    batch = batch.set_column(4, pa.field("headers", headers.type), headers)
+    assert picked(batch, 0b110, 2).column("headers").to_pylist() == [None, []]
+
+
+def test_a_short_validity_bitmap_is_refused() -> None:
+    with pytest.raises(ValueError, match="chunk 0's validity holds 1 bytes, 2 needed"):
+        _rows.pick_fixed(b"\x01\x00", 1, 8, [(9, 0, b"\xff", bytes(72))])
+
+
+def test_picked_values_beyond_int32_offsets_are_refused_before_any_copy() -> None:
+    data = bytes(1 << 20)
+    offsets = pa.array([0, 1 << 20], pa.int32()).buffers()[1]
+    chunks = [(1, 0, None, offsets, data)] * 2100  # 2,100 MiB picked, one buffer shared
+    with pytest.raises(OverflowError, match="more than 2 GiB"):
+        _rows.pick_binary(b"\xff" * 263, 2100, chunks)
