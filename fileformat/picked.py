@@ -25,18 +25,12 @@ _FIXED = {"offset", "timestamp", "delete_horizon"}
 _BINARY = {"key", "value"}
 
 
-def batches_of(records: Records) -> list[pa.RecordBatch]:
-    """A batch as itself, a table as its non-empty batches."""
-    if isinstance(records, pa.RecordBatch):
-        return [records]
-    return [b for b in records.to_batches() if b.num_rows]
-
-
 def joined(records: Records) -> pa.RecordBatch:
-    """The records as one batch (a batch itself, uncopied)."""
+    """The records as one batch (a batch, or a table of one non-empty batch, uncopied)."""
     if isinstance(records, pa.RecordBatch):
         return records
-    return concat(batches_of(records) or [pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)])
+    batches = [b for b in records.to_batches() if b.num_rows]
+    return concat(batches or [pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)])
 
 
 def whole(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -422,12 +422,13 @@ def decide(
     stats.dropped_superseded += n - keep.bit_count()
     tombstone = full & ~validity_bits(values)
     stats.tombstones_removed += (tombstone & ~keep).bit_count()
-    horizons = whole(batch.column(_HORIZON))
+    horizons = batch.column(_HORIZON)  # a table's chunks joined only where compared
     winning_tombstone = won & tombstone
     past = tombstone & keep & verdict.droppable
     if past:
         past &= validity_bits(horizons)
         if past:
+            horizons = whole(horizons)
             past &= at_most(horizons, now_ms)
     if winning_tombstone & past & verdict.may_drop:
         gone = spare(winning_tombstone & past & verdict.may_drop)
@@ -438,7 +439,7 @@ def decide(
         past &= ~gone
     stamp = (winning_tombstone & ~validity_bits(horizons)) | past
     if stamp:
-        stamped = compute.if_else(bool_array(stamp, n), horizon(), horizons)
+        stamped = compute.if_else(bool_array(stamp, n), horizon(), whole(horizons))
         batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
     return batch, keep
 
