@@ -1,16 +1,22 @@
-/* Rows picked out of a column's chunks into new buffers: one copy of the picked rows,
+/* Rows selected out of a column's chunks into new buffers: one copy of the selected rows,
  * however many chunks they come from.
  *
  * Phase 2 decides about a run of small input batches at once (worker/gather.py joins
  * them as a table, uncopied). Concatenating them and then filtering copied every record
  * once and the survivors once more; these passes copy only the survivors, straight from
- * their chunks (fileformat/batches.py `pick_records`).
+ * their chunks (fileformat/picked.py). Two ways to select rows:
+ *   - pick_*: a mask, the rows whose bit is set, in row order (a gathered run's survivors);
+ *   - take_*: rows in any order (a group's survivors put partition after partition,
+ *     worker/group.py), each given as its chunk and its row there: `locate` finds them
+ *     from row numbers once for all the columns that share a chunking (a search that
+ *     first tries the chunk of the row before and the one after it).
  *
  * A chunk is given as a tuple of its length, the slot of its first row in its buffers
  * (Arrow's array offset), its validity bitmap (None: no nulls) and its data buffers: one
  * of `width`-byte values for a fixed-width column, int32 offsets and bytes for a binary
- * one. The mask is the rows' bits, LSB first (bit i: row i of the chunks one after
- * another), as an Arrow bitmap or Python's `int.to_bytes(..., "little")` lays them out.
+ * one. Row i is row i of the chunks one after another. The mask is the rows' bits, LSB
+ * first, as an Arrow bitmap or Python's `int.to_bytes(..., "little")` lays them out;
+ * row numbers and (chunk, row) pairs are native int32s, each checked to be a row.
  * This file knows nothing of Arrow's types: every buffer's length, and each picked
  * value's offsets, are checked before they are read. The copies run without the GIL.
  */
@@ -136,24 +142,39 @@ fail:
     return NULL;
 }
 
+/* Which rows a pass copies, in what order: a mask's set rows in row order, or located
+ * rows as listed (each as its chunk and its row in that chunk: `locate` finds them once
+ * for all the columns that share a chunking). Both are private copies, checked where
+ * they are parsed: the passes trust them without the GIL, while the caller's buffers
+ * could change. */
+typedef struct {
+    uint8_t *mask;    /* the mask, or NULL for located rows */
+    int32_t *located; /* (chunk, row) pairs, when there is no mask */
+    Py_ssize_t rows;  /* how many rows are selected */
+} Selection;
+
+static void release_selection(Selection *sel) {
+    PyMem_Free(sel->mask);
+    PyMem_Free(sel->located);
+}
+
 /* A private copy of the mask of the chunks' `total` rows, checked to set exactly `rows`
- * bits (a copy: the passes trust that count without the GIL, while the caller's buffer
- * could change); its bits past `total` cleared. NULL on error (PyMem_Free it after). */
-static uint8_t *parse_mask(PyObject *obj, Py_ssize_t total, Py_ssize_t rows) {
+ * bits; its bits past `total` cleared. -1 on error. */
+static int parse_mask(PyObject *obj, Py_ssize_t total, Py_ssize_t rows, Selection *sel) {
     Py_buffer view;
     Py_ssize_t bytes = (total + 7) / 8;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return -1;
     if (view.len < bytes) {
         PyErr_Format(PyExc_ValueError, "the mask holds %zd bytes, %zd rows need %zd", view.len,
                      total, bytes);
         PyBuffer_Release(&view);
-        return NULL;
+        return -1;
     }
     uint8_t *m = PyMem_Malloc(bytes ? (size_t)bytes : 1);
     if (m == NULL) {
         PyBuffer_Release(&view);
         PyErr_NoMemory();
-        return NULL;
+        return -1;
     }
     memcpy(m, view.buf, (size_t)bytes);
     PyBuffer_Release(&view);
@@ -163,10 +184,63 @@ static uint8_t *parse_mask(PyObject *obj, Py_ssize_t total, Py_ssize_t rows) {
     if (set != rows) {
         PyErr_Format(PyExc_ValueError, "the mask picks %zd of %zd rows, not %zd", set, total, rows);
         PyMem_Free(m);
-        return NULL;
+        return -1;
     }
-    return m;
+    sel->mask = m;
+    sel->rows = rows;
+    return 0;
 }
+
+/* A private copy of located rows ((chunk, row) pairs of native int32s, `locate`'s), each
+ * checked to be a row of one of the `n` chunks. -1 on error. */
+static int parse_located(PyObject *obj, const Chunk *chunks, Py_ssize_t n, Selection *sel) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return -1;
+    if (view.len % 8 || view.len / 8 > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes are not located rows (int32 pairs)", view.len);
+        PyBuffer_Release(&view);
+        return -1;
+    }
+    Py_ssize_t rows = view.len / 8;
+    sel->located = PyMem_Malloc(rows ? (size_t)rows * 8 : 1);
+    if (sel->located == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(sel->located, view.buf, (size_t)rows * 8);
+    PyBuffer_Release(&view);
+    sel->rows = rows;
+    for (Py_ssize_t k = 0; k < rows; k++) {
+        int32_t chunk = sel->located[2 * k], row = sel->located[2 * k + 1];
+        if (chunk < 0 || chunk >= n || row < 0 || row >= chunks[chunk].length) {
+            PyErr_Format(PyExc_ValueError, "row %d of chunk %d is not one of the chunks' rows",
+                         row, chunk);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Runs the body (the last argument) with `c` (const Chunk *) and `r` set to each selected
+ * row's chunk and its row in that chunk, in the selection's order. */
+#define FOR_EACH_SELECTED(sel, chunks, n, c, r, ...)                                        \
+    do {                                                                                    \
+        if ((sel)->mask != NULL) {                                                          \
+            Py_ssize_t row_ = 0;                                                            \
+            for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                       \
+                const Chunk *c = &(chunks)[i_];                                             \
+                FOR_EACH_PICKED((sel)->mask, row_, c->length, r, __VA_ARGS__)               \
+                row_ += c->length;                                                          \
+            }                                                                               \
+        } else {                                                                            \
+            for (Py_ssize_t k_ = 0; k_ < (sel)->rows; k_++) {                               \
+                const Chunk *c = &(chunks)[(sel)->located[2 * k_]];                         \
+                Py_ssize_t r = (sel)->located[2 * k_ + 1];                                  \
+                __VA_ARGS__                                                                 \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
 
 /* An int32 offset, wherever its buffer starts (a memoryview need not be aligned). */
 static inline int32_t offset_at(const void *offsets, Py_ssize_t i) {
@@ -175,43 +249,154 @@ static inline int32_t offset_at(const void *offsets, Py_ssize_t i) {
     return v;
 }
 
-/* The validity of the picked rows into `out` (zeroed, `rows` bits); their nulls. */
-static Py_ssize_t pick_validity(const Chunk *chunks, Py_ssize_t n, const uint8_t *mask,
-                                uint8_t *out) {
-    Py_ssize_t row = 0, at = 0, nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const Chunk *c = &chunks[i];
-        const uint8_t *valid = c->has_validity ? c->validity.buf : NULL;
-        Py_ssize_t slot = c->slot;
-        FOR_EACH_PICKED(mask, row, c->length, r, {
-            if (valid == NULL || bit_set(valid, slot + r))
-                set_bit(out, at);
-            else
-                nulls++;
-            at++;
-        })
-        row += c->length;
-    }
+/* The validity of the selected rows into `out` (zeroed, `rows` bits); their nulls. */
+static Py_ssize_t select_validity(const Chunk *chunks, Py_ssize_t n, const Selection *sel,
+                                  uint8_t *out) {
+    Py_ssize_t at = 0, nulls = 0;
+    FOR_EACH_SELECTED(sel, chunks, n, c, r, {
+        if (!c->has_validity || bit_set(c->validity.buf, c->slot + r))
+            set_bit(out, at);
+        else
+            nulls++;
+        at++;
+    });
     return nulls;
 }
 
-/* (validity, nulls): None and 0 when no chunk has a validity bitmap or no picked row is
- * null; else a new bitmap of `rows` bits. */
-static PyObject *validity_of(const Chunk *chunks, Py_ssize_t n, const uint8_t *mask,
-                             Py_ssize_t rows) {
+/* (validity, nulls): None and 0 when no chunk has a validity bitmap or no selected row
+ * is null; else a new bitmap of the selection's rows. */
+static PyObject *validity_of(const Chunk *chunks, Py_ssize_t n, const Selection *sel) {
     int any = 0;
     for (Py_ssize_t i = 0; i < n; i++) any |= chunks[i].has_validity;
     if (!any) return Py_BuildValue("(On)", Py_None, (Py_ssize_t)0);
+    Py_ssize_t rows = sel->rows;
     PyObject *bits = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
     if (bits == NULL) return NULL;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(bits);
     memset(out, 0, (size_t)(rows + 7) / 8);
-    Py_ssize_t nulls = pick_validity(chunks, n, mask, out);
+    Py_ssize_t nulls = select_validity(chunks, n, sel, out);
     if (!nulls) {
         Py_DECREF(bits);
         return Py_BuildValue("(On)", Py_None, (Py_ssize_t)0);
     }
     return Py_BuildValue("(Nn)", bits, nulls);
+}
+
+/* The selected rows of a fixed-width column: (data, validity, nulls). */
+static PyObject *select_fixed(const Chunk *chunks, Py_ssize_t n, const Selection *sel,
+                              Py_ssize_t width) {
+    PyObject *data = PyBytes_FromStringAndSize(NULL, sel->rows * width), *validity, *out;
+    if (data == NULL) return NULL;
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS
+    if (width == 8) {
+        FOR_EACH_SELECTED(sel, chunks, n, c, r, {
+            memcpy(dst, (const uint8_t *)c->data.buf + (c->slot + r) * 8, 8);
+            dst += 8;
+        });
+    } else {
+        FOR_EACH_SELECTED(sel, chunks, n, c, r, {
+            memcpy(dst, (const uint8_t *)c->data.buf + (c->slot + r) * width, (size_t)width);
+            dst += width;
+        });
+    }
+    Py_END_ALLOW_THREADS
+    validity = validity_of(chunks, n, sel);
+    if (validity == NULL) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    out = Py_BuildValue("(NOO)", data, PyTuple_GET_ITEM(validity, 0), PyTuple_GET_ITEM(validity, 1));
+    Py_DECREF(validity);
+    return out;
+}
+
+/* The selected rows of a binary column: (offsets, data, validity, nulls). */
+static PyObject *select_binary(const Chunk *chunks, Py_ssize_t n, const Selection *sel) {
+    PyObject *offsets = NULL, *data = NULL, *validity = NULL, *out = NULL;
+    if (sel->rows > INT32_MAX - 1) {
+        PyErr_SetString(PyExc_ValueError, "rows out of range");
+        return NULL;
+    }
+    offsets = PyBytes_FromStringAndSize(NULL, 4 * (sel->rows + 1));
+    if (offsets == NULL) return NULL;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(offsets);
+    /* First pass: the selected values' offsets, checked against their chunk's data. */
+    int64_t size = 0;
+    Py_ssize_t at = 0, bad = -1;
+    Py_BEGIN_ALLOW_THREADS
+    o[0] = 0;
+    FOR_EACH_SELECTED(sel, chunks, n, c, r, {
+        int64_t start = offset_at(c->offsets.buf, c->slot + r);
+        int64_t end = offset_at(c->offsets.buf, c->slot + r + 1);
+        int64_t off = (start < 0) | (end < start) | (end > (int64_t)c->data.len);
+        int64_t null = c->has_validity && !bit_set(c->validity.buf, c->slot + r);
+        if (__builtin_expect(off, 0)) bad = c - chunks;
+        /* nothing for a wrong row (it fails below) or a null one (no bytes, as Arrow) */
+        size += (end - start) & ((off | null) - 1);
+        o[++at] = (int32_t)size; /* wrong past 2 GiB, which fails below */
+    });
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "chunk %zd's offsets run outside its data", bad);
+        goto done;
+    }
+    if (size > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the picked values hold more than 2 GiB");
+        goto done;
+    }
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (data == NULL) goto done;
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(data);
+    /* Second pass: the bytes, each value's length and place taken from the offsets just
+       made (they alone say where the output's bytes go), its start checked again. */
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    at = 0;
+    FOR_EACH_SELECTED(sel, chunks, n, c, r, {
+        int64_t start = offset_at(c->offsets.buf, c->slot + r), len = (int64_t)o[at + 1] - o[at];
+        if (start < 0 || start > (int64_t)c->data.len - len)
+            changed = 1;
+        else
+            memcpy(dst + o[at], (const uint8_t *)c->data.buf + start, (size_t)len);
+        at++;
+    });
+    Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_ValueError, "a chunk's offsets changed while its rows were picked");
+        goto done;
+    }
+    validity = validity_of(chunks, n, sel);
+    if (validity == NULL) goto done;
+    out = Py_BuildValue("(OOOO)", offsets, data, PyTuple_GET_ITEM(validity, 0),
+                        PyTuple_GET_ITEM(validity, 1));
+
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_XDECREF(validity);
+    return out;
+}
+
+/* The entry points: parse the chunks and the selection, run the pass, release both. */
+static PyObject *selected(PyObject *sel_obj, Py_ssize_t rows, Py_ssize_t width,
+                          PyObject *chunks_obj) {
+    Py_ssize_t n, total;
+    int binary = width == 0;
+    if (width < 0 || width > 16 || rows < -1) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16, rows not negative");
+        return NULL;
+    }
+    Chunk *chunks = parse_chunks(chunks_obj, width, binary, &n, &total);
+    if (chunks == NULL) return NULL;
+    Selection sel = {NULL, NULL, 0};
+    PyObject *out = NULL;
+    int parsed = rows < 0 ? parse_located(sel_obj, chunks, n, &sel)
+                          : parse_mask(sel_obj, total, rows, &sel);
+    if (parsed == 0) out = binary ? select_binary(chunks, n, &sel) : select_fixed(chunks, n, &sel, width);
+    release_selection(&sel);
+    release_chunks(chunks, n);
+    return out;
 }
 
 PyDoc_STRVAR(pick_fixed_doc,
@@ -223,54 +408,15 @@ PyDoc_STRVAR(pick_fixed_doc,
 "`rows` rows.");
 
 static PyObject *pick_fixed(PyObject *self, PyObject *args) {
-    PyObject *mask_obj, *chunks_obj, *data = NULL, *validity = NULL, *out = NULL;
-    Py_ssize_t rows, width, n, total;
+    PyObject *mask, *chunks;
+    Py_ssize_t rows, width;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OnnO", &mask_obj, &rows, &width, &chunks_obj)) return NULL;
-    if (width < 1 || width > 16 || rows < 0) {
+    if (!PyArg_ParseTuple(args, "OnnO", &mask, &rows, &width, &chunks)) return NULL;
+    if (width < 1 || rows < 0) {
         PyErr_SetString(PyExc_ValueError, "width must be 1 to 16, rows not negative");
         return NULL;
     }
-    Chunk *chunks = parse_chunks(chunks_obj, width, 0, &n, &total);
-    if (chunks == NULL) return NULL;
-    uint8_t *m = parse_mask(mask_obj, total, rows);
-    if (m == NULL) {
-        release_chunks(chunks, n);
-        return NULL;
-    }
-    data = PyBytes_FromStringAndSize(NULL, rows * width);
-    if (data == NULL) goto done;
-    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(data);
-    Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t row = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const Chunk *c = &chunks[i];
-        const uint8_t *src = (const uint8_t *)c->data.buf + c->slot * width;
-        if (width == 8) {
-            FOR_EACH_PICKED(m, row, c->length, r, {
-                memcpy(dst, src + r * 8, 8);
-                dst += 8;
-            })
-        } else {
-            FOR_EACH_PICKED(m, row, c->length, r, {
-                memcpy(dst, src + r * width, (size_t)width);
-                dst += width;
-            })
-        }
-        row += c->length;
-    }
-    Py_END_ALLOW_THREADS
-    validity = validity_of(chunks, n, m, rows);
-    if (validity == NULL) goto done;
-    out = Py_BuildValue("(OOO)", data, PyTuple_GET_ITEM(validity, 0),
-                        PyTuple_GET_ITEM(validity, 1));
-
-done:
-    Py_XDECREF(data);
-    Py_XDECREF(validity);
-    PyMem_Free(m);
-    release_chunks(chunks, n);
-    return out;
+    return selected(mask, rows, width, chunks);
 }
 
 PyDoc_STRVAR(pick_binary_doc,
@@ -283,114 +429,146 @@ PyDoc_STRVAR(pick_binary_doc,
 "data, a mask that picks other than `rows` rows, or picked bytes beyond int32 offsets.");
 
 static PyObject *pick_binary(PyObject *self, PyObject *args) {
-    PyObject *mask_obj, *chunks_obj, *offsets = NULL, *data = NULL, *validity = NULL,
-                                      *out = NULL;
-    Py_ssize_t rows, n, total;
+    PyObject *mask, *chunks;
+    Py_ssize_t rows;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OnO", &mask_obj, &rows, &chunks_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnO", &mask, &rows, &chunks)) return NULL;
     if (rows < 0 || rows > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "rows out of range");
         return NULL;
     }
-    Chunk *chunks = parse_chunks(chunks_obj, 0, 1, &n, &total);
-    if (chunks == NULL) return NULL;
-    uint8_t *m = parse_mask(mask_obj, total, rows);
-    if (m == NULL) {
-        release_chunks(chunks, n);
-        return NULL;
+    return selected(mask, rows, 0, chunks);
+}
+
+/* The chunk that holds row g of the rows `starts` divides (starts[i]: chunk i's first
+ * row, starts[n]: all the rows; g is one of them): `hint` (the row before's chunk) or the
+ * one after it if either does, which is how a group's partitions walk their inputs; else
+ * the last chunk that starts at or before g, by a binary search (an empty chunk starts
+ * where the next one does, so it is never the one). */
+static inline Py_ssize_t chunk_of(const Py_ssize_t *starts, Py_ssize_t n, Py_ssize_t g,
+                                  Py_ssize_t hint) {
+    if (starts[hint] <= g && g < starts[hint + 1]) return hint;
+    if (hint + 1 < n && starts[hint + 1] <= g && g < starts[hint + 2]) return hint + 1;
+    Py_ssize_t lo = 0, hi = n; /* starts[lo] <= g < starts[hi] */
+    while (hi - lo > 1) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] <= g)
+            lo = mid;
+        else
+            hi = mid;
     }
-    offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1));
-    if (offsets == NULL) goto done;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(offsets);
-    /* First pass: the picked values' offsets, checked against their chunk's data. */
-    int64_t size = 0;
-    Py_ssize_t row = 0, at = 0, bad = -1;
-    Py_BEGIN_ALLOW_THREADS
-    o[0] = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const Chunk *c = &chunks[i];
-        int64_t limit = c->data.len, wrong = 0;
-        const uint8_t *valid = c->has_validity ? c->validity.buf : NULL;
-        FOR_EACH_PICKED(m, row, c->length, r, {
-            int64_t start = offset_at(c->offsets.buf, c->slot + r);
-            int64_t end = offset_at(c->offsets.buf, c->slot + r + 1);
-            int64_t off = (start < 0) | (end < start) | (end > limit);
-            int64_t null = valid != NULL && !bit_set(valid, c->slot + r);
-            wrong |= off;
-            /* nothing for a wrong row (it fails below) or a null one (no bytes, as Arrow) */
-            size += (end - start) & ((off | null) - 1);
-            o[++at] = (int32_t)size;
-        })
-        row += c->length;
-        if (wrong) {
-            bad = i;
-            break;
-        }
-        if (size > INT32_MAX) {
-            bad = n;
-            break;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (bad == n) {
-        PyErr_SetString(PyExc_OverflowError, "the picked values hold more than 2 GiB");
+    return lo;
+}
+
+PyDoc_STRVAR(locate_doc,
+"locate(order, lengths) -> bytes\n\n"
+"The rows `order` lists (native int32 row numbers, in any order, repeats allowed) of\n"
+"chunks of `lengths` rows one after another, each as its chunk and its row in that chunk:\n"
+"native int32 pairs, the selection take_fixed and take_binary copy. ValueError for a row\n"
+"that is not one of the chunks'.");
+
+static PyObject *locate(PyObject *self, PyObject *args) {
+    PyObject *lengths_obj, *out = NULL;
+    Py_buffer order;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O", &order, &lengths_obj)) return NULL;
+    PyObject *fast = PySequence_Fast(lengths_obj, "lengths must be a sequence");
+    Py_ssize_t *starts = NULL;
+    if (fast == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), rows = order.len / 4;
+    if (order.len % 4 || n > MAX_CHUNKS) {
+        PyErr_Format(PyExc_ValueError, "an order of %zd bytes of %zd chunks' rows", order.len, n);
         goto done;
     }
+    starts = PyMem_Malloc((size_t)(n + 2) * sizeof(Py_ssize_t));
+    if (starts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    starts[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t length = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (length == -1 && PyErr_Occurred()) goto done;
+        if (length < 0 || length > INT32_MAX - starts[i]) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd's length %zd is out of range", i, length);
+            goto done;
+        }
+        starts[i + 1] = starts[i] + length;
+    }
+    starts[n + 1] = starts[n]; /* chunk_of's look at the chunk after the last reads this */
+    out = PyBytes_FromStringAndSize(NULL, 8 * rows);
+    if (out == NULL) goto done;
+    int32_t *pairs = (int32_t *)PyBytes_AS_STRING(out);
+    Py_ssize_t bad = -1, total = starts[n];
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t chunk = 0;
+    for (Py_ssize_t k = 0; k < rows; k++) {
+        int32_t g;
+        memcpy(&g, (const uint8_t *)order.buf + 4 * k, 4);
+        if (g < 0 || g >= total) {
+            bad = k;
+            break;
+        }
+        chunk = chunk_of(starts, n, g, chunk);
+        pairs[2 * k] = (int32_t)chunk;
+        pairs[2 * k + 1] = (int32_t)(g - starts[chunk]);
+    }
+    Py_END_ALLOW_THREADS
     if (bad >= 0) {
-        PyErr_Format(PyExc_ValueError, "chunk %zd's offsets run outside its data", bad);
-        goto done;
+        int32_t g;
+        memcpy(&g, (const uint8_t *)order.buf + 4 * bad, 4);
+        PyErr_Format(PyExc_ValueError, "the order's row %d is not one of the %zd rows", g, total);
+        Py_CLEAR(out);
     }
-    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-    if (data == NULL) goto done;
-    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(data);
-    /* Second pass: the bytes, each value's length and place taken from the offsets just
-       made (they alone say where the output's bytes go), its start checked again. */
-    int changed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    row = 0;
-    at = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const Chunk *c = &chunks[i];
-        const uint8_t *src = c->data.buf;
-        int64_t limit = c->data.len;
-        FOR_EACH_PICKED(m, row, c->length, r, {
-            int64_t start = offset_at(c->offsets.buf, c->slot + r), len = (int64_t)o[at + 1] - o[at];
-            if (start < 0 || start > limit - len)
-                changed = 1;
-            else
-                memcpy(dst + o[at], src + start, (size_t)len);
-            at++;
-        })
-        row += c->length;
-    }
-    Py_END_ALLOW_THREADS
-    if (changed) {
-        PyErr_SetString(PyExc_ValueError, "a chunk's offsets changed while its rows were picked");
-        goto done;
-    }
-    validity = validity_of(chunks, n, m, rows);
-    if (validity == NULL) goto done;
-    out = Py_BuildValue("(OOOO)", offsets, data, PyTuple_GET_ITEM(validity, 0),
-                        PyTuple_GET_ITEM(validity, 1));
 
 done:
-    Py_XDECREF(offsets);
-    Py_XDECREF(data);
-    Py_XDECREF(validity);
-    PyMem_Free(m);
-    release_chunks(chunks, n);
+    PyMem_Free(starts);
+    Py_XDECREF(fast);
+    PyBuffer_Release(&order);
     return out;
+}
+
+PyDoc_STRVAR(take_fixed_doc,
+"take_fixed(located, width, chunks) -> (data, validity, nulls)\n\n"
+"pick_fixed's result for the rows `located` lists (locate's (chunk, row) pairs), in that\n"
+"order. ValueError for a pair that is not a row of the chunks.");
+
+static PyObject *take_fixed(PyObject *self, PyObject *args) {
+    PyObject *located, *chunks;
+    Py_ssize_t width;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OnO", &located, &width, &chunks)) return NULL;
+    if (width < 1) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16, rows not negative");
+        return NULL;
+    }
+    return selected(located, -1, width, chunks);
+}
+
+PyDoc_STRVAR(take_binary_doc,
+"take_binary(located, chunks) -> (offsets, data, validity, nulls)\n\n"
+"pick_binary's result for the rows `located` lists (locate's (chunk, row) pairs), in\n"
+"that order. ValueError for a pair that is not a row of the chunks.");
+
+static PyObject *take_binary(PyObject *self, PyObject *args) {
+    PyObject *located, *chunks;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO", &located, &chunks)) return NULL;
+    return selected(located, -1, 0, chunks);
 }
 
 static PyMethodDef methods[] = {
     {"pick_fixed", pick_fixed, METH_VARARGS, pick_fixed_doc},
     {"pick_binary", pick_binary, METH_VARARGS, pick_binary_doc},
+    {"locate", locate, METH_VARARGS, locate_doc},
+    {"take_fixed", take_fixed, METH_VARARGS, take_fixed_doc},
+    {"take_binary", take_binary, METH_VARARGS, take_binary_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_rows",
-    "Rows picked out of a column's chunks into new buffers, one copy, compiled.", -1, methods,
+    "Rows selected out of a column's chunks into new buffers, one copy, compiled.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -15,3 +15,13 @@ def pick_binary(
     rows: int,
     chunks: Sequence[tuple[int, int, Buffer | None, Buffer, Buffer]],
 ) -> tuple[bytes, bytes, bytes | None, int]: ...
+def take_fixed(
+    located: Buffer,
+    width: int,
+    chunks: Sequence[tuple[int, int, Buffer | None, Buffer]],
+) -> tuple[bytes, bytes | None, int]: ...
+def take_binary(
+    located: Buffer,
+    chunks: Sequence[tuple[int, int, Buffer | None, Buffer, Buffer]],
+) -> tuple[bytes, bytes, bytes | None, int]: ...
+def locate(order: Buffer, lengths: Sequence[int]) -> bytes: ...

@@ -3,19 +3,28 @@
 Phase 2 decides about a run of small input batches at once (``worker.gather`` joins them
 as a ``pa.Table``, uncopied). Concatenating the run first and then filtering it copied
 every record once and the survivors again; ``picked`` copies only the survivors, from
-whichever chunk holds each, in compiled passes (``_rows``). Records with headers take
-Arrow's own path (the run concatenated, then filtered): picking from a list of structs
-is not what these passes do, and such records are rare.
+whichever chunk holds each, in compiled passes (``_rows``). ``taken`` does the same for
+rows listed in any order: a group's survivors, put partition after partition
+(``worker.group``). Records with headers take Arrow's own path (the run concatenated,
+then filtered or taken): selecting from a list of structs is not what these passes do,
+and such records are rare.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 from compactor.fileformat import _rows
-from compactor.fileformat.batches import concat, empty_headers, filter_batch, has_headers
+from compactor.fileformat.batches import (
+    concat,
+    empty_headers,
+    filter_batch,
+    has_headers,
+    take_batch,
+)
 from compactor.fileformat.records import RECORD_SCHEMA
 
 Records: TypeAlias = pa.RecordBatch | pa.Table
@@ -49,11 +58,57 @@ def picked(records: Records, keep: int, rows: int) -> pa.RecordBatch:
         raise ValueError(f"the mask sets bits beyond the {n} records")
     mask = keep.to_bytes((n + 7) >> 3, "little")
     if _any_headers(records.column("headers")):
-        whole_batch = joined(records)
         if keep.bit_count() != rows:
             raise ValueError(f"the mask picks {keep.bit_count()} of {n} records, not {rows}")
         mask_array = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(mask)])
-        return filter_batch(whole_batch, mask_array)
+        return filter_batch(joined(records), mask_array)
+    return _selected(
+        records,
+        rows,
+        lambda width, chunks: _rows.pick_fixed(mask, rows, width, chunks),
+        lambda chunks: _rows.pick_binary(mask, rows, chunks),
+    )
+
+
+def taken(records: Records, order: pa.Array) -> pa.RecordBatch:
+    """The records of ``records`` (of RECORD_SCHEMA) that ``order`` lists (int32 record
+    numbers, no nulls, in any order), in that order, as one new batch: ``take`` across a
+    table's batches without concatenating them first. ValueError for a number that is not
+    one of the records'."""
+    if order.type != pa.int32() or order.null_count:
+        raise ValueError(f"an order is int32 record numbers without nulls, not {order.type}")
+    if _any_headers(records.column("headers")):
+        return take_batch(joined(records), order)
+    rows = len(order)
+    values = order.buffers()[1]
+    raw = memoryview(values)[4 * order.offset : 4 * (order.offset + rows)] if rows else b""
+    located: dict[tuple[int, ...], bytes] = {}
+
+    def at(chunks: list[tuple[Any, ...]]) -> bytes:
+        """The order's rows located in chunks of these lengths: once for all the columns
+        chunked alike (a stamped horizon column is one chunk)."""
+        lengths = tuple(chunk[0] for chunk in chunks)
+        if lengths not in located:
+            located[lengths] = _rows.locate(raw, lengths)
+        return located[lengths]
+
+    return _selected(
+        records,
+        rows,
+        lambda width, chunks: _rows.take_fixed(at(chunks), width, chunks),
+        lambda chunks: _rows.take_binary(at(chunks), chunks),
+    )
+
+
+def _selected(
+    records: Records,
+    rows: int,
+    fixed: Callable[[int, list[tuple[Any, ...]]], tuple[bytes, bytes | None, int]],
+    binary: Callable[[list[tuple[Any, ...]]], tuple[bytes, bytes, bytes | None, int]],
+) -> pa.RecordBatch:
+    """A batch of ``rows`` records, each column's values selected from its chunks by
+    ``fixed`` (a column of ``width``-byte values) or ``binary``: a pass of ``_rows``.
+    The headers are as many empty lists (the callers take Arrow's path for any other)."""
     columns = []
     for field in RECORD_SCHEMA:
         if field.name == "headers":
@@ -61,15 +116,11 @@ def picked(records: Records, keep: int, rows: int) -> pa.RecordBatch:
             continue
         chunks = _chunks(records.column(field.name))
         if field.name in _FIXED:
-            data, validity, nulls = _rows.pick_fixed(
-                mask, rows, 8, [(len(c), c.offset, _validity(c), c.buffers()[1]) for c in chunks]
-            )
+            data, validity, nulls = fixed(8, [_described(c)[:4] for c in chunks])
             buffers = [_buffer(validity), pa.py_buffer(data)]
         else:
             assert field.name in _BINARY
-            offsets, data, validity, nulls = _rows.pick_binary(
-                mask, rows, [(len(c), c.offset, _validity(c), *c.buffers()[1:3]) for c in chunks]
-            )
+            offsets, data, validity, nulls = binary([_described(c) for c in chunks])
             buffers = [_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
         columns.append(pa.Array.from_buffers(field.type, rows, buffers, nulls))
     return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
@@ -88,8 +139,12 @@ def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
     return [a for a in arrays if len(a)]
 
 
-def _validity(arr: pa.Array) -> pa.Buffer | None:
-    return arr.buffers()[0] if arr.null_count else None
+def _described(arr: pa.Array) -> tuple[Any, ...]:
+    """A chunk as the ``_rows`` passes take it: its length, its first slot, its validity
+    bitmap (None without nulls) and its data buffers (a fixed-width column's one, or a
+    binary column's offsets and bytes)."""
+    buffers = arr.buffers()
+    return (len(arr), arr.offset, buffers[0] if arr.null_count else None, *buffers[1:3])
 
 
 def _buffer(data: Any) -> pa.Buffer | None:

@@ -1,5 +1,6 @@
 """Rows picked out of a run of batches (``fileformat.picked``, ``_rows``) are Arrow's
-filter of their concatenation, whatever the chunks look like; bad input is refused."""
+filter of their concatenation, and rows taken out of it in any order Arrow's take,
+whatever the chunks look like; bad input is refused."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor.fileformat import RECORD_SCHEMA, Record, _rows, records_to_batch
-from compactor.fileformat.batches import concat, filter_batch
-from compactor.fileformat.picked import picked
+from compactor.fileformat.batches import concat, filter_batch, take_batch
+from compactor.fileformat.picked import picked, taken
 from compactor.worker.masks import bool_array
 
 Row = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]]]
@@ -65,6 +66,20 @@ def runs(draw: st.DrawFn) -> tuple[list[pa.RecordBatch], int]:
     return batches, sum(1 << i for i in range(total) if rng.random() < density)
 
 
+def _records(
+    batches: list[pa.RecordBatch], as_table: bool, uneven: bool
+) -> pa.RecordBatch | pa.Table:
+    """The batches concatenated, or as a table of them, whose horizons are (if
+    ``uneven``) one chunk, as decide leaves a table whose horizons it stamped."""
+    if not as_table:
+        return concat(batches)
+    records = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+    if uneven:
+        horizons = records.column("delete_horizon").combine_chunks()
+        records = records.set_column(5, RECORD_SCHEMA.field(5), horizons)
+    return records
+
+
 @settings(max_examples=300, deadline=None)
 @given(runs(), st.booleans(), st.booleans())
 def test_picked_rows_are_arrows_filter_of_the_concatenation(
@@ -72,13 +87,7 @@ def test_picked_rows_are_arrows_filter_of_the_concatenation(
 ) -> None:
     batches, keep = run
     whole = concat(batches)
-    records: pa.RecordBatch | pa.Table = whole
-    if as_table:
-        records = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
-        if uneven:  # as decide leaves a table whose horizons it stamped: one chunk
-            horizons = records.column("delete_horizon").combine_chunks()
-            records = records.set_column(5, RECORD_SCHEMA.field(5), horizons)
-    out = picked(records, keep, keep.bit_count())
+    out = picked(_records(batches, as_table, uneven), keep, keep.bit_count())
     out.validate(full=True)
     assert out.schema == RECORD_SCHEMA
     expected = filter_batch(whole, bool_array(keep, whole.num_rows))
@@ -87,6 +96,59 @@ def test_picked_rows_are_arrows_filter_of_the_concatenation(
         assert out.column(name).null_count == expected.column(name).null_count
     for name in ("key", "value"):  # no bytes for a null value, as Arrow's filter
         assert out.column(name).buffers()[2].size == expected.column(name).buffers()[2].size
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    runs(), st.booleans(), st.booleans(), st.integers(0, 2**32), st.sampled_from(["group", "any"])
+)
+def test_taken_rows_are_arrows_take_of_the_concatenation(
+    run: tuple[list[pa.RecordBatch], int], as_table: bool, uneven: bool, seed: int, kind: str
+) -> None:
+    """In a group's order (the kept rows, partition after partition, each partition's in
+    row order: jumping back and forth between the chunks) or any order, repeats too."""
+    batches, keep = run
+    whole = concat(batches)
+    n, rng = whole.num_rows, random.Random(seed)
+    if kind == "group":
+        labels = [rng.randrange(7) for _ in range(n)]
+        rows = sorted((i for i in range(n) if keep >> i & 1), key=lambda i: labels[i])
+    else:
+        rows = [rng.randrange(n) for _ in range(rng.randint(0, 2 * n))] if n else []
+    order = pa.array(rows, pa.int32())
+    out = taken(_records(batches, as_table, uneven), order)
+    out.validate(full=True)
+    assert out.schema == RECORD_SCHEMA
+    expected = take_batch(whole, order)
+    assert out.to_pylist() == expected.to_pylist()
+    for name in ("key", "value", "delete_horizon"):
+        assert out.column(name).null_count == expected.column(name).null_count
+
+
+def test_rows_not_of_the_records_are_refused() -> None:
+    batches = [_batch([(b"k", b"v", None, [])] * 3, 10 * n) for n in range(2)]
+    table = pa.Table.from_batches(batches)
+    assert taken(table, pa.array([5, 0, 3], pa.int32())).column("offset").to_pylist() == [12, 0, 10]
+    assert taken(table, pa.array([1, 2, 3], pa.int32()).slice(1)).num_rows == 2
+    with pytest.raises(ValueError, match="row 6 is not one of the 6 rows"):
+        taken(table, pa.array([0, 6], pa.int32()))
+    with pytest.raises(ValueError, match="row -1 is not one of the 6 rows"):
+        taken(table, pa.array([-1], pa.int32()))
+    with pytest.raises(ValueError, match="int32 record numbers without nulls, not int64"):
+        taken(table, pa.array([0], pa.int64()))
+    with pytest.raises(ValueError, match="without nulls"):
+        taken(table, pa.array([0, None], pa.int32()))
+    # The passes check what they are given, not only what locate makes.
+    located = pa.array([1, 3], pa.int32()).buffers()[1].to_pybytes()  # chunk 1, row 3
+    chunk = (3, 0, None, bytes(24))
+    with pytest.raises(ValueError, match="row 3 of chunk 1 is not one of the chunks' rows"):
+        _rows.take_fixed(located, 8, [chunk, chunk])
+    with pytest.raises(ValueError, match="row 3 of chunk 1"):
+        _rows.take_binary(located, [(3, 0, None, bytes(16), b""), (3, 0, None, bytes(16), b"")])
+    with pytest.raises(ValueError, match="not located rows"):
+        _rows.take_fixed(b"\x00" * 4, 8, [chunk])
+    with pytest.raises(ValueError, match="chunk 0's length -1 is out of range"):
+        _rows.locate(b"", [-1])
 
 
 def test_picked_values_are_new_buffers_of_only_the_survivors() -> None:

@@ -216,9 +216,20 @@ class GroupRows:
         return rows
 
     def batch(self, partitions: int) -> tuple[pa.RecordBatch, pa.Array, list[int]]:
-        """All the rows taken, in the group's order; each row's partition ordinal (int32);
-        and how many rows each of the ``partitions`` ordinals has. ValueError if no rows
-        were taken."""
+        """All the rows taken, in the group's order, as one batch; each row's partition
+        ordinal (int32); and how many rows each of the ``partitions`` ordinals has.
+        ValueError if no rows were taken."""
+        batches, labels, per_partition = self._assembled(partitions)
+        return concat(batches), labels, per_partition
+
+    def table(self, partitions: int) -> tuple[pa.Table, pa.Array, list[int]]:
+        """``batch``, the rows as a table of the blocks' slices and the sections'
+        batches, uncopied: phase 2 copies only the survivors out of it
+        (``fileformat.picked.taken``)."""
+        batches, labels, per_partition = self._assembled(partitions)
+        return pa.Table.from_batches(batches), labels, per_partition
+
+    def _assembled(self, partitions: int) -> tuple[list[pa.RecordBatch], pa.Array, list[int]]:
         if not self._rows:
             raise ValueError("no rows were taken")
         pieces = self._pieces
@@ -235,4 +246,4 @@ class GroupRows:
             ordinals += piece.ordinals
             counts += piece.counts
         labels, per_partition = run_labels(ordinals, counts, partitions)
-        return concat(batches), labels, per_partition
+        return batches, labels, per_partition

@@ -14,12 +14,12 @@ one *group*, in one window:
   group's batch, stands in for its offset: within a partition rows follow offsets, so
   the offset, timestamp and header strategies rank exactly as they would by offset. The
   window's keep-set holds winning sequence numbers.
-- Phase 2 takes the same partitions' records from its own pointer as one batch in the
-  same order (the group's order does not depend on how the rows were taken: the same
-  rows in the same order, or PhaseMismatch), keeps a record iff it has no key or its
-  sequence number won, and takes the survivors once, partition after partition (a
-  counting sort of their labels, ``kernel.survivor_order``), so each partition's are a
-  slice.
+- Phase 2 takes the same partitions' records from its own pointer in the same order, as
+  a table of the pieces it took (the group's order does not depend on how the rows were
+  taken: the same rows in the same order, or PhaseMismatch), keeps a record iff it has
+  no key or its sequence number won, and copies the survivors once, partition after
+  partition (a counting sort of their labels, ``kernel.survivor_order``, then
+  ``picked.taken`` out of the pieces), so each partition's are a slice of one batch.
 
 Invariants, enforced where a group is built (``pipeline``): every partition of a group is
 deduplicated under the same strategy (and header), with no record too young to compact
@@ -40,7 +40,8 @@ from typing import Any
 import pyarrow as pa
 
 from compactor.fileformat import compute
-from compactor.fileformat.batches import take_batch, validity_bits
+from compactor.fileformat.batches import validity_bits
+from compactor.fileformat.picked import Records, joined, taken
 from compactor.worker.kernel import salted_keys, survivor_order
 from compactor.worker.masks import bool_bits
 from compactor.worker.merge import Key
@@ -165,18 +166,19 @@ def by_partition(batch: pa.RecordBatch, labels: pa.Array, partitions: int) -> pa
 
 
 def group_survivors(
-    batch: pa.RecordBatch, labels: pa.Array, group: Group, stats: CompactionStats
+    records: Records, labels: pa.Array, group: Group, stats: CompactionStats
 ) -> tuple[pa.RecordBatch, list[int]]:
-    """Phase 2 of a group whose records are ``batch``, in the group's order, labelled
-    with their partitions' ordinals: the survivors, partition after partition in the
-    group's order, and how many each partition has. The rules are ``partition.decide``'s,
-    as for a partition's only window (no young keys), with the per-partition rules as
-    row masks."""
-    n = batch.num_rows
+    """Phase 2 of a group whose records are ``records`` (a batch, or a table of the
+    pieces ``GroupRows.table`` took), in the group's order, labelled with their
+    partitions' ordinals: the survivors, partition after partition in the group's order,
+    as one new batch (one copy of them: ``picked.taken``), and how many each partition
+    has. The rules are ``partition.decide``'s, as for a partition's only window (no young
+    keys), with the per-partition rules as row masks."""
+    n = records.num_rows
     stats.records_in += n
     stats.windows += 1
     stats.max_buffer_utilization = max(stats.max_buffer_utilization, group.utilization)
-    eligible = validity_bits(batch.column("key"))
+    eligible = validity_bits(records.column("key"))
     droppable = _rows(group, labels, lambda p: p.tombstones_droppable)
     verdict = Verdict(
         eligible=eligible,
@@ -185,9 +187,9 @@ def group_survivors(
         may_drop=droppable,  # each partition's only window
     )
     now_ms = group.parts[0].policy.now_ms
-    kept, keep = decide(batch, verdict, lambda: _horizons(group, labels), now_ms, stats)
+    kept, keep = decide(records, verdict, lambda: _horizons(group, labels), now_ms, stats)
     order, counts = survivor_order(keep, labels, len(group.parts))
-    return (kept if order is None else take_batch(kept, order)), counts
+    return (joined(kept) if order is None else taken(kept, order)), counts
 
 
 def _rows(group: Group, labels: pa.Array, rule: Callable[[PartitionPolicy], bool]) -> int:

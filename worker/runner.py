@@ -524,9 +524,9 @@ def _run_group(
     progress: ProgressReporter,
 ) -> None:
     """A group of small partitions in one window (``worker.group``): their records off the
-    phase-2 pointer as one batch (PhaseMismatch unless it holds the same partitions, each
-    with as many records as phase 1 saw), filtered once, each partition's survivors
-    written."""
+    phase-2 pointer as a table of its pieces (PhaseMismatch unless it holds the same
+    partitions, each with as many records as phase 1 saw), the survivors copied once into
+    one batch, each partition's survivors written."""
     first, last = group.parts[0], group.parts[-1]
     _check_phase2_at(job, phase2, first)
     rows = GroupRows()
@@ -535,7 +535,7 @@ def _run_group(
     except PhaseMismatch as mismatch:
         mismatch.locate(job.id, first.topic, first.partition)
         raise
-    records, labels, counts = rows.batch(len(group.parts))
+    records, labels, counts = rows.table(len(group.parts))
     for part, seen, count in zip(group.parts, counts, group.counts, strict=True):
         if seen != count:
             raise PhaseMismatch(
