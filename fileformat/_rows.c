@@ -321,9 +321,12 @@ static PyObject *select_binary(const Chunk *chunks, Py_ssize_t n, const Selectio
     offsets = PyBytes_FromStringAndSize(NULL, 4 * (sel->rows + 1));
     if (offsets == NULL) return NULL;
     int32_t *o = (int32_t *)PyBytes_AS_STRING(offsets);
-    /* First pass: the selected values' offsets, checked against their chunk's data. */
+    /* First pass: the selected values' offsets, checked against their chunk's data. The
+       first error in the selection's order is the one reported: a row outside its data
+       (its chunk named), or the values passing 2 GiB. */
     int64_t size = 0;
     Py_ssize_t at = 0, bad = -1;
+    int over_first = 0;
     Py_BEGIN_ALLOW_THREADS
     o[0] = 0;
     FOR_EACH_SELECTED(sel, chunks, n, c, r, {
@@ -331,13 +334,16 @@ static PyObject *select_binary(const Chunk *chunks, Py_ssize_t n, const Selectio
         int64_t end = offset_at(c->offsets.buf, c->slot + r + 1);
         int64_t off = (start < 0) | (end < start) | (end > (int64_t)c->data.len);
         int64_t null = c->has_validity && !bit_set(c->validity.buf, c->slot + r);
-        if (__builtin_expect(off, 0)) bad = c - chunks;
+        if (__builtin_expect(off, 0) && bad < 0) {
+            bad = c - chunks;
+            over_first = size > INT32_MAX;
+        }
         /* nothing for a wrong row (it fails below) or a null one (no bytes, as Arrow) */
         size += (end - start) & ((off | null) - 1);
         o[++at] = (int32_t)size; /* wrong past 2 GiB, which fails below */
     });
     Py_END_ALLOW_THREADS
-    if (bad >= 0) {
+    if (bad >= 0 && !over_first) {
         PyErr_Format(PyExc_ValueError, "chunk %zd's offsets run outside its data", bad);
         goto done;
     }
@@ -539,7 +545,7 @@ static PyObject *take_fixed(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "OnO", &located, &width, &chunks)) return NULL;
     if (width < 1) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16, rows not negative");
+        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16");
         return NULL;
     }
     return selected(located, -1, width, chunks);

@@ -31,6 +31,9 @@ Records: TypeAlias = pa.RecordBatch | pa.Table
 """A batch, or a table of batches of RECORD_SCHEMA (a gathered run, ``worker.gather``)."""
 
 _FIXED = {"offset", "timestamp", "delete_horizon"}
+_MAX_CHUNKS = 65536
+"""The most chunks a ``_rows`` pass takes (its ``MAX_CHUNKS``): a run or group of more,
+which only tiny sections read one by one could make, takes Arrow's path."""
 _BINARY = {"key", "value"}
 
 
@@ -57,7 +60,7 @@ def picked(records: Records, keep: int, rows: int) -> pa.RecordBatch:
     if keep >> n:
         raise ValueError(f"the mask sets bits beyond the {n} records")
     mask = keep.to_bytes((n + 7) >> 3, "little")
-    if _any_headers(records.column("headers")):
+    if _arrows_path(records):
         if keep.bit_count() != rows:
             raise ValueError(f"the mask picks {keep.bit_count()} of {n} records, not {rows}")
         mask_array = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(mask)])
@@ -77,7 +80,7 @@ def taken(records: Records, order: pa.Array) -> pa.RecordBatch:
     one of the records'."""
     if order.type != pa.int32() or order.null_count:
         raise ValueError(f"an order is int32 record numbers without nulls, not {order.type}")
-    if _any_headers(records.column("headers")):
+    if _arrows_path(records):
         return take_batch(joined(records), order)
     rows = len(order)
     values = order.buffers()[1]
@@ -124,6 +127,14 @@ def _selected(
             buffers = [_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
         columns.append(pa.Array.from_buffers(field.type, rows, buffers, nulls))
     return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+def _arrows_path(records: Records) -> bool:
+    """Whether the records are for Arrow's path (concatenated, then filtered or taken):
+    any with headers, or a table of more chunks than the passes take."""
+    if isinstance(records, pa.Table) and max(c.num_chunks for c in records.columns) > _MAX_CHUNKS:
+        return True
+    return _any_headers(records.column("headers"))
 
 
 def _any_headers(column: pa.Array | pa.ChunkedArray) -> bool:

@@ -129,7 +129,8 @@ def test_rows_not_of_the_records_are_refused() -> None:
     batches = [_batch([(b"k", b"v", None, [])] * 3, 10 * n) for n in range(2)]
     table = pa.Table.from_batches(batches)
     assert taken(table, pa.array([5, 0, 3], pa.int32())).column("offset").to_pylist() == [12, 0, 10]
-    assert taken(table, pa.array([1, 2, 3], pa.int32()).slice(1)).num_rows == 2
+    sliced = pa.array([1, 2, 3], pa.int32()).slice(1)
+    assert taken(table, sliced).column("offset").to_pylist() == [2, 10]
     with pytest.raises(ValueError, match="row 6 is not one of the 6 rows"):
         taken(table, pa.array([0, 6], pa.int32()))
     with pytest.raises(ValueError, match="row -1 is not one of the 6 rows"):
@@ -149,6 +150,30 @@ def test_rows_not_of_the_records_are_refused() -> None:
         _rows.take_fixed(b"\x00" * 4, 8, [chunk])
     with pytest.raises(ValueError, match="chunk 0's length -1 is out of range"):
         _rows.locate(b"", [-1])
+
+
+def test_more_chunks_than_the_passes_take_go_arrows_way() -> None:
+    one = _batch([(b"k", b"v", None, [])], 0)
+    table = pa.Table.from_batches([one] * 65537)
+    keep = (1 << 65537) - 1 - 2
+    assert picked(table, keep, 65536).num_rows == 65536
+    assert taken(table, pa.array([65536, 0], pa.int32())).num_rows == 2
+    chunks = [(1, 0, None, bytes(8))] * 65537
+    with pytest.raises(ValueError, match="65537 chunks, at most 65536"):
+        _rows.pick_fixed(b"\xff" * 8193, 65537, 8, chunks)
+
+
+def test_the_first_error_in_the_selection_is_reported() -> None:
+    """A row outside its data in chunk 1 before the values pass 2 GiB: the ValueError;
+    past 2 GiB first: the OverflowError (as when the passes stopped at the first)."""
+    big = (1, 0, None, pa.array([0, 1 << 30], pa.int32()).buffers()[1], bytes(1 << 30))
+    wrong = (1, 0, None, pa.array([0, 99], pa.int32()).buffers()[1], b"abcd")
+    with pytest.raises(ValueError, match="chunk 1's offsets run outside its data"):
+        _rows.pick_binary(b"\x0f", 4, [big, wrong, wrong, big])
+    with pytest.raises(ValueError, match="chunk 1's offsets run outside"):  # not chunk 2
+        _rows.pick_binary(b"\x07", 3, [big, wrong, wrong])
+    with pytest.raises(OverflowError, match="more than 2 GiB"):
+        _rows.pick_binary(b"\x0f", 4, [big, big, big, wrong])
 
 
 def test_picked_values_are_new_buffers_of_only_the_survivors() -> None:

@@ -178,7 +178,9 @@ class GroupRows:
     walk may take its runs in several rounds (``SectionMerge.pending_shared`` stops at a
     framed section), so an input's block may come in several runs. Runs may come in any
     order of inputs; ``batch`` puts whole runs in the group's order, slices the blocks
-    and concatenates them. No Python runs per row, and per section only a list entry."""
+    and concatenates them (phase 1's narrow columns), and ``table`` does the same without
+    the concatenation (phase 2's records, of which only the survivors are copied). No
+    Python runs per row, and per section only a list entry."""
 
     def __init__(self, fields: Sequence[str] | None = None) -> None:
         self.fields = fields

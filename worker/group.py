@@ -57,10 +57,10 @@ GROUP_BYTES = 4 << 20
 """A group takes partitions while together they weigh less than this: a group's records
 are held by both pointers until it is written. 2 MiB rather than 1: fewer, longer runs
 per input and group (bench/README.md, "Phase 1 in a process of its own"), for about 4 MiB
-more at the peak. 4 MiB rather than 2: a group's fixed costs (its pieces concatenated, a
-keep-set, masks, a take, its sections' writing) spread over twice the records, 4-5% less
-CPU in both processes at 10,000 partitions (bench/README.md, "Groups of up to 4 MiB"),
-for about 4 MiB more again."""
+more at the peak. 4 MiB rather than 2: a group's fixed costs (phase 1's concatenation and
+insert, a keep-set, masks, phase 2's survivors copied, its sections' writing) spread over
+twice the records, 4-5% less CPU in both processes at 10,000 partitions (bench/README.md,
+"Groups of up to 4 MiB"), for about 4 MiB more again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +171,9 @@ def group_survivors(
     """Phase 2 of a group whose records are ``records`` (a batch, or a table of the
     pieces ``GroupRows.table`` took), in the group's order, labelled with their
     partitions' ordinals: the survivors, partition after partition in the group's order,
-    as one new batch (one copy of them: ``picked.taken``), and how many each partition
-    has. The rules are ``partition.decide``'s, as for a partition's only window (no young
+    as one batch (copied once out of the pieces by ``picked.taken``; when every record
+    survives in that order already, the records joined as they are), and how many each
+    partition has. The rules are ``partition.decide``'s, as for a partition's only window (no young
     keys), with the per-partition rules as row masks."""
     n = records.num_rows
     stats.records_in += n

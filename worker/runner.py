@@ -525,8 +525,8 @@ def _run_group(
 ) -> None:
     """A group of small partitions in one window (``worker.group``): their records off the
     phase-2 pointer as a table of its pieces (PhaseMismatch unless it holds the same
-    partitions, each with as many records as phase 1 saw), the survivors copied once into
-    one batch, each partition's survivors written."""
+    partitions, each with as many records as phase 1 saw), the survivors taken into one
+    batch (``group_survivors``), each partition's survivors written."""
     first, last = group.parts[0], group.parts[-1]
     _check_phase2_at(job, phase2, first)
     rows = GroupRows()
