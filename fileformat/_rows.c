@@ -384,15 +384,13 @@ done:
     return out;
 }
 
-/* The entry points: parse the chunks and the selection, run the pass, release both. */
+/* The entry points' common part: parse the chunks and the selection (a mask of `rows`
+ * picked rows, or located rows when `rows` is -1), run the pass (a binary column's when
+ * `width` is 0, else a fixed-width column's, `fixed_width` checked), release both. */
 static PyObject *selected(PyObject *sel_obj, Py_ssize_t rows, Py_ssize_t width,
                           PyObject *chunks_obj) {
     Py_ssize_t n, total;
     int binary = width == 0;
-    if (width < 0 || width > 16 || rows < -1) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16, rows not negative");
-        return NULL;
-    }
     Chunk *chunks = parse_chunks(chunks_obj, width, binary, &n, &total);
     if (chunks == NULL) return NULL;
     Selection sel = {NULL, NULL, 0};
@@ -413,13 +411,21 @@ PyDoc_STRVAR(pick_fixed_doc,
 "as its chunk holds it. ValueError for a short buffer or a mask that picks other than\n"
 "`rows` rows.");
 
+/* Whether a fixed-width pass takes values of `width` bytes; ValueError if not. */
+static int fixed_width(Py_ssize_t width) {
+    if (width >= 1 && width <= 16) return 1;
+    PyErr_SetString(PyExc_ValueError, "width must be 1 to 16");
+    return 0;
+}
+
 static PyObject *pick_fixed(PyObject *self, PyObject *args) {
     PyObject *mask, *chunks;
     Py_ssize_t rows, width;
     (void)self;
     if (!PyArg_ParseTuple(args, "OnnO", &mask, &rows, &width, &chunks)) return NULL;
-    if (width < 1 || rows < 0) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16, rows not negative");
+    if (!fixed_width(width)) return NULL;
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows out of range");
         return NULL;
     }
     return selected(mask, rows, width, chunks);
@@ -486,7 +492,7 @@ static PyObject *locate(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "an order of %zd bytes of %zd chunks' rows", order.len, n);
         goto done;
     }
-    starts = PyMem_Malloc((size_t)(n + 2) * sizeof(Py_ssize_t));
+    starts = PyMem_Malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
     if (starts == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -501,7 +507,6 @@ static PyObject *locate(PyObject *self, PyObject *args) {
         }
         starts[i + 1] = starts[i] + length;
     }
-    starts[n + 1] = starts[n]; /* chunk_of's look at the chunk after the last reads this */
     out = PyBytes_FromStringAndSize(NULL, 8 * rows);
     if (out == NULL) goto done;
     int32_t *pairs = (int32_t *)PyBytes_AS_STRING(out);
@@ -544,10 +549,7 @@ static PyObject *take_fixed(PyObject *self, PyObject *args) {
     Py_ssize_t width;
     (void)self;
     if (!PyArg_ParseTuple(args, "OnO", &located, &width, &chunks)) return NULL;
-    if (width < 1) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1 to 16");
-        return NULL;
-    }
+    if (!fixed_width(width)) return NULL;
     return selected(located, -1, width, chunks);
 }
 

@@ -173,8 +173,8 @@ def group_survivors(
     partitions' ordinals: the survivors, partition after partition in the group's order,
     as one batch (copied once out of the pieces by ``picked.taken``; when every record
     survives in that order already, the records joined as they are), and how many each
-    partition has. The rules are ``partition.decide``'s, as for a partition's only window (no young
-    keys), with the per-partition rules as row masks."""
+    partition has. The rules are ``partition.decide``'s, as for a partition's only window
+    (no young keys), with the per-partition rules as row masks."""
     n = records.num_rows
     stats.records_in += n
     stats.windows += 1

@@ -423,10 +423,11 @@ def decide(
     tombstone = full & ~validity_bits(values)
     stats.tombstones_removed += (tombstone & ~keep).bit_count()
     horizons = batch.column(_HORIZON)  # a table's chunks joined only where compared
+    has_horizon = validity_bits(horizons)
     winning_tombstone = won & tombstone
     past = tombstone & keep & verdict.droppable
     if past:
-        past &= validity_bits(horizons)
+        past &= has_horizon
         if past:
             horizons = whole(horizons)
             past &= at_most(horizons, now_ms)
@@ -437,7 +438,7 @@ def decide(
         stats.tombstones_removed += removed
         keep &= ~gone
         past &= ~gone
-    stamp = (winning_tombstone & ~validity_bits(horizons)) | past
+    stamp = (winning_tombstone & ~has_horizon) | past
     if stamp:
         stamped = compute.if_else(bool_array(stamp, n), horizon(), whole(horizons))
         batch = batch.set_column(_HORIZON, _HORIZON_FIELD, stamped)
