@@ -153,13 +153,14 @@ setup(
         Extension(
             KERNEL,
             sources=["worker/kernel/_keybuffer.c"],
-            depends=["worker/kernel/sha512_256.h"],
+            depends=["worker/kernel/sha512_256.h", "fileformat/arrow_c_abi.h"],
             extra_compile_args=C_FLAGS,
             libraries=["pthread"],
         ),
         Extension(
             SECTIONS,
             sources=["fileformat/_sections.c"],
+            depends=["fileformat/arrow_c_abi.h"],
             extra_compile_args=C_FLAGS,
         ),
         Extension(

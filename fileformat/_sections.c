@@ -25,6 +25,7 @@
 
 #define NO_HORIZON INT64_MAX
 #define FIGURES 8
+#define RECORD_OVERHEAD 16
 
 typedef struct {
     Py_buffer view;
@@ -60,6 +61,10 @@ static int take_column(PyObject *obj, Column *c, Py_ssize_t min_bytes, int optio
 
 static inline int bit_set(const uint8_t *bits, Py_ssize_t i) {
     return (bits[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline int64_t span_of(const int32_t *offsets, Py_ssize_t i) {
+    return (int64_t)offsets[i + 1] - offsets[i];
 }
 
 /* Whether the fields `fields` (-1 ends the list) of the tuple `e` are exact ints (None
@@ -465,6 +470,52 @@ static Py_ssize_t first_disagreeing_entry(const SectionEntries *entries, const i
     return -1;
 }
 
+/* A batch's columns as the figures read them, row r at index r: offsets, timestamps
+   (NULL: only the first and last offsets are wanted), each record's logical bytes (NULL:
+   0), the values' validity bitmap (NULL: no nulls) and the bit of row 0, the delete
+   horizons (NULL: all null) and their validity. */
+typedef struct {
+    const int64_t *o, *t, *s;
+    const uint8_t *vbits;
+    Py_ssize_t vbit;
+    const int64_t *h;
+    const uint8_t *hbits;
+    Py_ssize_t hbit;
+} RowColumns;
+
+/* The figures of rows [a, end) (at least one) into f: first and last offsets, then, with
+   timestamps, the rest of BatchStats's fields (the horizon NO_HORIZON when no tombstone
+   has one). `*descent` becomes the first row whose offset does not exceed the one before
+   it, if it is still -1 and there is one. */
+static void span_figures(const RowColumns *c, Py_ssize_t a, Py_ssize_t end, int64_t *f,
+                         Py_ssize_t *descent) {
+    const int64_t *o = c->o, *t = c->t, *s = c->s, *h = c->h;
+    f[0] = o[a];
+    f[1] = o[end - 1];
+    for (Py_ssize_t r = a + 1; r < end && *descent < 0; r++)
+        if (o[r] <= o[r - 1]) *descent = r;
+    if (t == NULL) return;
+    int64_t tombstones = 0, min_ts = t[a], max_ts = t[a], horizon = NO_HORIZON;
+    uint64_t bytes = 0; /* wraps rather than overflows on a corrupt column */
+    for (Py_ssize_t r = a; r < end; r++) {
+        if (s != NULL) bytes += (uint64_t)s[r];
+        if (t[r] < min_ts) min_ts = t[r];
+        if (t[r] > max_ts) max_ts = t[r];
+        if (c->vbits != NULL && !bit_set(c->vbits, c->vbit + r)) {
+            tombstones++;
+            if (h != NULL && (c->hbits == NULL || bit_set(c->hbits, c->hbit + r)) &&
+                h[r] < horizon)
+                horizon = h[r];
+        }
+    }
+    f[2] = end - a;
+    f[3] = tombstones;
+    f[4] = (int64_t)bytes;
+    f[5] = min_ts;
+    f[6] = max_ts;
+    f[7] = horizon;
+}
+
 PyDoc_STRVAR(figures_doc,
 "figures(sections, start_at, count_at, offsets, timestamps=None, sizes=None,\n"
 "        values_validity=None, values_bit=0, horizons=None, horizons_validity=None,\n"
@@ -540,40 +591,19 @@ static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
 
     Py_ssize_t descent = -1;
     Py_BEGIN_ALLOW_THREADS
-    const int64_t *o = off.view.buf;
-    const int64_t *t = whole ? ts.view.buf : NULL;
-    const int64_t *s = sz.held ? sz.view.buf : NULL; /* None: bytes are not wanted (0) */
-    const int64_t *h = hz.held ? hz.view.buf : NULL;
-    const uint8_t *vbits = vv.held ? vv.view.buf : NULL;
-    const uint8_t *hbits = hv.held ? hv.view.buf : NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t a = spans[2 * i], end = a + spans[2 * i + 1];
-        int64_t *f = out + FIGURES * i;
-        f[0] = o[a];
-        f[1] = o[end - 1];
-        for (Py_ssize_t r = a + 1; r < end && descent < 0; r++)
-            if (o[r] <= o[r - 1]) descent = r;
-        if (!whole) continue;
-        int64_t tombstones = 0, min_ts = t[a], max_ts = t[a], horizon = NO_HORIZON;
-        uint64_t bytes = 0; /* wraps rather than overflows on a corrupt column */
-        for (Py_ssize_t r = a; r < end; r++) {
-            if (s != NULL) bytes += (uint64_t)s[r];
-            if (t[r] < min_ts) min_ts = t[r];
-            if (t[r] > max_ts) max_ts = t[r];
-            if (vbits != NULL && !bit_set(vbits, values_bit + r)) {
-                tombstones++;
-                if (h != NULL && (hbits == NULL || bit_set(hbits, horizons_bit + r)) &&
-                    h[r] < horizon)
-                    horizon = h[r];
-            }
-        }
-        f[2] = end - a;
-        f[3] = tombstones;
-        f[4] = (int64_t)bytes;
-        f[5] = min_ts;
-        f[6] = max_ts;
-        f[7] = horizon;
-    }
+    const RowColumns c = {
+        .o = off.view.buf,
+        .t = whole ? ts.view.buf : NULL,
+        .s = sz.held ? sz.view.buf : NULL, /* None: bytes are not wanted (0) */
+        .vbits = vv.held ? vv.view.buf : NULL,
+        .vbit = values_bit,
+        .h = hz.held ? hz.view.buf : NULL,
+        .hbits = hv.held ? hv.view.buf : NULL,
+        .hbit = horizons_bit,
+    };
+    for (Py_ssize_t i = 0; i < n; i++)
+        span_figures(&c, spans[2 * i], spans[2 * i] + spans[2 * i + 1], out + FIGURES * i,
+                     &descent);
     Py_END_ALLOW_THREADS
 
     if (compare) {
@@ -620,6 +650,136 @@ done:
 }
 
 
+#include "arrow_c_abi.h"
+
+/* One exported array of a batch, its slots [0, length) at `at` in its buffers (its own
+   offset plus its struct parents'). */
+typedef struct {
+    const struct ArrowArray *a;
+    int64_t at;
+} Slots;
+
+/* Whether `arr` has the format and layout RECORD_SCHEMA gives it. */
+static int layout_is(const struct ArrowSchema *schema, const struct ArrowArray *arr,
+                     const char *format, int64_t buffers, int64_t children) {
+    return strcmp(schema->format, format) == 0 && schema->n_children == children &&
+           arr->n_buffers == buffers && arr->n_children == children &&
+           arr->dictionary == NULL && arr->offset >= 0 && arr->length >= 0 &&
+           (buffers < 2 || arr->buffers[1] != NULL);
+}
+
+/* Whether any of slots [a, end) of `s` is null. */
+static int any_null(Slots s, int64_t a, int64_t end) {
+    const uint8_t *bits = s.a->buffers[0];
+    if (s.a->null_count == 0 || bits == NULL) return 0;
+    for (int64_t r = a; r < end; r++)
+        if (!bit_set(bits, s.at + r)) return 1;
+    return 0;
+}
+
+/* The bytes of the non-null values of slots [a, end) of binary or string array `s`. */
+static uint64_t value_bytes(Slots s, int64_t a, int64_t end) {
+    const int32_t *offsets = (const int32_t *)s.a->buffers[1] + s.at;
+    const uint8_t *bits = s.a->null_count == 0 ? NULL : s.a->buffers[0];
+    if (bits == NULL) return (uint64_t)((int64_t)offsets[end] - offsets[a]);
+    uint64_t total = 0;
+    for (int64_t r = a; r < end; r++)
+        if (bit_set(bits, s.at + r)) total += (uint64_t)span_of(offsets, r);
+    return total;
+}
+
+PyDoc_STRVAR(checked_figures_doc,
+"checked_figures(arrays, ordered) -> tuple | str\n\n"
+"A batch of RECORD_SCHEMA, given as its `__arrow_c_array__()` pair (a struct array of\n"
+"its six columns, at least one row), checked and measured in one pass: the eight\n"
+"fields of BatchStats (the horizon None when no tombstone has one before NO_HORIZON),\n"
+"its logical bytes summed from its columns' offsets; or, for a batch that\n"
+"batches.decoded_problem refuses, the same words: a null offset or timestamp, a null\n"
+"headers list, a null header or header key, or (if `ordered`) offsets that do not\n"
+"strictly increase. TypeError for another layout.");
+
+static PyObject *checked_figures(PyObject *self, PyObject *args) {
+    PyObject *pair;
+    int ordered;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!p", &PyTuple_Type, &pair, &ordered)) return NULL;
+    if (PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_TypeError, "arrays must be an (ArrowSchema, ArrowArray) pair");
+        return NULL;
+    }
+    const struct ArrowSchema *schema =
+        PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 0), "arrow_schema");
+    if (schema == NULL) return NULL;
+    const struct ArrowArray *batch =
+        PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 1), "arrow_array");
+    if (batch == NULL) return NULL;
+    static const char *const formats[6] = {"l", "l", "z", "z", "+l", "l"};
+    static const int64_t buffers[6] = {2, 2, 3, 3, 2, 2};
+    int fits = layout_is(schema, batch, "+s", 1, 6) && batch->length >= 1;
+    for (int i = 0; fits && i < 6; i++)
+        fits = layout_is(schema->children[i], batch->children[i], formats[i], buffers[i],
+                         i == 4) &&
+               batch->children[i]->length >= batch->offset + batch->length;
+    const struct ArrowSchema *item_schema = fits ? schema->children[4]->children[0] : NULL;
+    const struct ArrowArray *items = fits ? batch->children[4]->children[0] : NULL;
+    fits = fits && layout_is(item_schema, items, "+s", 1, 2) &&
+           layout_is(item_schema->children[0], items->children[0], "u", 3, 0) &&
+           layout_is(item_schema->children[1], items->children[1], "z", 3, 0) &&
+           items->children[0]->length >= items->offset + items->length &&
+           items->children[1]->length >= items->offset + items->length;
+    if (!fits) {
+        PyErr_SetString(PyExc_TypeError, "arrays must be a batch of RECORD_SCHEMA");
+        return NULL;
+    }
+    int64_t n = batch->length;
+    Slots col[6];
+    for (int i = 0; i < 6; i++)
+        col[i] = (Slots){batch->children[i], batch->children[i]->offset + batch->offset};
+    Slots item = {items, items->offset};
+    Slots item_key = {items->children[0], items->children[0]->offset + items->offset};
+    Slots item_value = {items->children[1], items->children[1]->offset + items->offset};
+    const int32_t *lists = (const int32_t *)col[4].a->buffers[1] + col[4].at;
+    if (lists[0] < 0 || lists[n] < lists[0] || lists[n] > items->length) {
+        PyErr_SetString(PyExc_ValueError, "the headers' offsets lie outside their items");
+        return NULL;
+    }
+
+    const char *problem = NULL;
+    int64_t f[FIGURES];
+    Py_ssize_t descent = -1;
+    Py_BEGIN_ALLOW_THREADS
+    if (any_null(col[0], 0, n) || any_null(col[1], 0, n)) {
+        problem = "null offset or timestamp";
+    } else if (any_null(col[4], 0, n)) {
+        problem = "null headers list";
+    } else if (any_null(item, lists[0], lists[n]) || any_null(item_key, lists[0], lists[n])) {
+        problem = "null header or header key";
+    } else {
+        const struct ArrowArray *values = col[3].a, *horizons = col[5].a;
+        const RowColumns c = {
+            .o = (const int64_t *)col[0].a->buffers[1] + col[0].at,
+            .t = (const int64_t *)col[1].a->buffers[1] + col[1].at,
+            .s = NULL,
+            .vbits = values->null_count == 0 ? NULL : values->buffers[0],
+            .vbit = col[3].at,
+            .h = (const int64_t *)horizons->buffers[1] + col[5].at,
+            .hbits = horizons->null_count == 0 ? NULL : horizons->buffers[0],
+            .hbit = col[5].at,
+        };
+        span_figures(&c, 0, n, f, &descent);
+        if (ordered && descent >= 0) problem = "offsets do not strictly increase";
+        f[4] = (int64_t)((uint64_t)RECORD_OVERHEAD * (uint64_t)n + value_bytes(col[2], 0, n) +
+                         value_bytes(col[3], 0, n) + value_bytes(item_key, lists[0], lists[n]) +
+                         value_bytes(item_value, lists[0], lists[n]));
+    }
+    Py_END_ALLOW_THREADS
+    if (problem != NULL) return PyUnicode_FromString(problem);
+    return Py_BuildValue("LLLLLLLN", (long long)f[0], (long long)f[1], (long long)f[2],
+                         (long long)f[3], (long long)f[4], (long long)f[5], (long long)f[6],
+                         f[7] == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(f[7]));
+}
+
+
 static inline uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
@@ -637,7 +797,6 @@ static inline uint32_t le32(const uint8_t *p) {
 #define FLAG_HORIZON 1
 #define KIND_ROARING32 1
 #define KIND_ROARING64 2
-#define RECORD_OVERHEAD 16
 
 /* The order of two section keys (raw topic, partition) in a file's order
  * (meta.section_key): <0, 0 or >0. Topic bytes first, a prefix before what it prefixes,
@@ -1175,9 +1334,6 @@ static int take_offsets(PyObject *obj, Column *c, Py_ssize_t min_count, const ch
     return take_column(obj, c, 4 * min_count, min_count == 0, name);
 }
 
-static inline int64_t span_of(const int32_t *offsets, Py_ssize_t i) {
-    return (int64_t)offsets[i + 1] - offsets[i];
-}
 
 PyDoc_STRVAR(record_sizes_doc,
 "record_sizes(rows, key_offsets, key_validity, key_bit, value_offsets, value_validity,\n"
@@ -2524,6 +2680,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
+    {"checked_figures", checked_figures, METH_VARARGS, checked_figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
     {"table_payload", table_payload, METH_VARARGS, table_payload_doc},

@@ -57,6 +57,9 @@ def figures(
     *,
     compare: Literal[True],
 ) -> tuple[int, int]: ...
+def checked_figures(
+    arrays: tuple[object, object], ordered: bool
+) -> tuple[int, int, int, int, int, int, int, int | None] | str: ...
 
 class SectionEntries(Generic[_E]):
     def __init__(self, entry_type: type[_E]) -> None: ...

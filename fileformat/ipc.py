@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from compactor.fileformat import _encoder, _sections
-from compactor.fileformat.batches import decoded_problem
+from compactor.fileformat.batches import BatchStats, checked_stats
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import (
     FORMAT_VERSION,
@@ -728,12 +728,24 @@ def decode_batch(
     role: Role = None,
     ordered: bool = True,
 ) -> pa.RecordBatch:
+    """The batch of ``decode_measured``, without its stats."""
+    return decode_measured(payload, position, object_name, version, role, ordered)[0]
+
+
+def decode_measured(
+    payload: Payload,
+    position: int,
+    object_name: str,
+    version: int = FORMAT_VERSION,
+    role: Role = None,
+    ordered: bool = True,
+) -> tuple[pa.RecordBatch, BatchStats]:
     """Decodes a batch frame's payload whose CRC the caller has verified; ``version`` is
     the file's format version; ``ordered``: see ``batches.batch_problem``.
 
     Returns a non-empty batch of RECORD_SCHEMA that passed Arrow's full validation and
-    ``batches.decoded_problem``; anything else is a FormatError at ``position`` (the
-    payload's start).
+    ``batches.checked_stats``, with its stats; anything else is a FormatError at
+    ``position`` (the payload's start).
     A version-1 batch without delete_horizon gets a null one. ``role``: the reader's part
     in a pair reading the same bytes (``fileformat.second_read``); a second reader takes
     what the first accepted for an equal payload.
@@ -742,7 +754,7 @@ def decode_batch(
     if memo and role == "second":
         hit = MEMO.take(("batch", version, ordered, payload))
         if hit is not None:
-            return cast(pa.RecordBatch, hit)
+            return cast(tuple[pa.RecordBatch, BatchStats], hit)
     m = inspect_message(payload, position, object_name, version=version)
     try:
         if m.compressed:
@@ -753,17 +765,17 @@ def decode_batch(
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
     batch = with_horizons(batch)  # of RECORD_SCHEMA: m.schema decoded it
-    problem = (
-        decoded_problem(batch, ordered)
+    found = (
+        checked_stats(batch, ordered)
         if batch.num_rows == m.rows
         else f"{batch.num_rows} rows decoded"
     )
-    if problem is not None:
-        raise FormatError(object_name, position, f"invalid batch: {problem}")
+    if isinstance(found, str):
+        raise FormatError(object_name, position, f"invalid batch: {found}")
     if memo and role == "first" and not m.compressed:
         # (uncompressed only: a compressed batch's first reader decodes some columns)
-        MEMO.put(("batch", version, ordered, payload), batch, 2 * len(payload))
-    return batch
+        MEMO.put(("batch", version, ordered, payload), (batch, found), 2 * len(payload))
+    return batch, found
 
 
 _HORIZON_FIELD = RECORD_SCHEMA.field("delete_horizon")

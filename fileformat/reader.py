@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from compactor.fileformat import _sections
-from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
+from compactor.fileformat.batches import BatchStats, int64_view
 from compactor.fileformat.bitmap import OffsetSet, OffsetSetBuilder
 from compactor.fileformat.block import (
     Block,
@@ -51,7 +51,7 @@ from compactor.fileformat.framing import (
     describe_tag,
     verify_frame,
 )
-from compactor.fileformat.ipc import decode_batch
+from compactor.fileformat.ipc import decode_measured
 from compactor.fileformat.meta import FileMeta, SectionMeta, section_key
 from compactor.fileformat.ranged import read_footer, read_section, read_section_offsets
 from compactor.fileformat.read_frames import keep_frame
@@ -622,9 +622,8 @@ class SectionReader:
         role = self._stream.role
         assert version is not None
         if fields is None:
-            batch = decode_batch(payload, at + FRAME_HEADER.size, name, version, role)
+            batch, stats = decode_measured(payload, at + FRAME_HEADER.size, name, version, role)
             keep_frame(batch, EncodedFrame(payload, crc))
-            stats = batch_stats(batch)
             first, last = stats.first_offset, stats.last_offset
         else:
             batch = decode_fields(payload, at + FRAME_HEADER.size, name, fields, version, role)

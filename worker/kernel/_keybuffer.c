@@ -195,32 +195,7 @@ static const char *impl_name(int impl) {
 
 /* --- Arrow arrays through the C data interface ----------------------------------- */
 
-#ifndef ARROW_C_DATA_INTERFACE
-#define ARROW_C_DATA_INTERFACE
-struct ArrowSchema {
-    const char *format;
-    const char *name;
-    const char *metadata;
-    int64_t flags;
-    int64_t n_children;
-    struct ArrowSchema **children;
-    struct ArrowSchema *dictionary;
-    void (*release)(struct ArrowSchema *);
-    void *private_data;
-};
-struct ArrowArray {
-    int64_t length;
-    int64_t null_count;
-    int64_t offset;
-    int64_t n_buffers;
-    int64_t n_children;
-    const void **buffers;
-    struct ArrowArray **children;
-    struct ArrowArray *dictionary;
-    void (*release)(struct ArrowArray *);
-    void *private_data;
-};
-#endif
+#include "../../fileformat/arrow_c_abi.h"
 
 enum { COL_NONE = 0, COL_BIN32, COL_BIN64, COL_INT64, COL_BOOL, COL_INT32 };
 enum { WANT_BINARY, WANT_INT64, WANT_BOOL, WANT_INT32 };

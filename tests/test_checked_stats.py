@@ -1,0 +1,122 @@
+"""``batches.checked_stats``: a batch's checks and stats in one compiled pass over the
+buffers Arrow's C data interface exports (``_sections.checked_figures``), against the
+format's definition in plain Python (``stats_of_records``) and the problems the reader
+names."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_shared_blocks import stats_of_records
+from test_small_sections import _records, _with_shifted_header_items
+
+from compactor.fileformat import FormatError, batch_to_records, records_to_batch
+from compactor.fileformat.batches import batch_stats, checked_stats, decoded_problem
+from compactor.fileformat.ipc import BatchEncoder, decode_measured
+from compactor.fileformat.records import RECORD_SCHEMA
+
+
+def _column(batch: pa.RecordBatch, name: str, array: pa.Array) -> pa.RecordBatch:
+    columns = [array if f.name == name else batch.column(f.name) for f in RECORD_SCHEMA]
+    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 300),
+    headers=st.booleans(),
+    shifted=st.booleans(),
+    cut=st.tuples(st.integers(0, 299), st.integers(1, 300)),
+)
+def test_checked_stats_are_the_formats_stats(
+    seed: int, n: int, headers: bool, shifted: bool, cut: tuple[int, int]
+) -> None:
+    """Whole batches and slices starting anywhere (mid-byte of every bitmap), with null
+    keys, values and header values, header items at an offset of their own and null
+    values whose slots span bytes: the stats are the model's, ordered or not."""
+    rnd = random.Random(seed)
+    batch = records_to_batch(_records(rnd, n, headers))
+    if shifted:
+        batch = _with_shifted_header_items(batch, rnd)
+    start = cut[0] % n
+    batch = batch.slice(start, min(cut[1], n - start))
+    expected = stats_of_records(batch_to_records(batch))
+    assert checked_stats(batch) == expected
+    assert checked_stats(batch, ordered=False) == expected
+    assert batch_stats(batch) == expected
+    assert decoded_problem(batch) is None
+
+
+def test_a_decoded_batch_comes_with_its_stats() -> None:
+    rnd = random.Random(7)
+    batch = records_to_batch(_records(rnd, 500, True))
+    for codec in (None, "lz4", "zstd"):
+        payload = BatchEncoder(codec).encode(batch, 1 << 20)
+        decoded, stats = decode_measured(payload, 0, "t")
+        assert decoded.equals(batch)
+        assert stats == stats_of_records(batch_to_records(batch))
+
+
+def test_each_problem_is_named_in_the_readers_words() -> None:
+    rnd = random.Random(3)
+    batch = records_to_batch(_records(rnd, 40, True))
+    n = batch.num_rows
+    offsets = batch.column("offset").to_pylist()
+    null_offset = _column(batch, "offset", pa.array([None, *offsets[1:]], pa.int64()))
+    null_ts = _column(batch, "timestamp", pa.array([*([0] * (n - 1)), None], pa.int64()))
+    headers = batch.column("headers").to_pylist()
+    null_list = _column(
+        batch, "headers", pa.array([None, *headers[1:]], RECORD_SCHEMA.field("headers").type)
+    )
+    headers_type = RECORD_SCHEMA.field("headers").type
+    items = pa.StructArray.from_arrays(
+        [pa.array([None], pa.string()), pa.array([b"b"])], fields=list(headers_type.value_type)
+    )
+    null_key = _column(
+        batch,
+        "headers",
+        pa.ListArray.from_arrays(
+            pa.array([0, 1, *([1] * (n - 1))], pa.int32()), items, type=headers_type
+        ),
+    )
+    swapped = batch.take(pa.array([*range(n - 2), n - 1, n - 2]))
+    cases = {
+        "null offset or timestamp": [null_offset, null_ts],
+        "null headers list": [null_list],
+        "null header or header key": [null_key],
+        "offsets do not strictly increase": [swapped],
+    }
+    for problem, bad in cases.items():
+        for b in bad:
+            assert checked_stats(b) == problem
+            assert decoded_problem(b) == problem
+    assert checked_stats(swapped, ordered=False) == stats_of_records(batch_to_records(swapped))
+    with pytest.raises(ValueError, match="unfit batch: null offset"):
+        batch_stats(null_offset)
+
+
+def test_a_decoder_refuses_what_the_checks_find() -> None:
+    rnd = random.Random(5)
+    batch = records_to_batch(_records(rnd, 30, False))
+    swapped = batch.take(pa.array([*range(28), 29, 28]))
+    payload = BatchEncoder(None).encode(swapped, 1 << 20)
+    with pytest.raises(FormatError, match="offsets do not strictly increase"):
+        decode_measured(payload, 0, "t")
+    assert decode_measured(payload, 0, "t", ordered=False)[1].record_count == 30
+
+
+def test_another_layout_is_a_type_error() -> None:
+    from compactor.fileformat import _sections
+
+    other = pa.record_batch({"offset": pa.array([1], pa.int64())})
+    with pytest.raises(TypeError, match="RECORD_SCHEMA"):
+        _sections.checked_figures(other.__arrow_c_array__(), True)
+    batch = records_to_batch(_records(random.Random(1), 3, False))
+    wide_keys = batch.set_column(2, "key", batch.column("key").cast(pa.large_binary()))
+    with pytest.raises(TypeError, match="RECORD_SCHEMA"):
+        _sections.checked_figures(wide_keys.__arrow_c_array__(), True)
