@@ -665,7 +665,7 @@ static int layout_is(const struct ArrowSchema *schema, const struct ArrowArray *
     return strcmp(schema->format, format) == 0 && schema->n_children == children &&
            arr->n_buffers == buffers && arr->n_children == children &&
            arr->dictionary == NULL && arr->offset >= 0 && arr->length >= 0 &&
-           (buffers < 2 || arr->buffers[1] != NULL);
+           (buffers < 2 || arr->length == 0 || arr->buffers[1] != NULL);
 }
 
 /* Whether any of slots [a, end) of `s` is null. */
@@ -715,7 +715,8 @@ static PyObject *checked_figures(PyObject *self, PyObject *args) {
     if (batch == NULL) return NULL;
     static const char *const formats[6] = {"l", "l", "z", "z", "+l", "l"};
     static const int64_t buffers[6] = {2, 2, 3, 3, 2, 2};
-    int fits = layout_is(schema, batch, "+s", 1, 6) && batch->length >= 1;
+    int fits = layout_is(schema, batch, "+s", 1, 6) && batch->length >= 1 &&
+               batch->null_count == 0;
     for (int i = 0; fits && i < 6; i++)
         fits = layout_is(schema->children[i], batch->children[i], formats[i], buffers[i],
                          i == 4) &&
@@ -752,7 +753,8 @@ static PyObject *checked_figures(PyObject *self, PyObject *args) {
         problem = "null offset or timestamp";
     } else if (any_null(col[4], 0, n)) {
         problem = "null headers list";
-    } else if (any_null(item, lists[0], lists[n]) || any_null(item_key, lists[0], lists[n])) {
+    } else if (lists[0] < lists[n] && (any_null(item, lists[0], lists[n]) ||
+                                        any_null(item_key, lists[0], lists[n]))) {
         problem = "null header or header key";
     } else {
         const struct ArrowArray *values = col[3].a, *horizons = col[5].a;
@@ -768,9 +770,12 @@ static PyObject *checked_figures(PyObject *self, PyObject *args) {
         };
         span_figures(&c, 0, n, f, &descent);
         if (ordered && descent >= 0) problem = "offsets do not strictly increase";
-        f[4] = (int64_t)((uint64_t)RECORD_OVERHEAD * (uint64_t)n + value_bytes(col[2], 0, n) +
-                         value_bytes(col[3], 0, n) + value_bytes(item_key, lists[0], lists[n]) +
-                         value_bytes(item_value, lists[0], lists[n]));
+        uint64_t bytes = (uint64_t)RECORD_OVERHEAD * (uint64_t)n + value_bytes(col[2], 0, n) +
+                         value_bytes(col[3], 0, n);
+        if (lists[0] < lists[n]) /* else the items' offsets may be absent */
+            bytes += value_bytes(item_key, lists[0], lists[n]) +
+                     value_bytes(item_value, lists[0], lists[n]);
+        f[4] = (int64_t)bytes;
     }
     Py_END_ALLOW_THREADS
     if (problem != NULL) return PyUnicode_FromString(problem);

@@ -175,9 +175,11 @@ def batch_problem(batch: pa.RecordBatch, ordered: bool = True) -> str | None:
 
 
 def decoded_problem(batch: pa.RecordBatch, ordered: bool = True) -> str | None:
-    """``batch_problem`` of a non-empty batch that has RECORD_SCHEMA by construction (a
-    decoder gave it that schema): without comparing the schema, which costs more than the
-    other checks of a small batch (``checked_stats``)."""
+    """``batch_problem`` of a batch that has RECORD_SCHEMA by construction (a decoder gave
+    it that schema): without comparing the schema, which costs more than the other checks
+    of a small batch (``checked_stats``)."""
+    if not batch.num_rows:  # a writer takes an empty batch, and writes nothing
+        return None
     found = checked_stats(batch, ordered)
     return found if isinstance(found, str) else None
 

@@ -15,9 +15,16 @@ from test_shared_blocks import stats_of_records
 from test_small_sections import _records, _with_shifted_header_items
 
 from compactor.fileformat import FormatError, batch_to_records, records_to_batch
-from compactor.fileformat.batches import batch_stats, checked_stats, decoded_problem
+from compactor.fileformat.batches import (
+    batch_problem,
+    batch_stats,
+    checked_stats,
+    columns_problem,
+    decoded_problem,
+)
 from compactor.fileformat.ipc import BatchEncoder, decode_measured
 from compactor.fileformat.records import RECORD_SCHEMA
+from compactor.fileformat.second_read import MEMO
 
 
 def _column(batch: pa.RecordBatch, name: str, array: pa.Array) -> pa.RecordBatch:
@@ -77,6 +84,19 @@ def test_each_problem_is_named_in_the_readers_words() -> None:
     items = pa.StructArray.from_arrays(
         [pa.array([None], pa.string()), pa.array([b"b"])], fields=list(headers_type.value_type)
     )
+    null_item = _column(
+        batch,
+        "headers",
+        pa.ListArray.from_arrays(
+            pa.array([0, 1, *([1] * (n - 1))], pa.int32()),
+            pa.StructArray.from_arrays(
+                [pa.array(["a"], pa.string()), pa.array([b"b"])],
+                fields=list(headers_type.value_type),
+                mask=pa.array([True]),
+            ),
+            type=headers_type,
+        ),
+    )
     null_key = _column(
         batch,
         "headers",
@@ -88,13 +108,13 @@ def test_each_problem_is_named_in_the_readers_words() -> None:
     cases = {
         "null offset or timestamp": [null_offset, null_ts],
         "null headers list": [null_list],
-        "null header or header key": [null_key],
+        "null header or header key": [null_key, null_item],
         "offsets do not strictly increase": [swapped],
     }
     for problem, bad in cases.items():
         for b in bad:
             assert checked_stats(b) == problem
-            assert decoded_problem(b) == problem
+            assert _in_python(b) == problem
     assert checked_stats(swapped, ordered=False) == stats_of_records(batch_to_records(swapped))
     with pytest.raises(ValueError, match="unfit batch: null offset"):
         batch_stats(null_offset)
@@ -120,3 +140,56 @@ def test_another_layout_is_a_type_error() -> None:
     wide_keys = batch.set_column(2, "key", batch.column("key").cast(pa.large_binary()))
     with pytest.raises(TypeError, match="RECORD_SCHEMA"):
         _sections.checked_figures(wide_keys.__arrow_c_array__(), True)
+
+
+def _in_python(batch: pa.RecordBatch) -> str | None:
+    """The checks as pyarrow's objects make them, one column at a time (what the reader
+    made before ``checked_stats``)."""
+    return columns_problem(batch.column(0), batch.column(1), batch.column(4))
+
+
+def test_nulls_outside_a_slice_are_not_its_own() -> None:
+    """A null offset, headers list, header item or header key in rows sliced away (and in
+    items before the headers' first) is not the slice's problem; inside it, it is."""
+    rnd = random.Random(11)
+    batch = records_to_batch(_records(rnd, 20, True))
+    n = batch.num_rows
+    offsets = pa.array([None, *batch.column("offset").to_pylist()[1:]], pa.int64())
+    lists = pa.array(
+        [None, *batch.column("headers").to_pylist()[1:]], RECORD_SCHEMA.field("headers").type
+    )
+    for name, column in (("offset", offsets), ("headers", lists)):
+        bad = _column(batch, name, column)
+        assert checked_stats(bad) == _in_python(bad) is not None
+        tail = bad.slice(1)
+        assert checked_stats(tail) == stats_of_records(batch_to_records(tail))
+        assert _in_python(tail) is None
+    headers_type = RECORD_SCHEMA.field("headers").type
+    items = pa.StructArray.from_arrays(
+        [pa.array([None, "a"], pa.string()), pa.array([b"x", b"y"])],
+        fields=list(headers_type.value_type),
+        mask=pa.array([True, False]),
+    )
+    starts = pa.array([1, 2, *([2] * (n - 1))], pa.int32())  # item 0, the null, is no one's
+    padded = _column(batch, "headers", pa.ListArray.from_arrays(starts, items, type=headers_type))
+    assert checked_stats(padded) == stats_of_records(batch_to_records(padded))
+    assert _in_python(padded) is None
+
+
+def test_an_empty_batch_has_no_problem() -> None:
+    empty = records_to_batch([])
+    assert batch_problem(empty) is None
+    assert decoded_problem(empty) is None
+
+
+def test_a_second_reader_takes_the_firsts_stats() -> None:
+    """An uncompressed payload decoded by the first reader of a pair is handed to the
+    second with its stats (``second_read.MEMO``)."""
+    batch = records_to_batch(_records(random.Random(9), 50, True))
+    payload = BatchEncoder(None).encode(batch, 1 << 20)
+    expected = stats_of_records(batch_to_records(batch))
+    assert MEMO.keeps(payload, "first")
+    first = decode_measured(payload, 0, "t", role="first")
+    second = decode_measured(payload, 0, "t", role="second")
+    assert second[0] is first[0]
+    assert first[1] == second[1] == expected
