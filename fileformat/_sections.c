@@ -67,6 +67,18 @@ static inline int64_t span_of(const int32_t *offsets, Py_ssize_t i) {
     return (int64_t)offsets[i + 1] - offsets[i];
 }
 
+/* The bytes of the non-null values among rows [a, end) of int32 `offsets` (row r's at
+   r), row r valid where bit `bit` + r of `bits` is set (NULL: every row). Wraps rather
+   than overflows on corrupt offsets. */
+static uint64_t valid_span_bytes(const int32_t *offsets, const uint8_t *bits, Py_ssize_t bit,
+                                 Py_ssize_t a, Py_ssize_t end) {
+    if (bits == NULL) return (uint64_t)((int64_t)offsets[end] - offsets[a]);
+    uint64_t total = 0;
+    for (Py_ssize_t r = a; r < end; r++)
+        if (bit_set(bits, bit + r)) total += (uint64_t)span_of(offsets, r);
+    return total;
+}
+
 /* Whether the fields `fields` (-1 ends the list) of the tuple `e` are exact ints (None
  * allowed where `none_at` says): reading them runs no Python code, so a borrowed entry
  * stays alive while it is read. */
@@ -679,13 +691,8 @@ static int any_null(Slots s, int64_t a, int64_t end) {
 
 /* The bytes of the non-null values of slots [a, end) of binary or string array `s`. */
 static uint64_t value_bytes(Slots s, int64_t a, int64_t end) {
-    const int32_t *offsets = (const int32_t *)s.a->buffers[1] + s.at;
-    const uint8_t *bits = s.a->null_count == 0 ? NULL : s.a->buffers[0];
-    if (bits == NULL) return (uint64_t)((int64_t)offsets[end] - offsets[a]);
-    uint64_t total = 0;
-    for (int64_t r = a; r < end; r++)
-        if (bit_set(bits, s.at + r)) total += (uint64_t)span_of(offsets, r);
-    return total;
+    return valid_span_bytes((const int32_t *)s.a->buffers[1] + s.at,
+                            s.a->null_count == 0 ? NULL : s.a->buffers[0], s.at, a, end);
 }
 
 PyDoc_STRVAR(checked_figures_doc,
@@ -1724,12 +1731,9 @@ static PyObject *valid_bytes(PyObject *self, PyObject *args) {
         release(&off);
         return NULL;
     }
-    uint64_t total = 0; /* wraps rather than overflows on corrupt offsets */
+    uint64_t total;
     Py_BEGIN_ALLOW_THREADS
-    const int32_t *o = off.view.buf;
-    const uint8_t *bits = valid.held ? valid.view.buf : NULL;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (bits == NULL || bit_set(bits, bit + i)) total += (uint64_t)span_of(o, i);
+    total = valid_span_bytes(off.view.buf, valid.held ? valid.view.buf : NULL, bit, 0, n);
     Py_END_ALLOW_THREADS
     release(&off);
     release(&valid);

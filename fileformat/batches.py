@@ -208,12 +208,8 @@ def columns_problem(
 
 def logical_bytes(batch: pa.RecordBatch) -> int:
     """The logical size of the batch's records (FORMAT.md, "Logical size")."""
-    return _logical_bytes(batch, batch.num_rows, batch.column(_VALUE))
-
-
-def _logical_bytes(batch: pa.RecordBatch, n: int, values: pa.Array) -> int:
-    total: int = RECORD_OVERHEAD * n
-    total += _sum_lengths(batch.column(_KEY)) + _sum_lengths(values)
+    total: int = RECORD_OVERHEAD * batch.num_rows
+    total += _sum_lengths(batch.column(_KEY)) + _sum_lengths(batch.column(_VALUE))
     items = _header_items(batch.column(_HEADERS))
     if items is not None:
         total += _sum_lengths(items.field(0)) + _sum_lengths(items.field(1))
@@ -363,15 +359,15 @@ def section_figures(
     return descent, cast(list[Figures], figures)
 
 
-def stat_columns(batch: pa.RecordBatch, sizes: bool = True) -> tuple[Any, ...]:
+def stat_columns(batch: pa.RecordBatch) -> tuple[Any, ...]:
     """The arguments of ``_sections.figures`` after the spans, for a whole batch: its
-    offsets, timestamps, records' logical sizes (None: not wanted, their sum is 0), the
-    values' validity (a tombstone is a null value) and the tombstones' delete horizons."""
+    offsets, timestamps, records' logical sizes, the values' validity (a tombstone is a
+    null value) and the tombstones' delete horizons."""
     values, horizons = batch.column(_VALUE), batch.column(_HORIZON)
     return (
         int64_view(batch.column(_OFFSET)),
         int64_view(batch.column(_TIMESTAMP)),
-        int64_view(record_sizes(batch)) if sizes else None,
+        int64_view(record_sizes(batch)),
         *_validity(values),
         None if horizons.null_count == len(horizons) else int64_view(horizons),
         *_validity(horizons),

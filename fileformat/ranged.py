@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from compactor.fileformat.batches import BatchStats, batch_stats, int64_view
+from compactor.fileformat.batches import BatchStats, int64_view
 from compactor.fileformat.bitmap import OffsetSet
 from compactor.fileformat.block import (
     Block,
@@ -44,7 +44,7 @@ from compactor.fileformat.framing import (
     check_file_header,
     parse_frame,
 )
-from compactor.fileformat.ipc import decode_batch
+from compactor.fileformat.ipc import decode_measured
 from compactor.fileformat.meta import FileMeta, SectionMeta
 from compactor.fileformat.section import (
     TRAILER_FIXED,
@@ -269,8 +269,9 @@ class _SectionLayout:
                 f"section holds {topic}/{partition}, not {self.meta.topic}/{self.meta.partition}",
             )
 
-    def batches(self, start: int) -> Iterator[pa.RecordBatch]:
-        """Decoded batches from index entry ``start`` on, each checked against the index."""
+    def batches(self, start: int) -> Iterator[tuple[pa.RecordBatch, BatchStats]]:
+        """Decoded batches from index entry ``start`` on, each with its stats
+        (``ipc.decode_measured``) and checked against the index."""
         index, bounds = self.trailer.index, self.bounds
         pos = self.meta.position
         k = start
@@ -293,22 +294,18 @@ class _SectionLayout:
                         at,
                         "batch frame does not end where the batch index says the next one starts",
                     )
-                batch = decode_batch(
+                batch, stats = decode_measured(
                     payload, at + FRAME_HEADER.size, self.object_name, self.trailer.version
                 )
-                if batch_first(batch) != index[j][0]:
+                if stats.first_offset != index[j][0]:
                     raise FormatError(
                         self.object_name,
                         at,
                         f"batch starts at offset "
-                        f"{batch_first(batch)}, the index says {index[j][0]}",
+                        f"{stats.first_offset}, the index says {index[j][0]}",
                     )
-                yield batch
+                yield batch, stats
             k = end
-
-
-def batch_first(batch: pa.RecordBatch) -> int:
-    return int64_view(batch.column(0))[0]
 
 
 def _meta_stats(meta: SectionMeta) -> BatchStats:
@@ -351,8 +348,7 @@ def read_section(
             return
         start = bisect.bisect_right([o for o, _ in trailer.index], target) - 1
     stats: BatchStats | None = None
-    for batch in layout.batches(start):
-        s = batch_stats(batch)
+    for batch, s in layout.batches(start):
         if stats is not None and s.first_offset <= stats.last_offset:
             raise FormatError(
                 object_name,
