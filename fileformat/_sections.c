@@ -5,15 +5,15 @@
  * `TableEntry` tuples, stopping at the first it cannot take (block.py parses that one
  * field by field, with its error if it is wrong, then calls back).
  *
- * `figures` is what a block's check and the writer's `write_sections` need of every
- * section of a block: its first and last offset, and whether the offsets strictly
- * increase within it; when the stat columns are given, also its record count,
- * tombstones, logical bytes, timestamp range and earliest tombstone delete horizon,
- * in the order of `BatchStats`'s fields (the first eight of a `TableEntry`).
+ * `batch_figures` is what a block's check and the writer's `write_sections` need of every
+ * section of a block: its first and last offset, whether the offsets strictly increase
+ * within it, its record count, tombstones, logical bytes, timestamp range and earliest
+ * tombstone delete horizon, in the order of `BatchStats`'s fields (the first eight of a
+ * `TableEntry`). It reads the batch in place, as Arrow's C data interface exports it
+ * (`arrow_c_abi.h`), as `checked_figures` does for one batch; `figures` reads only the
+ * offsets, from a buffer.
  *
- * The caller passes the columns as buffers it has already sliced to the batch's rows
- * (`memoryview`s of int64 values; a validity bitmap as its buffer and the bit of row 0),
- * so this file knows nothing of Arrow's types: it checks every span and every buffer's
+ * This file checks every span, every exported array's layout and every buffer's
  * length before reading, and reads nothing else. The scan runs without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
@@ -483,11 +483,10 @@ static Py_ssize_t first_disagreeing_entry(const SectionEntries *entries, const i
 }
 
 /* A batch's columns as the figures read them, row r at index r: offsets, timestamps
-   (NULL: only the first and last offsets are wanted), each record's logical bytes (NULL:
-   0), the values' validity bitmap (NULL: no nulls) and the bit of row 0, the delete
-   horizons (NULL: all null) and their validity. */
+   (NULL: only the first and last offsets are wanted), the values' validity bitmap (NULL:
+   no nulls) and the bit of row 0, the delete horizons and their validity. */
 typedef struct {
-    const int64_t *o, *t, *s;
+    const int64_t *o, *t;
     const uint8_t *vbits;
     Py_ssize_t vbit;
     const int64_t *h;
@@ -496,168 +495,155 @@ typedef struct {
 } RowColumns;
 
 /* The figures of rows [a, end) (at least one) into f: first and last offsets, then, with
-   timestamps, the rest of BatchStats's fields (the horizon NO_HORIZON when no tombstone
-   has one). `*descent` becomes the first row whose offset does not exceed the one before
-   it, if it is still -1 and there is one. */
+   timestamps, the rest of BatchStats's fields but the logical bytes (0 here; the caller
+   sums them from the binary columns), the horizon NO_HORIZON when no tombstone has one.
+   `*descent` becomes the first row whose offset does not exceed the one before it, if it
+   is still -1 and there is one. */
 static void span_figures(const RowColumns *c, Py_ssize_t a, Py_ssize_t end, int64_t *f,
                          Py_ssize_t *descent) {
-    const int64_t *o = c->o, *t = c->t, *s = c->s, *h = c->h;
+    const int64_t *o = c->o, *t = c->t, *h = c->h;
     f[0] = o[a];
     f[1] = o[end - 1];
     for (Py_ssize_t r = a + 1; r < end && *descent < 0; r++)
         if (o[r] <= o[r - 1]) *descent = r;
     if (t == NULL) return;
     int64_t tombstones = 0, min_ts = t[a], max_ts = t[a], horizon = NO_HORIZON;
-    uint64_t bytes = 0; /* wraps rather than overflows on a corrupt column */
     for (Py_ssize_t r = a; r < end; r++) {
-        if (s != NULL) bytes += (uint64_t)s[r];
         if (t[r] < min_ts) min_ts = t[r];
         if (t[r] > max_ts) max_ts = t[r];
         if (c->vbits != NULL && !bit_set(c->vbits, c->vbit + r)) {
             tombstones++;
-            if (h != NULL && (c->hbits == NULL || bit_set(c->hbits, c->hbit + r)) &&
-                h[r] < horizon)
+            if ((c->hbits == NULL || bit_set(c->hbits, c->hbit + r)) && h[r] < horizon)
                 horizon = h[r];
         }
     }
     f[2] = end - a;
     f[3] = tombstones;
-    f[4] = (int64_t)bytes;
+    f[4] = 0;
     f[5] = min_ts;
     f[6] = max_ts;
     f[7] = horizon;
 }
 
-PyDoc_STRVAR(figures_doc,
-"figures(sections, start_at, count_at, offsets, timestamps=None, sizes=None,\n"
-"        values_validity=None, values_bit=0, horizons=None, horizons_validity=None,\n"
-"        horizons_bit=0) -> (descent, figures)\n\n"
-"Each section's figures, for sections given as tuples whose field `start_at` is the\n"
-"section's first row and `count_at` its rows (at least one, within the batch), or as\n"
-"a SectionEntries (read as its TableEntries).\n\n"
-"`offsets`, `timestamps`, `sizes` (each record's logical bytes; None: each section's\n"
-"bytes are 0) and `horizons` are int64 buffers of the batch's rows (`horizons` None:\n"
-"every one null); a validity bitmap is a buffer and the bit of row 0 (None: no nulls).\n"
-"`descent` is the first row, inside a section, whose offset does not exceed the one\n"
-"before it, or -1. Without `timestamps` a figure is (first offset, last\n"
-"offset); with it, the eight fields of BatchStats, the horizon None when no tombstone\n"
-"has one before NO_HORIZON.\n\n"
-"With `compare` true, `figures` is instead the first section whose tuple does not begin\n"
-"with its figures (exact ints, the horizon None where it is NO_HORIZON), or -1: a block's\n"
-"check then makes no object per section.");
+/* The sections a figures call measures: their spans in a `rows`-row batch, read from
+   tuples (fields `start_at` and `count_at`) or from a SectionEntries, and room for each
+   one's figures. */
+typedef struct {
+    PyObject *seq; /* the tuples as a fast sequence, or the SectionEntries (a reference) */
+    const SectionEntries *packed;
+    Py_ssize_t n;
+    Py_ssize_t *spans; /* start and count of each */
+    int64_t *out;      /* FIGURES of each */
+} Spans;
 
-static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"sections",        "start_at",   "count_at",          "offsets",
-                             "timestamps",      "sizes",      "values_validity",   "values_bit",
-                             "horizons",        "horizons_validity", "horizons_bit",
-                             "compare",         NULL};
-    PyObject *sections, *offsets_obj;
-    PyObject *ts_obj = Py_None, *sizes_obj = Py_None, *vv_obj = Py_None;
-    PyObject *hz_obj = Py_None, *hv_obj = Py_None;
-    Py_ssize_t start_at, count_at, values_bit = 0, horizons_bit = 0;
-    int compare = 0;
-    (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnnO|OOOnOOnp", kwlist, &sections,
-                                     &start_at, &count_at, &offsets_obj, &ts_obj, &sizes_obj,
-                                     &vv_obj, &values_bit, &hz_obj, &hv_obj, &horizons_bit,
-                                     &compare))
-        return NULL;
-    if (start_at < 0 || count_at < 0 || values_bit < 0 || horizons_bit < 0 ||
-        values_bit > PY_SSIZE_T_MAX / 2 || horizons_bit > PY_SSIZE_T_MAX / 2) {
-        PyErr_SetString(PyExc_ValueError, "field positions and bits out of range");
-        return NULL;
+static void spans_free(Spans *sp) {
+    Py_CLEAR(sp->seq);
+    PyMem_Free(sp->spans);
+    PyMem_Free(sp->out);
+    sp->spans = NULL;
+    sp->out = NULL;
+}
+
+/* Reads every section's span (each at least one row, within the batch); -1 with an error
+   set (spans_free still to be called). */
+static int spans_read(Spans *sp, PyObject *sections, Py_ssize_t start_at, Py_ssize_t count_at,
+                      Py_ssize_t rows) {
+    *sp = (Spans){0};
+    if (start_at < 0 || count_at < 0) {
+        PyErr_SetString(PyExc_ValueError, "field positions out of range");
+        return -1;
     }
-    const SectionEntries *packed =
-        SectionEntries_Check(sections) ? (const SectionEntries *)sections : NULL;
-    PyObject *seq = packed != NULL ? Py_NewRef(sections)
-                                   : PySequence_Fast(sections, "sections must be a sequence");
-    if (seq == NULL) return NULL;
-    Py_ssize_t n = packed != NULL ? packed->n : PySequence_Fast_GET_SIZE(seq);
-    Column off = {0}, ts = {0}, sz = {0}, vv = {0}, hz = {0}, hv = {0};
-    Py_ssize_t *spans = NULL;
-    int64_t *out = NULL;
-    PyObject *result = NULL, *list = NULL;
-
-    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0) goto done;
-    Py_ssize_t rows = off.view.len / 8;
-    int whole = ts_obj != Py_None;
-    if (take_column(ts_obj, &ts, rows * 8, 1, "timestamps") < 0 ||
-        take_column(sizes_obj, &sz, whole ? rows * 8 : 0, 1, "sizes") < 0 ||
-        take_column(vv_obj, &vv, (values_bit + rows + 7) / 8, 1, "values_validity") < 0 ||
-        take_column(hz_obj, &hz, whole ? rows * 8 : 0, 1, "horizons") < 0 ||
-        take_column(hv_obj, &hv, (horizons_bit + rows + 7) / 8, 1, "horizons_validity") < 0)
-        goto done;
-    spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (n ? n : 1));
-    out = PyMem_Malloc(sizeof(int64_t) * FIGURES * (n ? n : 1));
-    if (spans == NULL || out == NULL) {
+    sp->packed = SectionEntries_Check(sections) ? (const SectionEntries *)sections : NULL;
+    sp->seq = sp->packed != NULL ? Py_NewRef(sections)
+                                 : PySequence_Fast(sections, "sections must be a sequence");
+    if (sp->seq == NULL) return -1;
+    Py_ssize_t n = sp->n = sp->packed != NULL ? sp->packed->n : PySequence_Fast_GET_SIZE(sp->seq);
+    sp->spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (n ? n : 1));
+    sp->out = PyMem_Malloc(sizeof(int64_t) * FIGURES * (n ? n : 1));
+    if (sp->spans == NULL || sp->out == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if ((packed != NULL ? entry_span(&packed->items[i], start_at, count_at, rows, i,
-                                         &spans[2 * i], &spans[2 * i + 1])
-                            : read_span(PySequence_Fast_GET_ITEM(seq, i), start_at, count_at,
-                                        rows, i, &spans[2 * i], &spans[2 * i + 1])) < 0)
-            goto done;
+        Py_ssize_t *s = &sp->spans[2 * i];
+        if ((sp->packed != NULL
+                 ? entry_span(&sp->packed->items[i], start_at, count_at, rows, i, s, s + 1)
+                 : read_span(PySequence_Fast_GET_ITEM(sp->seq, i), start_at, count_at, rows, i,
+                             s, s + 1)) < 0)
+            return -1;
     }
+    return 0;
+}
 
-    Py_ssize_t descent = -1;
-    Py_BEGIN_ALLOW_THREADS
-    const RowColumns c = {
-        .o = off.view.buf,
-        .t = whole ? ts.view.buf : NULL,
-        .s = sz.held ? sz.view.buf : NULL, /* None: bytes are not wanted (0) */
-        .vbits = vv.held ? vv.view.buf : NULL,
-        .vbit = values_bit,
-        .h = hz.held ? hz.view.buf : NULL,
-        .hbits = hv.held ? hv.view.buf : NULL,
-        .hbit = horizons_bit,
-    };
-    for (Py_ssize_t i = 0; i < n; i++)
-        span_figures(&c, spans[2 * i], spans[2 * i] + spans[2 * i + 1], out + FIGURES * i,
-                     &descent);
-    Py_END_ALLOW_THREADS
-
+/* What a figures call returns once the figures are in: (descent, the first section that
+   disagrees or -1) with `compare`, else (descent, a list of each section's first `width`
+   figures as a tuple, the horizon None where it is NO_HORIZON). */
+static PyObject *spans_result(const Spans *sp, Py_ssize_t descent, Py_ssize_t width,
+                              int compare) {
     if (compare) {
-        Py_ssize_t width = whole ? FIGURES : 2;
-        Py_ssize_t bad = packed != NULL ? first_disagreeing_entry(packed, out, n, width)
-                                        : first_disagreeing(seq, out, n, width);
-        if (bad == -2) goto done;
-        result = Py_BuildValue("nn", descent, bad);
-        goto done;
+        Py_ssize_t bad = sp->packed != NULL
+                             ? first_disagreeing_entry(sp->packed, sp->out, sp->n, width)
+                             : first_disagreeing(sp->seq, sp->out, sp->n, width);
+        if (bad == -2) return NULL;
+        return Py_BuildValue("nn", descent, bad);
     }
-    list = PyList_New(n);
-    if (list == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const int64_t *f = out + FIGURES * i;
-        Py_ssize_t width = whole ? FIGURES : 2;
+    PyObject *list = PyList_New(sp->n);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < sp->n; i++) {
+        const int64_t *f = sp->out + FIGURES * i;
         PyObject *tuple = PyTuple_New(width);
-        if (tuple == NULL) goto done;
+        if (tuple == NULL) goto fail;
         PyList_SET_ITEM(list, i, tuple);
         for (Py_ssize_t k = 0; k < width; k++) {
-            PyObject *v;
-            if (k == 7 && f[7] == NO_HORIZON) {
-                v = Py_NewRef(Py_None);
-            } else {
-                v = PyLong_FromLongLong(f[k]);
-                if (v == NULL) goto done;
-            }
+            PyObject *v = k == 7 && f[7] == NO_HORIZON ? Py_NewRef(Py_None)
+                                                      : PyLong_FromLongLong(f[k]);
+            if (v == NULL) goto fail;
             PyTuple_SET_ITEM(tuple, k, v);
         }
     }
-    result = Py_BuildValue("nO", descent, list);
+    return Py_BuildValue("nN", descent, list);
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
 
+PyDoc_STRVAR(figures_doc,
+"figures(sections, start_at, count_at, offsets, compare=False) -> (descent, figures)\n\n"
+"Each section's first and last offset, for sections given as tuples whose field\n"
+"`start_at` is the section's first row and `count_at` its rows (at least one, within\n"
+"the batch), or as a SectionEntries (read as its TableEntries); `offsets` is an int64\n"
+"buffer of the batch's rows. `descent` is the first row, inside a section, whose offset\n"
+"does not exceed the one before it, or -1.\n\n"
+"With `compare` true, `figures` is instead the first section whose tuple does not begin\n"
+"with its two offsets (exact ints), or -1. `batch_figures` measures a whole batch's\n"
+"sections.");
+
+static PyObject *figures(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"sections", "start_at", "count_at", "offsets", "compare", NULL};
+    PyObject *sections, *offsets_obj;
+    Py_ssize_t start_at, count_at;
+    int compare = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OnnO|p", kwlist, &sections, &start_at,
+                                     &count_at, &offsets_obj, &compare))
+        return NULL;
+    Column off = {0};
+    Spans sp = {0};
+    PyObject *result = NULL;
+    if (take_column(offsets_obj, &off, 0, 0, "offsets") < 0 ||
+        spans_read(&sp, sections, start_at, count_at, off.view.len / 8) < 0)
+        goto done;
+    Py_ssize_t descent = -1;
+    Py_BEGIN_ALLOW_THREADS
+    const RowColumns c = {.o = off.view.buf};
+    for (Py_ssize_t i = 0; i < sp.n; i++)
+        span_figures(&c, sp.spans[2 * i], sp.spans[2 * i] + sp.spans[2 * i + 1],
+                     sp.out + FIGURES * i, &descent);
+    Py_END_ALLOW_THREADS
+    result = spans_result(&sp, descent, 2, compare);
 done:
-    Py_XDECREF(list);
-    PyMem_Free(spans);
-    PyMem_Free(out);
+    spans_free(&sp);
     release(&off);
-    release(&ts);
-    release(&sz);
-    release(&vv);
-    release(&hz);
-    release(&hv);
-    Py_DECREF(seq);
     return result;
 }
 
@@ -695,31 +681,29 @@ static uint64_t value_bytes(Slots s, int64_t a, int64_t end) {
                             s.a->null_count == 0 ? NULL : s.a->buffers[0], s.at, a, end);
 }
 
-PyDoc_STRVAR(checked_figures_doc,
-"checked_figures(arrays, ordered) -> tuple | str\n\n"
-"A batch of RECORD_SCHEMA, given as its `__arrow_c_array__()` pair (a struct array of\n"
-"its six columns, at least one row), checked and measured in one pass: the eight\n"
-"fields of BatchStats (the horizon None when no tombstone has one before NO_HORIZON),\n"
-"its logical bytes summed from its columns' offsets; or, for a batch that\n"
-"batches.decoded_problem refuses, the same words: a null offset or timestamp, a null\n"
-"headers list, a null header or header key, or (if `ordered`) offsets that do not\n"
-"strictly increase. TypeError for another layout.");
+/* A batch of RECORD_SCHEMA as Arrow's C data interface exports it, read in place: its
+   rows, its six columns, the headers' items and their key and value, and the headers'
+   list offsets (row r's items at [lists[r], lists[r + 1]) of `item`). */
+typedef struct {
+    int64_t n;
+    Slots col[6], item, item_key, item_value;
+    const int32_t *lists;
+} RecordSlots;
 
-static PyObject *checked_figures(PyObject *self, PyObject *args) {
-    PyObject *pair;
-    int ordered;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!p", &PyTuple_Type, &pair, &ordered)) return NULL;
-    if (PyTuple_GET_SIZE(pair) != 2) {
+/* `pair` (a batch's `__arrow_c_array__()`, at least one row, no nulls in its struct) as
+   RecordSlots: TypeError for another layout, ValueError for headers' offsets outside
+   their items. */
+static int record_slots(PyObject *pair, RecordSlots *b) {
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
         PyErr_SetString(PyExc_TypeError, "arrays must be an (ArrowSchema, ArrowArray) pair");
-        return NULL;
+        return -1;
     }
     const struct ArrowSchema *schema =
         PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 0), "arrow_schema");
-    if (schema == NULL) return NULL;
+    if (schema == NULL) return -1;
     const struct ArrowArray *batch =
         PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 1), "arrow_array");
-    if (batch == NULL) return NULL;
+    if (batch == NULL) return -1;
     static const char *const formats[6] = {"l", "l", "z", "z", "+l", "l"};
     static const int64_t buffers[6] = {2, 2, 3, 3, 2, 2};
     int fits = layout_is(schema, batch, "+s", 1, 6) && batch->length >= 1 &&
@@ -737,58 +721,141 @@ static PyObject *checked_figures(PyObject *self, PyObject *args) {
            items->children[1]->length >= items->offset + items->length;
     if (!fits) {
         PyErr_SetString(PyExc_TypeError, "arrays must be a batch of RECORD_SCHEMA");
-        return NULL;
+        return -1;
     }
-    int64_t n = batch->length;
-    Slots col[6];
+    int64_t n = b->n = batch->length;
     for (int i = 0; i < 6; i++)
-        col[i] = (Slots){batch->children[i], batch->children[i]->offset + batch->offset};
-    Slots item = {items, items->offset};
-    Slots item_key = {items->children[0], items->children[0]->offset + items->offset};
-    Slots item_value = {items->children[1], items->children[1]->offset + items->offset};
-    const int32_t *lists = (const int32_t *)col[4].a->buffers[1] + col[4].at;
-    if (lists[0] < 0 || lists[n] < lists[0] || lists[n] > items->length) {
+        b->col[i] = (Slots){batch->children[i], batch->children[i]->offset + batch->offset};
+    b->item = (Slots){items, items->offset};
+    b->item_key = (Slots){items->children[0], items->children[0]->offset + items->offset};
+    b->item_value = (Slots){items->children[1], items->children[1]->offset + items->offset};
+    b->lists = (const int32_t *)b->col[4].a->buffers[1] + b->col[4].at;
+    if (b->lists[0] < 0 || b->lists[n] < b->lists[0] || b->lists[n] > items->length) {
         PyErr_SetString(PyExc_ValueError, "the headers' offsets lie outside their items");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
 
+/* The columns span_figures reads, of a batch's RecordSlots. */
+static RowColumns record_columns(const RecordSlots *b) {
+    const struct ArrowArray *values = b->col[3].a, *horizons = b->col[5].a;
+    return (RowColumns){
+        .o = (const int64_t *)b->col[0].a->buffers[1] + b->col[0].at,
+        .t = (const int64_t *)b->col[1].a->buffers[1] + b->col[1].at,
+        .vbits = values->null_count == 0 ? NULL : values->buffers[0],
+        .vbit = b->col[3].at,
+        .h = (const int64_t *)horizons->buffers[1] + b->col[5].at,
+        .hbits = horizons->null_count == 0 ? NULL : horizons->buffers[0],
+        .hbit = b->col[5].at,
+    };
+}
+
+/* The logical bytes of rows [a, end) (FORMAT.md, "Logical size"), summed from the
+   columns' offsets (the headers' offsets of those rows in order: lists_in_order). */
+static int64_t logical_bytes(const RecordSlots *b, int64_t a, int64_t end) {
+    int32_t first = b->lists[a], last = b->lists[end];
+    uint64_t bytes = (uint64_t)RECORD_OVERHEAD * (uint64_t)(end - a) +
+                     value_bytes(b->col[2], a, end) + value_bytes(b->col[3], a, end);
+    if (first < last) /* else the items' offsets may be absent */
+        bytes += value_bytes(b->item_key, first, last) + value_bytes(b->item_value, first, last);
+    return (int64_t)bytes; /* wraps rather than overflows on corrupt offsets */
+}
+
+/* Whether the headers of rows [a, end) lie in order inside the batch's (record_slots
+   checked the batch's first and last). */
+static int lists_in_order(const RecordSlots *b, int64_t a, int64_t end) {
+    return b->lists[0] <= b->lists[a] && b->lists[a] <= b->lists[end] &&
+           b->lists[end] <= b->lists[b->n];
+}
+
+PyDoc_STRVAR(checked_figures_doc,
+"checked_figures(arrays, ordered) -> tuple | str\n\n"
+"A batch of RECORD_SCHEMA, given as its `__arrow_c_array__()` pair (a struct array of\n"
+"its six columns, at least one row), checked and measured in one pass: the eight\n"
+"fields of BatchStats (the horizon None when no tombstone has one before NO_HORIZON),\n"
+"its logical bytes summed from its columns' offsets; or, for a batch that\n"
+"batches.decoded_problem refuses, the same words: a null offset or timestamp, a null\n"
+"headers list, a null header or header key, or (if `ordered`) offsets that do not\n"
+"strictly increase. TypeError for another layout.");
+
+static PyObject *checked_figures(PyObject *self, PyObject *args) {
+    PyObject *pair;
+    int ordered;
+    RecordSlots b;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Op", &pair, &ordered) || record_slots(pair, &b) < 0)
+        return NULL;
+    int64_t n = b.n;
+    const int32_t *lists = b.lists;
     const char *problem = NULL;
     int64_t f[FIGURES];
     Py_ssize_t descent = -1;
     Py_BEGIN_ALLOW_THREADS
-    if (any_null(col[0], 0, n) || any_null(col[1], 0, n)) {
+    if (any_null(b.col[0], 0, n) || any_null(b.col[1], 0, n)) {
         problem = "null offset or timestamp";
-    } else if (any_null(col[4], 0, n)) {
+    } else if (any_null(b.col[4], 0, n)) {
         problem = "null headers list";
-    } else if (lists[0] < lists[n] && (any_null(item, lists[0], lists[n]) ||
-                                        any_null(item_key, lists[0], lists[n]))) {
+    } else if (lists[0] < lists[n] && (any_null(b.item, lists[0], lists[n]) ||
+                                        any_null(b.item_key, lists[0], lists[n]))) {
         problem = "null header or header key";
     } else {
-        const struct ArrowArray *values = col[3].a, *horizons = col[5].a;
-        const RowColumns c = {
-            .o = (const int64_t *)col[0].a->buffers[1] + col[0].at,
-            .t = (const int64_t *)col[1].a->buffers[1] + col[1].at,
-            .s = NULL,
-            .vbits = values->null_count == 0 ? NULL : values->buffers[0],
-            .vbit = col[3].at,
-            .h = (const int64_t *)horizons->buffers[1] + col[5].at,
-            .hbits = horizons->null_count == 0 ? NULL : horizons->buffers[0],
-            .hbit = col[5].at,
-        };
+        const RowColumns c = record_columns(&b);
         span_figures(&c, 0, n, f, &descent);
         if (ordered && descent >= 0) problem = "offsets do not strictly increase";
-        uint64_t bytes = (uint64_t)RECORD_OVERHEAD * (uint64_t)n + value_bytes(col[2], 0, n) +
-                         value_bytes(col[3], 0, n);
-        if (lists[0] < lists[n]) /* else the items' offsets may be absent */
-            bytes += value_bytes(item_key, lists[0], lists[n]) +
-                     value_bytes(item_value, lists[0], lists[n]);
-        f[4] = (int64_t)bytes;
+        f[4] = logical_bytes(&b, 0, n);
     }
     Py_END_ALLOW_THREADS
     if (problem != NULL) return PyUnicode_FromString(problem);
     return Py_BuildValue("LLLLLLLN", (long long)f[0], (long long)f[1], (long long)f[2],
                          (long long)f[3], (long long)f[4], (long long)f[5], (long long)f[6],
                          f[7] == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(f[7]));
+}
+
+PyDoc_STRVAR(batch_figures_doc,
+"batch_figures(arrays, sections, start_at, count_at, compare=False) -> (descent, figures)\n\n"
+"`figures`, with the eight fields of BatchStats for each section (the horizon None when\n"
+"no tombstone has one before NO_HORIZON, the logical bytes summed from the columns'\n"
+"offsets), of a batch of RECORD_SCHEMA given as its `__arrow_c_array__()` pair (as\n"
+"`checked_figures` takes it: one pass over its buffers, no column made). With `compare`\n"
+"true, the first section whose tuple does not begin with its eight figures (exact ints,\n"
+"the horizon None where it is NO_HORIZON), or -1: a block's check then makes no object\n"
+"per section. TypeError for another layout; ValueError for a span outside the batch or\n"
+"headers' offsets out of order.");
+
+static PyObject *batch_figures(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"arrays", "sections", "start_at", "count_at", "compare", NULL};
+    PyObject *pair, *sections;
+    Py_ssize_t start_at, count_at;
+    int compare = 0;
+    RecordSlots b;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOnn|p", kwlist, &pair, &sections,
+                                     &start_at, &count_at, &compare) ||
+        record_slots(pair, &b) < 0)
+        return NULL;
+    Spans sp = {0};
+    PyObject *result = NULL;
+    if (spans_read(&sp, sections, start_at, count_at, b.n) < 0) goto done;
+    Py_ssize_t descent = -1;
+    int disordered = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const RowColumns c = record_columns(&b);
+    for (Py_ssize_t i = 0; i < sp.n && !disordered; i++) {
+        int64_t a = sp.spans[2 * i], end = a + sp.spans[2 * i + 1], *f = sp.out + FIGURES * i;
+        disordered = !lists_in_order(&b, a, end);
+        span_figures(&c, a, end, f, &descent);
+        if (!disordered) f[4] = logical_bytes(&b, a, end);
+    }
+    Py_END_ALLOW_THREADS
+    if (disordered) {
+        PyErr_SetString(PyExc_ValueError, "the headers' offsets are out of order");
+        goto done;
+    }
+    result = spans_result(&sp, descent, FIGURES, compare);
+done:
+    spans_free(&sp);
+    return result;
 }
 
 
@@ -2690,6 +2757,8 @@ fail:
 static PyMethodDef methods[] = {
     {"figures", (PyCFunction)(void (*)(void))figures, METH_VARARGS | METH_KEYWORDS, figures_doc},
     {"checked_figures", checked_figures, METH_VARARGS, checked_figures_doc},
+    {"batch_figures", (PyCFunction)(void (*)(void))batch_figures, METH_VARARGS | METH_KEYWORDS,
+     batch_figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
     {"table_payload", table_payload, METH_VARARGS, table_payload_doc},

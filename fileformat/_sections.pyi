@@ -32,31 +32,37 @@ def figures(
     start_at: int,
     count_at: int,
     offsets: Any,
-    timestamps: Any = None,
-    sizes: Any = None,
-    values_validity: Any = None,
-    values_bit: int = 0,
-    horizons: Any = None,
-    horizons_validity: Any = None,
-    horizons_bit: int = 0,
     compare: Literal[False] = False,
 ) -> tuple[int, list[tuple[Any, ...]]]: ...
 @overload
 def figures(
+    sections: Any, start_at: int, count_at: int, offsets: Any, *, compare: Literal[True]
+) -> tuple[int, int]: ...
+@overload
+def figures(
+    sections: Any, start_at: int, count_at: int, offsets: Any, compare: bool
+) -> tuple[int, Any]: ...
+@overload
+def batch_figures(
+    arrays: tuple[object, object],
     sections: Any,
     start_at: int,
     count_at: int,
-    offsets: Any,
-    timestamps: Any = None,
-    sizes: Any = None,
-    values_validity: Any = None,
-    values_bit: int = 0,
-    horizons: Any = None,
-    horizons_validity: Any = None,
-    horizons_bit: int = 0,
+    compare: Literal[False] = False,
+) -> tuple[int, list[tuple[Any, ...]]]: ...
+@overload
+def batch_figures(
+    arrays: tuple[object, object],
+    sections: Any,
+    start_at: int,
+    count_at: int,
     *,
     compare: Literal[True],
 ) -> tuple[int, int]: ...
+@overload
+def batch_figures(
+    arrays: tuple[object, object], sections: Any, start_at: int, count_at: int, compare: bool
+) -> tuple[int, Any]: ...
 def checked_figures(
     arrays: tuple[object, object], ordered: bool
 ) -> tuple[int, int, int, int, int, int, int, int | None] | str: ...

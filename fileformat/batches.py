@@ -353,25 +353,12 @@ def section_figures(
     """The stats as tuples of the sections of a whole batch of RECORD_SCHEMA, each a
     tuple whose fields ``start_at`` and the next are its first row and rows, with the
     first row inside a section whose offset does not exceed the one before it (-1 if
-    none): one compiled pass for all of them (``_sections.figures``)."""
-    columns = stat_columns(batch)
-    descent, figures = _sections.figures(sections, start_at, start_at + 1, *columns)
-    return descent, cast(list[Figures], figures)
-
-
-def stat_columns(batch: pa.RecordBatch) -> tuple[Any, ...]:
-    """The arguments of ``_sections.figures`` after the spans, for a whole batch: its
-    offsets, timestamps, records' logical sizes, the values' validity (a tombstone is a
-    null value) and the tombstones' delete horizons."""
-    values, horizons = batch.column(_VALUE), batch.column(_HORIZON)
-    return (
-        int64_view(batch.column(_OFFSET)),
-        int64_view(batch.column(_TIMESTAMP)),
-        int64_view(record_sizes(batch)),
-        *_validity(values),
-        None if horizons.null_count == len(horizons) else int64_view(horizons),
-        *_validity(horizons),
+    none): one compiled pass for all of them over the buffers Arrow's C data interface
+    exports (``_sections.batch_figures``)."""
+    descent, figures = _sections.batch_figures(
+        batch.__arrow_c_array__(), sections, start_at, start_at + 1
     )
+    return descent, cast(list[Figures], figures)
 
 
 def _validity(arr: pa.Array) -> tuple[pa.Buffer | None, int]:

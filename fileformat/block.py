@@ -8,8 +8,9 @@ bitmap and consistency rules are those of any section; its rows are the batch's 
 follow those of the entries before it.
 
 A block is decoded and checked once for all its sections: one Arrow decode and one
-compiled pass over its columns (``batches.section_figures``) for every section's offsets,
-their order and, when every column was decoded, its stats.
+compiled pass over its buffers as Arrow's C data interface exports them
+(``_sections.batch_figures``) for every section's offsets, their order and, when every
+column was decoded, its stats.
 """
 
 from __future__ import annotations
@@ -17,16 +18,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, cast, overload
+from typing import Any, NamedTuple, cast, overload
 
 import pyarrow as pa
 
 from compactor.fileformat import _sections
-from compactor.fileformat.batches import (
-    BatchStats,
-    int64_view,
-    stat_columns,
-)
+from compactor.fileformat.batches import BatchStats, int64_view
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.framing import (
@@ -460,16 +457,31 @@ def check_block_batch(
         )
     if bitmaps:
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
-    columns = stat_columns(batch) if whole else (int64_view(batch.column(0)),)
     try:
-        descent, bad = _sections.figures(entries, _START, _COUNT, *columns, compare=True)
+        descent, bad = _figures(batch, entries, whole, compare=True)
     except ValueError as err:  # a column shorter than its rows: Arrow's checks pass none
         raise FormatError(object_name, at, f"shared batch: {err}") from None
     if descent >= 0:
         raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if bad >= 0:
-        _, (seen,) = _sections.figures(entries[bad : bad + 1], _START, _COUNT, *columns)
+        _, (seen,) = _figures(batch, entries[bad : bad + 1], whole)
         raise FormatError(object_name, at, _disagreement(entries[bad], seen))
+
+
+def _figures(
+    batch: pa.RecordBatch,
+    entries: _sections.SectionEntries[TableEntry] | list[TableEntry],
+    whole: bool,
+    compare: bool = False,
+) -> Any:
+    """The entries' sections' figures in ``batch`` (``_sections.batch_figures`` if it is
+    whole, else their offsets only: ``_sections.figures``), or with ``compare`` their
+    check against the entries."""
+    if whole:
+        arrays = batch.__arrow_c_array__()
+        return _sections.batch_figures(arrays, entries, _START, _COUNT, compare=compare)
+    offsets = int64_view(batch.column(0))
+    return _sections.figures(entries, _START, _COUNT, offsets, compare=compare)
 
 
 _START, _COUNT = TableEntry._fields.index("start"), TableEntry._fields.index("record_count")

@@ -16,11 +16,13 @@ from test_small_sections import _records, _with_shifted_header_items
 
 from compactor.fileformat import FormatError, batch_to_records, records_to_batch
 from compactor.fileformat.batches import (
+    BatchStats,
     batch_problem,
     batch_stats,
     checked_stats,
     columns_problem,
     decoded_problem,
+    section_figures,
 )
 from compactor.fileformat.ipc import BatchEncoder, decode_measured
 from compactor.fileformat.records import RECORD_SCHEMA
@@ -57,6 +59,16 @@ def test_checked_stats_are_the_formats_stats(
     assert checked_stats(batch, ordered=False) == expected
     assert batch_stats(batch) == expected
     assert decoded_problem(batch) is None
+    # the same batch cut into sections, as a block's check and the writer measure them
+    rows = batch.num_rows
+    cuts = sorted({0, rows, *rnd.sample(range(1, rows), min(rows - 1, rnd.randint(0, 5)))})
+    spans = [(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False)]
+    descent, figures = section_figures(batch, spans)
+    records = batch_to_records(batch)
+    assert [BatchStats(*f) for f in figures] == [
+        stats_of_records(records[a : a + k]) for a, k in spans
+    ]
+    assert descent == -1
 
 
 def test_a_decoded_batch_comes_with_its_stats() -> None:
@@ -140,6 +152,30 @@ def test_another_layout_is_a_type_error() -> None:
     wide_keys = batch.set_column(2, "key", batch.column("key").cast(pa.large_binary()))
     with pytest.raises(TypeError, match="RECORD_SCHEMA"):
         _sections.checked_figures(wide_keys.__arrow_c_array__(), True)
+    with pytest.raises(TypeError, match="RECORD_SCHEMA"):
+        _sections.batch_figures(wide_keys.__arrow_c_array__(), [(0, 3)], 0, 1)
+
+
+def test_a_section_outside_its_batch_or_headers_out_of_order_are_refused() -> None:
+    """``_sections.batch_figures`` reads nothing outside a batch's buffers: a span past
+    its rows, or headers' list offsets that go back inside it (Arrow's validation would
+    refuse them; the pass does not rely on it), are a ValueError."""
+    from compactor.fileformat import _sections
+
+    batch = records_to_batch(_records(random.Random(2), 4, True))
+    arrays = batch.__arrow_c_array__()
+    with pytest.raises(ValueError, match="spans rows"):
+        _sections.batch_figures(arrays, [(0, 2), (2, 3)], 0, 1)
+    headers = batch.column("headers")
+    items = headers.values
+    n_items = len(items)
+    lists = pa.array([0, 0, n_items, 0, n_items], pa.int32())  # row 2's end before its start
+    disordered = pa.ListArray.from_buffers(
+        headers.type, 4, [None, lists.buffers()[1]], children=[items]
+    )
+    bad = _column(batch, "headers", disordered)
+    with pytest.raises(ValueError, match="out of order"):
+        _sections.batch_figures(bad.__arrow_c_array__(), [(0, 2), (2, 1), (3, 1)], 0, 1)
 
 
 def _in_python(batch: pa.RecordBatch) -> str | None:

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from compactor.fileformat import _sections
 from compactor.fileformat import block as block_module
+from compactor.fileformat.batches import RECORD_OVERHEAD
 from compactor.fileformat.block import TableEntry
 from compactor.fileformat.meta import section_key
+from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.section import dense_bitmap
 from tests.test_shared_blocks import table_entries
 
@@ -88,9 +90,9 @@ def test_every_pass_reads_packed_entries_as_their_list(
 def test_a_blocks_check_compares_packed_entries_as_their_list(
     sections: list[tuple[int, bool]], off_by: int, which: int, horizon_known: bool
 ) -> None:
-    """``figures`` with ``compare``, over a block's columns: the first section whose stats
-    disagree with its records is the same for the packed entries as for their list,
-    whichever stat is off (or the horizon's None)."""
+    """``batch_figures`` and ``figures`` with ``compare``, over a block's batch: the first
+    section whose stats disagree with its records is the same for the packed entries as
+    for their list, whichever stat is off (or the horizon's None)."""
     entries: list[TableEntry] = []
     offsets: list[int] = []
     start = 0
@@ -98,7 +100,8 @@ def test_a_blocks_check_compares_packed_entries_as_their_list(
         first = 10 * i
         offsets += range(first, first + count)
         horizon = 7 if tombstones and horizon_known else None
-        stats = [first, first + count - 1, count, count if tombstones else 0, 0, 5, 5, horizon]
+        size = RECORD_OVERHEAD * count + (0 if tombstones else count)  # one-byte values
+        stats = [first, first + count - 1, count, count if tombstones else 0, size, 5, 5, horizon]
         if i == len(sections) - 1 and off_by:
             stats[which] = None if which == 7 and stats[7] is not None else (stats[which] or 0) + 1
         entries.append(
@@ -106,24 +109,29 @@ def test_a_blocks_check_compares_packed_entries_as_their_list(
         )
         start += count
     n = len(offsets)
-    ts = pa.array([5] * n, pa.int64())
     tombstone = [t for count, t in sections for _ in range(count)]
-    values = pa.array([None if t else b"v" for t in tombstone], pa.binary())
-    horizons = pa.array([7 if horizon_known else None] * n, pa.int64())
-    columns = (
-        memoryview(pa.array(offsets, pa.int64()).buffers()[1]),
-        memoryview(ts.buffers()[1]),
-        None,
-        values.buffers()[0],
-        0,
-        memoryview(horizons.buffers()[1]) if horizon_known else None,
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "offset": offsets,
+            "timestamp": [5] * n,
+            "key": [None] * n,
+            "value": [None if t else b"v" for t in tombstone],
+            "headers": [[]] * n,
+            "delete_horizon": [7 if horizon_known else None] * n,
+        },
+        schema=RECORD_SCHEMA,
     )
+    arrays = batch.__arrow_c_array__()
     start_at, count_at = TableEntry._fields.index("start"), TableEntry._fields.index("record_count")
-    for whole in (columns, columns[:1]):
-        got = _sections.figures(packed(entries), start_at, count_at, *whole, compare=True)
-        assert got == _sections.figures(entries, start_at, count_at, *whole, compare=True)
-        if not off_by:
-            assert got == (-1, -1)
+    got = _sections.batch_figures(arrays, packed(entries), start_at, count_at, compare=True)
+    assert got == _sections.batch_figures(arrays, entries, start_at, count_at, compare=True)
+    if not off_by:
+        assert got == (-1, -1)
+    offsets_view = memoryview(pa.array(offsets, pa.int64()).buffers()[1])
+    got = _sections.figures(packed(entries), start_at, count_at, offsets_view, compare=True)
+    assert got == _sections.figures(entries, start_at, count_at, offsets_view, compare=True)
+    if not (off_by and which in (0, 1)):
+        assert got == (-1, -1)
 
 
 def test_packed_entries_refuse_what_is_no_table_entry() -> None:

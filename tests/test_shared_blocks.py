@@ -46,8 +46,8 @@ from compactor.fileformat.batches import (
     BatchStats,
     batch_stats,
     batching_weight,
+    int64_view,
     section_figures,
-    stat_columns,
 )
 from compactor.fileformat.bitmap import (
     KIND_ROARING32,
@@ -1300,8 +1300,9 @@ def stats_of_records(records: Sequence[Record]) -> BatchStats:
 
 
 def test_block_figures_are_each_sections_batch_stats() -> None:
-    """A block's stats come from one compiled pass over its columns
-    (``_sections.figures``); each section's must be what its records say
+    """A block's stats come from one compiled pass over its buffers as Arrow's C data
+    interface exports them (``_sections.batch_figures``); each section's must be what
+    its records say
     (``stats_of_records``, the format's definitions in plain Python), as must
     ``batch_stats`` of its slice, whatever the batch's offset into its buffers (validity
     bits that do not start on a byte), and the first offset that does not increase inside
@@ -1341,8 +1342,10 @@ def test_block_figures_are_each_sections_batch_stats() -> None:
         assert [BatchStats(*f) for f in figures] == expected
         # compare=True: the first section whose tuple does not begin with its figures
         entries = [(*f, a, n) for f, (a, n) in zip(figures, spans, strict=True)]
-        columns = stat_columns(batch)
-        assert _sections.figures(entries, 8, 9, *columns, compare=True) == (descent, -1)
+        arrays = batch.__arrow_c_array__()
+        assert _sections.batch_figures(arrays, entries, 8, 9, compare=True) == (descent, -1)
+        offsets_only = _sections.figures(entries, 8, 9, int64_view(batch.column(0)))
+        assert offsets_only == (descent, [f[:2] for f in figures])
         bad = rng.randrange(len(entries))
         field = rng.randrange(8)
         wrong = list(entries[bad])
@@ -1355,7 +1358,7 @@ def test_block_figures_are_each_sections_batch_stats() -> None:
             ]
         )
         entries[bad] = tuple(wrong)
-        assert _sections.figures(entries, 8, 9, *columns, compare=True) == (descent, bad)
+        assert _sections.batch_figures(arrays, entries, 8, 9, compare=True) == (descent, bad)
 
 
 def test_a_bitmap_that_disagrees_with_its_trailer_is_rejected_by_a_whole_read() -> None:
