@@ -789,7 +789,7 @@ static PyObject *checked_figures(PyObject *self, PyObject *args) {
     int64_t n = b.n;
     const int32_t *lists = b.lists;
     const char *problem = NULL;
-    int64_t f[FIGURES];
+    int64_t f[FIGURES] = {0}; /* all set below; zeroed for the compiler, which cannot see it */
     Py_ssize_t descent = -1;
     Py_BEGIN_ALLOW_THREADS
     if (any_null(b.col[0], 0, n) || any_null(b.col[1], 0, n)) {
