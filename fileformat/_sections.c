@@ -769,6 +769,20 @@ static int lists_in_order(const RecordSlots *b, int64_t a, int64_t end) {
            b->lists[end] <= b->lists[b->n];
 }
 
+/* What batches.decoded_problem refuses in a batch, in its words, but the order of its
+   offsets: a null offset or timestamp, a null headers list, a null header or header key;
+   or NULL. */
+static const char *null_problem(const RecordSlots *b) {
+    const int64_t n = b->n;
+    const int32_t *lists = b->lists;
+    if (any_null(b->col[0], 0, n) || any_null(b->col[1], 0, n)) return "null offset or timestamp";
+    if (any_null(b->col[4], 0, n)) return "null headers list";
+    if (lists[0] < lists[n] &&
+        (any_null(b->item, lists[0], lists[n]) || any_null(b->item_key, lists[0], lists[n])))
+        return "null header or header key";
+    return NULL;
+}
+
 PyDoc_STRVAR(checked_figures_doc,
 "checked_figures(arrays, ordered) -> tuple | str\n\n"
 "A batch of RECORD_SCHEMA, given as its `__arrow_c_array__()` pair (a struct array of\n"
@@ -786,24 +800,16 @@ static PyObject *checked_figures(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "Op", &pair, &ordered) || record_slots(pair, &b) < 0)
         return NULL;
-    int64_t n = b.n;
-    const int32_t *lists = b.lists;
     const char *problem = NULL;
     int64_t f[FIGURES] = {0}; /* all set below; zeroed for the compiler, which cannot see it */
     Py_ssize_t descent = -1;
     Py_BEGIN_ALLOW_THREADS
-    if (any_null(b.col[0], 0, n) || any_null(b.col[1], 0, n)) {
-        problem = "null offset or timestamp";
-    } else if (any_null(b.col[4], 0, n)) {
-        problem = "null headers list";
-    } else if (lists[0] < lists[n] && (any_null(b.item, lists[0], lists[n]) ||
-                                        any_null(b.item_key, lists[0], lists[n]))) {
-        problem = "null header or header key";
-    } else {
+    problem = null_problem(&b);
+    if (problem == NULL) {
         const RowColumns c = record_columns(&b);
-        span_figures(&c, 0, n, f, &descent);
+        span_figures(&c, 0, b.n, f, &descent);
         if (ordered && descent >= 0) problem = "offsets do not strictly increase";
-        f[4] = logical_bytes(&b, 0, n);
+        f[4] = logical_bytes(&b, 0, b.n);
     }
     Py_END_ALLOW_THREADS
     if (problem != NULL) return PyUnicode_FromString(problem);
@@ -821,17 +827,21 @@ PyDoc_STRVAR(batch_figures_doc,
 "true, the first section whose tuple does not begin with its eight figures (exact ints,\n"
 "the horizon None where it is NO_HORIZON), or -1: a block's check then makes no object\n"
 "per section. TypeError for another layout; ValueError for a span outside the batch or\n"
-"headers' offsets out of order.");
+"headers' offsets out of order.\n\n"
+"With `checked` true, the batch is first checked for the nulls `checked_figures`\n"
+"refuses, and their words returned (a str) instead: a whole block's decode then reads\n"
+"its buffers once.");
 
 static PyObject *batch_figures(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"arrays", "sections", "start_at", "count_at", "compare", NULL};
+    static char *kwlist[] = {"arrays",  "sections", "start_at", "count_at",
+                             "compare", "checked",  NULL};
     PyObject *pair, *sections;
     Py_ssize_t start_at, count_at;
-    int compare = 0;
+    int compare = 0, checked = 0;
     RecordSlots b;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOnn|p", kwlist, &pair, &sections,
-                                     &start_at, &count_at, &compare) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOnn|pp", kwlist, &pair, &sections,
+                                     &start_at, &count_at, &compare, &checked) ||
         record_slots(pair, &b) < 0)
         return NULL;
     Spans sp = {0};
@@ -839,15 +849,21 @@ static PyObject *batch_figures(PyObject *self, PyObject *args, PyObject *kwargs)
     if (spans_read(&sp, sections, start_at, count_at, b.n) < 0) goto done;
     Py_ssize_t descent = -1;
     int disordered = 0;
+    const char *problem = NULL;
     Py_BEGIN_ALLOW_THREADS
     const RowColumns c = record_columns(&b);
-    for (Py_ssize_t i = 0; i < sp.n && !disordered; i++) {
+    if (checked) problem = null_problem(&b);
+    for (Py_ssize_t i = 0; i < sp.n && !disordered && problem == NULL; i++) {
         int64_t a = sp.spans[2 * i], end = a + sp.spans[2 * i + 1], *f = sp.out + FIGURES * i;
         disordered = !lists_in_order(&b, a, end);
         span_figures(&c, a, end, f, &descent);
         if (!disordered) f[4] = logical_bytes(&b, a, end);
     }
     Py_END_ALLOW_THREADS
+    if (problem != NULL) {
+        result = PyUnicode_FromString(problem);
+        goto done;
+    }
     if (disordered) {
         PyErr_SetString(PyExc_ValueError, "the headers' offsets are out of order");
         goto done;

@@ -33,6 +33,7 @@ def figures(
     count_at: int,
     offsets: Any,
     compare: Literal[False] = False,
+    checked: Literal[False] = False,
 ) -> tuple[int, list[tuple[Any, ...]]]: ...
 @overload
 def figures(
@@ -49,6 +50,7 @@ def batch_figures(
     start_at: int,
     count_at: int,
     compare: Literal[False] = False,
+    checked: Literal[False] = False,
 ) -> tuple[int, list[tuple[Any, ...]]]: ...
 @overload
 def batch_figures(
@@ -58,11 +60,27 @@ def batch_figures(
     count_at: int,
     *,
     compare: Literal[True],
+    checked: Literal[False] = False,
 ) -> tuple[int, int]: ...
 @overload
 def batch_figures(
-    arrays: tuple[object, object], sections: Any, start_at: int, count_at: int, compare: bool
-) -> tuple[int, Any]: ...
+    arrays: tuple[object, object],
+    sections: Any,
+    start_at: int,
+    count_at: int,
+    compare: bool = False,
+    *,
+    checked: Literal[True],
+) -> tuple[int, Any] | str: ...
+@overload
+def batch_figures(
+    arrays: tuple[object, object],
+    sections: Any,
+    start_at: int,
+    count_at: int,
+    compare: bool,
+    checked: bool = False,
+) -> tuple[int, Any] | str: ...
 def checked_figures(
     arrays: tuple[object, object], ordered: bool
 ) -> tuple[int, int, int, int, int, int, int, int | None] | str: ...

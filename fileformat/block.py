@@ -42,7 +42,7 @@ from compactor.fileformat.framing import (
     Payload,
     parse_frame,
 )
-from compactor.fileformat.ipc import decode_batch
+from compactor.fileformat.ipc import decode_unchecked
 from compactor.fileformat.meta import SectionMeta, section_key
 from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import MEMO, Role
@@ -365,13 +365,8 @@ class Block:
             return self._decoded[1]
         whole = len(indices) == len(RECORD_SCHEMA)
         if whole:
-            batch = decode_batch(
-                self.payload,
-                self.payload_at,
-                self.object_name,
-                SHARED_VERSION,
-                self.role,
-                ordered=False,
+            batch = decode_unchecked(
+                self.payload, self.payload_at, self.object_name, SHARED_VERSION, self.role
             )
         else:
             batch = decode_fields(
@@ -444,9 +439,11 @@ def check_block_batch(
 ) -> None:
     """That ``batch`` holds exactly the records the table describes: the row count, each
     section's first and last offset, offsets strictly increasing within every section,
-    and, when ``whole`` (every column decoded), every section's stats; and, when
-    ``bitmaps``, every section's bitmap against its stats. One compiled pass over the
-    block (``_sections.figures``) measures every section."""
+    and, when ``whole`` (every column decoded, by ``ipc.decode_unchecked``), the nulls
+    ``batches.decoded_problem`` refuses and every section's stats; and, when ``bitmaps``,
+    every section's bitmap against its stats. One compiled pass over the block
+    (``_sections.batch_figures``, or ``_sections.figures`` for the offsets alone)
+    measures every section."""
     entries = table.entries
     last = entries[-1]
     if batch.num_rows != last.start + last.record_count:
@@ -458,9 +455,12 @@ def check_block_batch(
     if bitmaps:
         table.check_bitmaps()  # their consistency with the stats (FORMAT.md 6.4)
     try:
-        descent, bad = _figures(batch, entries, whole, compare=True)
+        found = _figures(batch, entries, whole, compare=True, checked=whole)
     except ValueError as err:  # a column shorter than its rows: Arrow's checks pass none
         raise FormatError(object_name, at, f"shared batch: {err}") from None
+    if isinstance(found, str):
+        raise FormatError(object_name, at, f"invalid batch: {found}")
+    descent, bad = found
     if descent >= 0:
         raise FormatError(object_name, at, "offsets do not strictly increase in a section")
     if bad >= 0:
@@ -473,13 +473,16 @@ def _figures(
     entries: _sections.SectionEntries[TableEntry] | list[TableEntry],
     whole: bool,
     compare: bool = False,
+    checked: bool = False,
 ) -> Any:
     """The entries' sections' figures in ``batch`` (``_sections.batch_figures`` if it is
     whole, else their offsets only: ``_sections.figures``), or with ``compare`` their
-    check against the entries."""
+    check against the entries; with ``checked``, first the whole batch's nulls."""
     if whole:
         arrays = batch.__arrow_c_array__()
-        return _sections.batch_figures(arrays, entries, _START, _COUNT, compare=compare)
+        return _sections.batch_figures(
+            arrays, entries, _START, _COUNT, compare=compare, checked=checked
+        )
     offsets = int64_view(batch.column(0))
     return _sections.figures(entries, _START, _COUNT, offsets, compare=compare)
 

@@ -755,6 +755,44 @@ def decode_measured(
         hit = MEMO.take(("batch", version, ordered, payload))
         if hit is not None:
             return cast(tuple[pa.RecordBatch, BatchStats], hit)
+    batch, compressed = _decoded(payload, position, object_name, version)
+    found = checked_stats(batch, ordered)
+    if isinstance(found, str):
+        raise FormatError(object_name, position, f"invalid batch: {found}")
+    if memo and role == "first" and not compressed:
+        # (uncompressed only: a compressed batch's first reader decodes some columns)
+        MEMO.put(("batch", version, ordered, payload), (batch, found), 2 * len(payload))
+    return batch, found
+
+
+def decode_unchecked(
+    payload: Payload,
+    position: int,
+    object_name: str,
+    version: int = FORMAT_VERSION,
+    role: Role = None,
+) -> pa.RecordBatch:
+    """The batch of ``decode_measured`` before ``checked_stats``: Arrow's full validation
+    and the rows its message gives, for a caller that checks its records itself in the
+    same pass as it measures them (a shared block's whole batch: ``check_block_batch``).
+    ``role`` as for ``decode_measured``: a second reader takes the first's decode of an
+    equal payload, and checks it again."""
+    memo = MEMO.keeps(payload, role)
+    if memo and role == "second":
+        hit = MEMO.take(("unchecked", version, payload))
+        if hit is not None:
+            return cast(pa.RecordBatch, hit)
+    batch, compressed = _decoded(payload, position, object_name, version)
+    if memo and role == "first" and not compressed:
+        MEMO.put(("unchecked", version, payload), batch, 2 * len(payload))
+    return batch
+
+
+def _decoded(
+    payload: Payload, position: int, object_name: str, version: int
+) -> tuple[pa.RecordBatch, bool]:
+    """The batch of RECORD_SCHEMA a payload decodes to, validated by Arrow and with the
+    rows its message gives, and whether the message was compressed."""
     m = inspect_message(payload, position, object_name, version=version)
     try:
         if m.compressed:
@@ -764,18 +802,9 @@ def decode_measured(
         batch.validate(full=True)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, MemoryError, ...
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
-    batch = with_horizons(batch)  # of RECORD_SCHEMA: m.schema decoded it
-    found = (
-        checked_stats(batch, ordered)
-        if batch.num_rows == m.rows
-        else f"{batch.num_rows} rows decoded"
-    )
-    if isinstance(found, str):
-        raise FormatError(object_name, position, f"invalid batch: {found}")
-    if memo and role == "first" and not m.compressed:
-        # (uncompressed only: a compressed batch's first reader decodes some columns)
-        MEMO.put(("batch", version, ordered, payload), (batch, found), 2 * len(payload))
-    return batch, found
+    if batch.num_rows != m.rows:
+        raise FormatError(object_name, position, f"invalid batch: {batch.num_rows} rows decoded")
+    return with_horizons(batch), m.compressed  # of RECORD_SCHEMA: m.schema decoded it
 
 
 _HORIZON_FIELD = RECORD_SCHEMA.field("delete_horizon")

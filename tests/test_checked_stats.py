@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_shared_blocks import stats_of_records
 from test_small_sections import _records, _with_shifted_header_items
 
-from compactor.fileformat import FormatError, batch_to_records, records_to_batch
+from compactor.fileformat import FormatError, _sections, batch_to_records, records_to_batch
 from compactor.fileformat.batches import (
     BatchStats,
     batch_problem,
@@ -64,6 +64,8 @@ def test_checked_stats_are_the_formats_stats(
     cuts = sorted({0, rows, *rnd.sample(range(1, rows), min(rows - 1, rnd.randint(0, 5)))})
     spans = [(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False)]
     descent, figures = section_figures(batch, spans)
+    arrays = batch.__arrow_c_array__()
+    assert _sections.batch_figures(arrays, spans, 0, 1, checked=True) == (descent, figures)
     records = batch_to_records(batch)
     assert [BatchStats(*f) for f in figures] == [
         stats_of_records(records[a : a + k]) for a, k in spans
@@ -127,6 +129,13 @@ def test_each_problem_is_named_in_the_readers_words() -> None:
         for b in bad:
             assert checked_stats(b) == problem
             assert _in_python(b) == problem
+            # a whole block's check finds the nulls in the same words, and leaves the
+            # order to its sections' descent
+            checked = _sections.batch_figures(b.__arrow_c_array__(), [(0, n)], 0, 1, checked=True)
+            if problem.startswith("null"):
+                assert checked == problem
+            else:
+                assert checked == (n - 1, section_figures(b, [(0, n)])[1])
     assert checked_stats(swapped, ordered=False) == stats_of_records(batch_to_records(swapped))
     with pytest.raises(ValueError, match="unfit batch: null offset"):
         batch_stats(null_offset)
@@ -143,8 +152,6 @@ def test_a_decoder_refuses_what_the_checks_find() -> None:
 
 
 def test_another_layout_is_a_type_error() -> None:
-    from compactor.fileformat import _sections
-
     other = pa.record_batch({"offset": pa.array([1], pa.int64())})
     with pytest.raises(TypeError, match="RECORD_SCHEMA"):
         _sections.checked_figures(other.__arrow_c_array__(), True)
@@ -160,7 +167,6 @@ def test_a_section_outside_its_batch_or_headers_out_of_order_are_refused() -> No
     """``_sections.batch_figures`` reads nothing outside a batch's buffers: a span past
     its rows, or headers' list offsets that go back inside it (Arrow's validation would
     refuse them; the pass does not rely on it), are a ValueError."""
-    from compactor.fileformat import _sections
 
     batch = records_to_batch(_records(random.Random(2), 4, True))
     arrays = batch.__arrow_c_array__()
