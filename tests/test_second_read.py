@@ -11,7 +11,7 @@ import pytest
 from compactor.fileformat import FileWriter, FormatError, Record, StreamReader, records_to_batch
 from compactor.fileformat.footer import parse_tail
 from compactor.fileformat.framing import FILE_TAIL
-from compactor.fileformat.ipc import decode_batch, inspect_message
+from compactor.fileformat.ipc import decode_batch, decode_unchecked, inspect_message
 from compactor.fileformat.reader import SharedRun
 from compactor.fileformat.second_read import MEMO, SecondReadMemo
 from compactor.fileformat.section import parse_trailer
@@ -48,6 +48,31 @@ def test_the_second_decode_of_equal_bytes_is_the_first_ones_result() -> None:
     assert third is not first and third.equals(first)
     decode_batch(payload, 0, NAME)  # a reader on its own leaves nothing
     assert len(MEMO) == 0
+
+
+def test_an_unchecked_decode_is_shared_as_the_first_left_it() -> None:
+    """A shared block's whole decode (``decode_unchecked``, its records checked by the
+    block): the second reader takes the first's batch of equal bytes, once, under a key
+    of its own (a measured decode of the same bytes takes nothing from it)."""
+    payload = _plain_batch_payload()
+    MEMO.clear()
+    first = decode_unchecked(payload, 0, NAME, role="first")
+    assert first.equals(decode_batch(payload, 0, NAME))
+    assert decode_batch(payload, 0, NAME, role="second") is not first
+    assert decode_unchecked(bytes(bytearray(payload)), 0, NAME, role="second") is first
+    again = decode_unchecked(payload, 0, NAME, role="second")
+    assert again is not first and again.equals(first)
+    assert len(MEMO) == 0
+    first = decode_unchecked(payload, 0, NAME, role="first")
+    meta_len = struct.unpack_from("<i", payload, 4)[0]
+    rejected = 0
+    for at in range(8 + meta_len, len(payload) - 4, 4):
+        bad = payload[:at] + struct.pack("<i", 10**8) + payload[at + 4 :]
+        try:
+            assert decode_unchecked(bad, 0, NAME, role="second") is not first
+        except FormatError:
+            rejected += 1
+    assert rejected > 0
 
 
 def test_bytes_that_differ_are_decoded_and_rejected_afresh() -> None:
