@@ -33,7 +33,6 @@ def figures(
     count_at: int,
     offsets: Any,
     compare: Literal[False] = False,
-    checked: Literal[False] = False,
 ) -> tuple[int, list[tuple[Any, ...]]]: ...
 @overload
 def figures(
