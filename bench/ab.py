@@ -5,6 +5,8 @@ the same workload, in turn.
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/old --once
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/old \
         --against-workdir bench/out/v5-shape-ingest-64p
+    .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-10kp --against . \
+        --against-python /tmp/debian-venv/bin/python
 
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
 a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
@@ -55,13 +57,15 @@ class Timed:
     """What ``compact --json`` printed."""
 
 
-def compact_clone(checkout: Path, store: Path, now_ms: int, args: list[str]) -> Timed:
-    """One ``compact <args> --json`` of ``checkout`` on a fresh hard-linked clone of
-    ``store``, timed."""
+def compact_clone(
+    checkout: Path, store: Path, now_ms: int, args: list[str], python: str = sys.executable
+) -> Timed:
+    """One ``compact <args> --json`` of ``checkout`` run by ``python`` on a fresh
+    hard-linked clone of ``store``, timed."""
     with tempfile.TemporaryDirectory(prefix="bench-ab-", dir=store.parent) as tmp:
         clone = Path(tmp) / "store"
         clone_store(store, clone)
-        cmd = [sys.executable, "-m", "compactor", "--store", str(clone)]
+        cmd = [python, "-m", "compactor", "--store", str(clone)]
         cmd += ["--now-ms", str(now_ms), "compact", *args, "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
@@ -76,12 +80,16 @@ def compact_clone(checkout: Path, store: Path, now_ms: int, args: list[str]) -> 
 
 
 def alternate(
-    runs: dict[str, tuple[Path, Path, list[str]]], now_ms: int, pairs: int
+    runs: dict[str, tuple[Path, Path, list[str]]],
+    now_ms: int,
+    pairs: int,
+    pythons: dict[str, str] | None = None,
 ) -> dict[str, list[Timed]]:
     """``compact <args>`` of each of ``runs`` (a checkout, a store, the arguments) in turn,
     ``pairs`` times, each on a fresh clone, the order reversed every other pair (the run
     that comes first in a pair was measured up to 15% slower, whichever it was); prints
-    every run, then each one's medians."""
+    every run, then each one's medians. ``pythons``: the interpreter of a run, where it is
+    not this one."""
     width = max(len(name) for name in runs)
     for checkout, _, _ in runs.values():
         compile_checkout(checkout)
@@ -89,7 +97,8 @@ def alternate(
     for pair in range(1, pairs + 1):
         order = list(runs.items())
         for name, (checkout, store, args) in order if pair % 2 else reversed(order):
-            t = compact_clone(checkout, store, now_ms, args)
+            python = (pythons or {}).get(name, sys.executable)
+            t = compact_clone(checkout, store, now_ms, args, python)
             seen[name].append(t)
             jobs = t.output["jobs"]
             out_mb = sum(int(j["bytes_out"]) for j in jobs) / 1e6
@@ -143,10 +152,11 @@ def run_in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True)
 
 
-def _imported(checkout: Path) -> str:
-    """Where a run in ``checkout`` imports the compactor from (it must be the checkout)."""
+def _imported(checkout: Path, python: str = sys.executable) -> str:
+    """Where a run of ``python`` in ``checkout`` imports the compactor from (it must be the
+    checkout)."""
     code = "import compactor.worker.runner as r; print(r.__file__)"
-    where = run_in(checkout, [sys.executable, "-c", code]).stdout.strip()
+    where = run_in(checkout, [python, "-c", code]).stdout.strip()
     if not where.startswith(str(checkout)):
         raise SystemExit(f"{checkout}: its runs would import the compactor from {where!r}")
     return where
@@ -164,6 +174,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--workdir", type=Path, required=True, help="a bench.workload workdir")
     ap.add_argument("--against", type=Path, required=True, help="the other checkout's root")
+    ap.add_argument(
+        "--against-python",
+        help="the other side's interpreter, if not this one: a virtualenv's python with the "
+        "pinned dependencies (requirements.lock); the checkout's compactor, compiled modules "
+        "included, is imported as for this side. With --against . it compares interpreters",
+    )
     ap.add_argument("--pairs", type=int, default=4, help="runs of each, alternating")
     ap.add_argument(
         "--once",
@@ -185,8 +201,13 @@ def main(argv: list[str] | None = None) -> None:
     now_ms = params.compaction_now_ms
     sides = {"this": ROOT, "other": args.against.resolve()}
     workdirs = {"this": args.workdir, "other": other_workdir}
+    pythons = {"this": sys.executable, "other": args.against_python or sys.executable}
     for name, checkout in sides.items():
-        print(f"{name}: {checkout} ({_imported(checkout)}), workload {workdirs[name]}")
+        python = pythons[name]
+        print(
+            f"{name}: {checkout} ({_imported(checkout, python)}), {python} "
+            f"({_version(python)}), workload {workdirs[name]}"
+        )
     job = (
         ["--once", "--set", f"full.compaction.interval.ms={PUT_OFF_MS}"]
         if args.once
@@ -196,7 +217,19 @@ def main(argv: list[str] | None = None) -> None:
         name: (checkout, (workdirs[name] / "store").resolve(), job)
         for name, checkout in sides.items()
     }
-    alternate(runs, now_ms, args.pairs)
+    alternate(runs, now_ms, args.pairs, pythons)
+
+
+def _version(python: str) -> str:
+    """The interpreter's version, executable and whether it runs from a shared
+    ``libpython`` (a ``--enable-shared`` build) or has it linked in (Debian's build)."""
+    code = (
+        "import os, sys; maps = open('/proc/self/maps').read(); "
+        "print(sys.version.split()[0], os.path.realpath(sys.executable), "
+        "'libpython shared' if 'libpython' in maps else 'libpython linked in')"
+    )
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return done.stdout.strip() or done.stderr.strip()
 
 
 if __name__ == "__main__":
