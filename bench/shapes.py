@@ -159,6 +159,14 @@ def described(machine: dict[str, Any] | None) -> str:
     )
 
 
+def interpreter() -> str:
+    """The interpreter as the table's command names it: ``.venv/bin/python`` for the
+    project's own (``make setup``), else its path (``bench.ab --against-python``'s other
+    virtualenv, say)."""
+    own = ROOT / ".venv" / "bin"
+    return ".venv/bin/python" if Path(sys.executable).parent == own else sys.executable
+
+
 def table(rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] | None) -> str:
     head = (
         "| shape | records | files | records/section | compactor | compactor rec/s | "
@@ -167,7 +175,7 @@ def table(rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] 
     )
     return "\n".join(
         [
-            f"Commit {stamp}, `.venv/bin/python -m bench.shapes {' '.join(argv)}`".rstrip()
+            f"Commit {stamp}, `{interpreter()} -m bench.shapes {' '.join(argv)}`".rstrip()
             + f", {described(machine)}",
             "",
             head,
