@@ -156,7 +156,11 @@ def _imported(checkout: Path, python: str = sys.executable) -> str:
     """Where a run of ``python`` in ``checkout`` imports the compactor from (it must be the
     checkout)."""
     code = "import compactor.worker.runner as r; print(r.__file__)"
-    where = run_in(checkout, [python, "-c", code]).stdout.strip()
+    done = run_in(checkout, [python, "-c", code])
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        raise SystemExit(f"{python} cannot import the compactor of {checkout}: {last[0]}")
+    where = done.stdout.strip()
     if not where.startswith(str(checkout)):
         raise SystemExit(f"{checkout}: its runs would import the compactor from {where!r}")
     return where
