@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast, overload
+from typing import Any, NamedTuple, overload
 
 import pyarrow as pa
 
@@ -210,15 +210,9 @@ def parse_section_table(
     A job's second pointer takes what its first parsed of the same bytes
     (``fileformat.second_read``).
     """
-    memo = MEMO.keeps(payload, role)
-    if memo and role == "second":
-        hit = MEMO.take(("table", payload))
-        if hit is not None:
-            return cast(SectionTable, hit)
-    sections = _parse_section_table(payload, base, object_name)
-    if memo and role == "first":
-        MEMO.put(("table", payload), sections, 2 * len(payload))
-    return sections
+    return MEMO.decoded(
+        "table", payload, role, lambda: (_parse_section_table(payload, base, object_name), True)
+    )
 
 
 def _parse_section_table(payload: bytes, base: int, object_name: str) -> SectionTable:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple, Protocol, cast
+from typing import Any, Final, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -750,19 +750,15 @@ def decode_measured(
     in a pair reading the same bytes (``fileformat.second_read``); a second reader takes
     what the first accepted for an equal payload.
     """
-    memo = MEMO.keeps(payload, role)
-    if memo and role == "second":
-        hit = MEMO.take(("batch", version, ordered, payload))
-        if hit is not None:
-            return cast(tuple[pa.RecordBatch, BatchStats], hit)
-    batch, compressed = _decoded(payload, position, object_name, version)
-    found = checked_stats(batch, ordered)
-    if isinstance(found, str):
-        raise FormatError(object_name, position, f"invalid batch: {found}")
-    if memo and role == "first" and not compressed:
-        # (uncompressed only: a compressed batch's first reader decodes some columns)
-        MEMO.put(("batch", version, ordered, payload), (batch, found), 2 * len(payload))
-    return batch, found
+
+    def measured() -> tuple[tuple[pa.RecordBatch, BatchStats], bool]:
+        batch, shared = _decoded(payload, position, object_name, version)
+        found = checked_stats(batch, ordered)
+        if isinstance(found, str):
+            raise FormatError(object_name, position, f"invalid batch: {found}")
+        return (batch, found), shared
+
+    return MEMO.decoded(("batch", version, ordered), payload, role, measured)
 
 
 def decode_unchecked(
@@ -777,22 +773,21 @@ def decode_unchecked(
     same pass as it measures them (a shared block's whole batch: ``check_block_batch``).
     ``role`` as for ``decode_measured``: a second reader takes the first's decode of an
     equal payload, and checks it again."""
-    memo = MEMO.keeps(payload, role)
-    if memo and role == "second":
-        hit = MEMO.take(("unchecked", version, payload))
-        if hit is not None:
-            return cast(pa.RecordBatch, hit)
-    batch, compressed = _decoded(payload, position, object_name, version)
-    if memo and role == "first" and not compressed:
-        MEMO.put(("unchecked", version, payload), batch, 2 * len(payload))
-    return batch
+    return MEMO.decoded(
+        ("unchecked", version),
+        payload,
+        role,
+        lambda: _decoded(payload, position, object_name, version),
+    )
 
 
 def _decoded(
     payload: Payload, position: int, object_name: str, version: int
 ) -> tuple[pa.RecordBatch, bool]:
     """The batch of RECORD_SCHEMA a payload decodes to, validated by Arrow and with the
-    rows its message gives, and whether the message was compressed."""
+    rows its message gives, and whether a job's first reader may leave it for the second
+    (``MEMO.decoded``): only if the message is uncompressed, since a compressed batch's
+    first reader decodes only some of its columns."""
     m = inspect_message(payload, position, object_name, version=version)
     try:
         if m.compressed:
@@ -804,7 +799,7 @@ def _decoded(
         raise FormatError(object_name, position, f"Arrow cannot decode batch: {exc}") from None
     if batch.num_rows != m.rows:
         raise FormatError(object_name, position, f"invalid batch: {batch.num_rows} rows decoded")
-    return with_horizons(batch), m.compressed  # of RECORD_SCHEMA: m.schema decoded it
+    return with_horizons(batch), not m.compressed  # of RECORD_SCHEMA: m.schema decoded it
 
 
 _HORIZON_FIELD = RECORD_SCHEMA.field("delete_horizon")

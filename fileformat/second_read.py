@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Final, Literal
+from collections.abc import Callable, Hashable
+from typing import Final, Literal, TypeVar, cast
 
 Role = Literal["first", "second"] | None
 """A reader's part in a pair of readers of the same bytes: the ``first`` leaves what it
@@ -28,11 +28,13 @@ accepted, the ``second`` takes it; a reader on its own (None) does neither."""
 
 MAX_PAYLOAD: Final = 64 << 10
 MAX_BYTES: Final = 16 << 20
+_T = TypeVar("_T")
 
 
 class SecondReadMemo:
-    """Results by (kind, payload bytes, ...): ``put`` after accepting, ``take`` before
-    decoding. Thread-safe (phase 1 may run on a thread of its own)."""
+    """Results by (kind, payload bytes): a reader decodes through ``decoded``, which takes
+    before decoding and puts after accepting. Thread-safe (phase 1 may run on a thread of
+    its own)."""
 
     def __init__(self, max_payload: int = MAX_PAYLOAD, max_bytes: int = MAX_BYTES) -> None:
         self._entries: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
@@ -44,6 +46,29 @@ class SecondReadMemo:
         """Whether a reader in ``role`` uses the memo for ``payload`` (of a kind and size
         this memo keeps)."""
         return role is not None and type(payload) is bytes and len(payload) <= self._max_payload
+
+    def decoded(
+        self,
+        kind: Hashable,
+        payload: bytes | memoryview,
+        role: Role,
+        decode: Callable[[], tuple[_T, bool]],
+    ) -> _T:
+        """What ``decode()`` makes of ``payload`` (raising if it refuses it), through the
+        memo: a ``second`` reader takes what a ``first`` one left for an equal payload of
+        the same ``kind`` (the kind of result and whatever else it depends on), and
+        decodes only without it; a ``first`` reader leaves its result when ``decode``
+        says it may be shared (its second value). A payload the memo does not keep
+        (``keeps``), or a reader of no role, just decodes."""
+        memo = self.keeps(payload, role)
+        if memo and role == "second":
+            hit = self.take((kind, payload))
+            if hit is not None:
+                return cast(_T, hit)
+        value, shared = decode()
+        if memo and role == "first" and shared:
+            self.put((kind, payload), value, 2 * len(payload))
+        return value
 
     def take(self, key: Hashable) -> object | None:
         with self._lock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import struct
 from dataclasses import dataclass, replace
-from typing import Final, cast
+from typing import Final
 
 from pyroaring import BitMap
 
@@ -146,15 +146,12 @@ def parse_trailer(
     ``role``: the reader's part in a pair reading the same bytes
     (``fileformat.second_read``).
     """
-    memo = MEMO.keeps(payload, role)
-    if memo and role == "second":
-        hit = MEMO.take(("trailer", version, payload))
-        if hit is not None:
-            return cast(Trailer, hit)
-    trailer = _parse_trailer(payload, base, object_name, version)
-    if memo and role == "first":
-        MEMO.put(("trailer", version, payload), trailer, 2 * len(payload))
-    return trailer
+    return MEMO.decoded(
+        ("trailer", version),
+        payload,
+        role,
+        lambda: (_parse_trailer(payload, base, object_name, version), True),
+    )
 
 
 def _parse_trailer(payload: bytes, base: int, object_name: str, version: int | None) -> Trailer:
