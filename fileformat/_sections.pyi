@@ -68,16 +68,6 @@ def batch_figures(
     start_at: int,
     count_at: int,
     compare: bool = False,
-    *,
-    checked: Literal[True],
-) -> tuple[int, Any] | str: ...
-@overload
-def batch_figures(
-    arrays: tuple[object, object],
-    sections: Any,
-    start_at: int,
-    count_at: int,
-    compare: bool,
     checked: bool = False,
 ) -> tuple[int, Any] | str: ...
 def checked_figures(
