@@ -1,0 +1,40 @@
+#!/bin/bash
+# A copy of this checkout's committed code (HEAD) with a job's Python glue compiled by
+# mypyc: the modules a job's two processes spend their interpreted time in (the reader,
+# the framing and decoding, the writer; the merge, gathering and windows). For measuring
+# against this checkout, not for use:
+#
+#   bench/mypyc_copy.sh /tmp/compiled
+#   .venv/bin/python -m bench.phase_cpu --store bench/out/shape-ingest-64p/store . /tmp/compiled
+#   .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/compiled
+#
+# The copy takes this checkout's built C and C++ modules as they are (build them first:
+# make setup). mypyc comes with mypy, which the lock file pins. bench/README.md, "The
+# job's Python compiled by mypyc", says what it measured. Not a test.
+set -euo pipefail
+dest=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$root/.venv/bin/python}
+modules=(
+    fileformat/framing fileformat/reader fileformat/ipc fileformat/block fileformat/batches
+    fileformat/picked fileformat/second_read fileformat/section fileformat/writer
+    fileformat/field_decode fileformat/read_frames
+    worker/gather worker/merge worker/partition
+)
+rm -rf "$dest"
+mkdir -p "$dest"
+git -C "$root" archive HEAD | tar -x -C "$dest"
+for so in "$root"/fileformat/*.so "$root"/objectstore/*.so "$root"/worker/kernel/*.so; do
+    rel=${so#"$root"/}
+    cp "$so" "$dest/$rel"
+done
+cd "$dest"
+files=()
+for m in "${modules[@]}"; do files+=("compactor/$m.py"); done
+"$python" -m mypyc "${files[@]}" >"$dest/mypyc.log" 2>&1 || {
+    tail -20 "$dest/mypyc.log" >&2
+    echo "mypyc_copy: mypyc failed (the whole log: $dest/mypyc.log)" >&2
+    exit 1
+}
+rm -rf build
+echo "$dest: ${#modules[@]} modules compiled by mypyc ($("$python" -m mypy --version))"
