@@ -8,6 +8,10 @@
 #   .venv/bin/python -m bench.phase_cpu --store bench/out/shape-ingest-64p/store . /tmp/compiled
 #   .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/compiled
 #
+# The copy first takes bench/mypyc_copy.patch, what compiling needs of the code: a
+# mapping source found by its read_mapped rather than a runtime-checkable protocol (which
+# mypyc makes a class), and the keep-set, window and young keys that cross from phase 1's
+# process pickled through __reduce__ (mypyc's classes do not pickle as Python's do).
 # The copy takes this checkout's built C and C++ modules as they are (build them first:
 # make setup). mypyc comes with mypy, which the lock file pins. bench/README.md, "The
 # job's Python compiled by mypyc", says what it measured. Not a test.
@@ -24,6 +28,8 @@ modules=(
 rm -rf "$dest"
 mkdir -p "$dest"
 git -C "$root" archive HEAD | tar -x -C "$dest"
+
+(cd "$dest" && git apply "$root/bench/mypyc_copy.patch")
 for so in "$root"/fileformat/*.so "$root"/objectstore/*.so "$root"/worker/kernel/*.so; do
     rel=${so#"$root"/}
     cp "$so" "$dest/$rel"

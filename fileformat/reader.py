@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Sequence
-from typing import Literal, Protocol, cast
+from typing import Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -96,19 +96,12 @@ class Source(Protocol):
     def readinto(self, view: memoryview, /) -> int: ...
 
 
+@runtime_checkable
 class MappingSource(Source, Protocol):
     """A ``Source`` that may give its bytes without a copy
     (``objectstore.ObjectStream.read_mapped``)."""
 
     def read_mapped(self, n: int, back: int, /) -> memoryview | None: ...
-
-
-def _mapping_source(source: Source) -> MappingSource | None:
-    """The source as a ``MappingSource``, if it has ``read_mapped``. Asked of the object,
-    not by ``isinstance`` against a runtime-checkable protocol: compiled by mypyc
-    (``bench/mypyc_copy.sh``), such a protocol is a class of its own, not a protocol."""
-    read_mapped = getattr(source, "read_mapped", None)
-    return cast(MappingSource, source) if callable(read_mapped) else None
 
 
 class _Input:
@@ -142,7 +135,7 @@ class _Input:
         self.position = 0
         self._ahead = b""
         self._at = 0  # the next unread byte of _ahead
-        self._mapping = _mapping_source(source)
+        self._mapping = source if isinstance(source, MappingSource) else None
         self._read_ahead = READ_AHEAD
 
     def error(self, at: int, reason: str) -> FormatError:

@@ -160,11 +160,8 @@ def _ranks(batch: pa.RecordBatch, policy: PartitionPolicy, mask: pa.Array) -> li
 class _YoungKeys:
     """Lowest rank per key among the records too young to compact, in the first window."""
 
-    def __init__(self, lowest: dict[bytes, Rank] | None = None) -> None:
-        self.lowest: dict[bytes, Rank] = {} if lowest is None else lowest
-
-    def __reduce__(self) -> tuple[type[_YoungKeys], tuple[dict[bytes, Rank]]]:
-        return _YoungKeys, (self.lowest,)
+    def __init__(self) -> None:
+        self.lowest: dict[bytes, Rank] = {}
 
     def add(self, batch: pa.RecordBatch, eligible: pa.Array, policy: PartitionPolicy) -> None:
         young = compute.and_(compute.is_valid(batch.column("key")), compute.invert(eligible))
@@ -226,15 +223,10 @@ class KeepSet:
 
     __slots__ = ("winners",)
 
-    def __init__(self, winners: pa.Array, checked: bool = False) -> None:
-        """``checked``: the offsets are a keep-set's already (one unpickled)."""
-        if not checked and (winners.null_count or not strictly_increasing(winners)):
+    def __init__(self, winners: pa.Array) -> None:
+        if winners.null_count or not strictly_increasing(winners):
             raise ValueError("a keep-set's offsets must strictly increase, with no nulls")
         self.winners = winners
-
-    def __reduce__(self) -> tuple[type[KeepSet], tuple[pa.Array, bool]]:
-        """Pickled as its offsets, not checked again where phase 2 unpickles them."""
-        return KeepSet, (self.winners, True)
 
     def bits(self, offsets: pa.Array) -> int:
         """Which of the records of ``offsets`` (int64, no nulls, any order) are winners,
@@ -257,10 +249,6 @@ class Window:
     """The partition's records too young to compact (collected in window 0 only)."""
     utilization: float
     """The key buffer's utilization when the window closed."""
-
-    def __reduce__(self) -> tuple[type[Window], tuple[int, KeepSet, bool, _YoungKeys, float]]:
-        fields = (self.pending, self.keep, self.may_drop_tombstones, self.young, self.utilization)
-        return Window, fields
 
 
 def phase1_windows(
