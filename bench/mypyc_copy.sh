@@ -7,6 +7,7 @@
 #   bench/mypyc_copy.sh /tmp/compiled
 #   .venv/bin/python -m bench.phase_cpu --store bench/out/shape-ingest-64p/store . /tmp/compiled
 #   .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against /tmp/compiled
+#   MYPYC_MODULES="worker/merge fileformat/reader" bench/mypyc_copy.sh /tmp/some
 #
 # The copy first takes bench/mypyc_copy.patch, what compiling needs of the code: a
 # mapping source found by its read_mapped rather than a runtime-checkable protocol (which
@@ -25,6 +26,9 @@ modules=(
     fileformat/field_decode fileformat/read_frames
     worker/gather worker/merge worker/partition
 )
+if [ -n "${MYPYC_MODULES:-}" ]; then  # another list, to find which module does what
+    read -r -a modules <<<"$MYPYC_MODULES"
+fi
 rm -rf "$dest"
 mkdir -p "$dest"
 git -C "$root" archive HEAD | tar -x -C "$dest"
