@@ -32,7 +32,6 @@ fi
 rm -rf "$dest"
 mkdir -p "$dest"
 git -C "$root" archive HEAD | tar -x -C "$dest"
-
 (cd "$dest" && git apply "$root/bench/mypyc_copy.patch")
 for so in "$root"/fileformat/*.so "$root"/objectstore/*.so "$root"/worker/kernel/*.so; do
     rel=${so#"$root"/}
