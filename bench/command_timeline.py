@@ -8,7 +8,8 @@ line, the catalog and the plan, the garbage collection, the report and the exit.
 runs the same command (``cli.launch``'s two steps: phase 1's helper started, then the
 command line) ``--repeat`` times, each on a fresh hard-linked clone of the store with its
 files in the page cache, in a child that marks when each step starts on the system-wide
-monotonic clock, and prints the median of each step's length. The parent's clock gives
+monotonic clock, and prints the median of each step's length, then how long phase 2
+waited for phase 1's helper (its first window, and in all). The parent's clock gives
 what the child cannot see of itself: the interpreter's start before its first line, and
 the teardown after its exit handlers. Not a test: the timings depend on the machine.
 """
@@ -40,6 +41,8 @@ STEPS = (
     ("teardown and exit", "handled", "exited"),
 )
 """Each step's name and the marks it runs between."""
+FEED_FIRST, FEED_ALL = "feed, first", "feed, all"
+"""The marks that are lengths, not times: phase 2's waits for phase 1's helper."""
 
 
 def child(argv: list[str]) -> int:
@@ -62,6 +65,7 @@ def child(argv: list[str]) -> int:
     _mark_before(marks, "phase 2", runner, "_run_group")  # a group of small partitions
     _mark_before(marks, "phase 2", runner, "_run_partition")  # or a partition on its own
     _mark_before(marks, "commit", runner, "_commit", after="committed")
+    _time_waits(marks)
     code = main(argv)
     marks["returned"] = time.monotonic()
     return exit_at_once(code)
@@ -85,6 +89,28 @@ def _mark_before(
     setattr(owner, attr, marked)
 
 
+def _time_waits(marks: dict[str, float]) -> None:
+    """Adds up how long phase 2 waits for each item of phase 1's feed from its helper
+    (``Phase1Process._get``) in ``marks["feed, all"]``, and in ``marks["feed, first"]``
+    those until its first window's keep-set arrived: the helper's start on the job."""
+    from compactor.worker.partition import Window
+    from compactor.worker.phase1_process import Phase1Process
+
+    original = Phase1Process._get
+
+    def timed(self: Phase1Process) -> Any:
+        start = time.monotonic()
+        try:
+            item = original(self)
+        finally:
+            marks[FEED_ALL] = marks.get(FEED_ALL, 0.0) + time.monotonic() - start
+        if isinstance(item, Window):
+            marks.setdefault(FEED_FIRST, marks[FEED_ALL])
+        return item
+
+    Phase1Process._get = timed  # type: ignore[method-assign]
+
+
 def _report(marks: dict[str, float]) -> None:
     marks["handled"] = time.monotonic()
     print("TIMELINE " + json.dumps(marks), file=sys.stderr, flush=True)
@@ -106,7 +132,8 @@ def run_once(store: Path, now_ms: int) -> dict[str, float]:
         raise SystemExit(f"bench.command_timeline: the command failed: {done.stderr.strip()}")
     line = next(x for x in done.stderr.splitlines() if x.startswith("TIMELINE "))
     marks = {**json.loads(line.removeprefix("TIMELINE ")), "spawned": spawned, "exited": exited}
-    return {name: marks[end] - marks[start] for name, start, end in STEPS}
+    steps = {name: marks[end] - marks[start] for name, start, end in STEPS}
+    return steps | {name: marks.get(name, 0.0) for name in (FEED_FIRST, FEED_ALL)}
 
 
 def main() -> int:
@@ -128,7 +155,7 @@ def main() -> int:
     params = Params(**json.loads((args.store.parent / MANIFEST).read_text())["params"])
     compile_checkout(ROOT)  # timed as an installed package runs (bench.bytecode)
     runs = [run_once(args.store, params.compaction_now_ms) for _ in range(args.repeat)]
-    total = [sum(r.values()) for r in runs]
+    total = [sum(r[name] for name, _, _ in STEPS) for r in runs]
     print(f"`compact --full` of {args.store}, {args.repeat} runs, medians\n")
     print("| step | ms | range |\n|---|---:|---:|")
     for name, _, _ in STEPS:
@@ -137,6 +164,17 @@ def main() -> int:
         print(f"| {name} | {statistics.median(values):.0f} | {low:.0f}-{high:.0f} |")
     print(f"| **the command** | **{statistics.median(total) * 1e3:.0f}** | "
           f"{min(total) * 1e3:.0f}-{max(total) * 1e3:.0f} |")  # fmt: skip
+    waits = (
+        (FEED_FIRST, "until its first window (the helper's start on the job)"),
+        (FEED_ALL, "in all (none where phase 1 had no helper)"),
+    )
+    print("\nOf phase 2, waiting for phase 1's feed from its helper:\n")
+    print("| wait | ms | range |\n|---|---:|---:|")
+    for name, label in waits:
+        values = [r[name] * 1e3 for r in runs]
+        print(
+            f"| {label} | {statistics.median(values):.0f} | {min(values):.0f}-{max(values):.0f} |"
+        )
     return 0
 
 
