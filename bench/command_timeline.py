@@ -92,7 +92,8 @@ def _mark_before(
 def _time_waits(marks: dict[str, float]) -> None:
     """Adds up how long phase 2 waits for each item of phase 1's feed from its helper
     (``Phase1Process._get``) in ``marks["feed, all"]``, and in ``marks["feed, first"]``
-    those until its first window's keep-set arrived: the helper's start on the job."""
+    those until its first window's or group's keep-set arrived: the helper's start on the job."""
+    from compactor.worker.group import Group
     from compactor.worker.partition import Window
     from compactor.worker.phase1_process import Phase1Process
 
@@ -104,7 +105,7 @@ def _time_waits(marks: dict[str, float]) -> None:
             item = original(self)
         finally:
             marks[FEED_ALL] = marks.get(FEED_ALL, 0.0) + time.monotonic() - start
-        if isinstance(item, Window):
+        if isinstance(item, Window | Group):
             marks.setdefault(FEED_FIRST, marks[FEED_ALL])
         return item
 
@@ -165,7 +166,7 @@ def main() -> int:
     print(f"| **the command** | **{statistics.median(total) * 1e3:.0f}** | "
           f"{min(total) * 1e3:.0f}-{max(total) * 1e3:.0f} |")  # fmt: skip
     waits = (
-        (FEED_FIRST, "until its first window (the helper's start on the job)"),
+        (FEED_FIRST, "until its first window or group (the helper's start on the job)"),
         (FEED_ALL, "in all (none where phase 1 had no helper)"),
     )
     print("\nOf phase 2, waiting for phase 1's feed from its helper:\n")
