@@ -161,7 +161,10 @@ def _plain(source: Path, now_ms: int | None) -> None:
     process's, its threads' too), the CPU time of phase 1's helper process during the
     job (one this run started counts its start-up too; ``--repeat`` reuses it), and how
     long the job's thread waited on phase 1's feed (where phase 1 runs on the job's
-    thread, the time phase 1 itself took)."""
+    thread, the time phase 1 itself took). ``compactor.cli`` is imported first, as the
+    command line imports it, so that the helper is forked as the command forks its own
+    (``worker.helper_process``), not spawned to import everything first."""
+    import compactor.cli  # noqa: F401 (before pyarrow: worker.memory.prefer_lean_pool)
     from compactor.worker import helper_pool, phase1_process, pipeline
 
     waited = [0.0]

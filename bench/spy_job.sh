@@ -22,7 +22,7 @@ PYTHONPATH="$PWD" "${PYTHON:-.venv/bin/python}" -m bench.profile_job --store "$s
 job=$!
 helper=""
 for _ in $(seq 1 500); do
-    helper=$(pgrep -P "$job" -f worker.phase1_process | head -1 || true)
+    helper=$(pgrep -P "$job" | head -1 || true)  # forked (the job's only child) or spawned
     [ -n "$helper" ] && break
     sleep 0.01
 done
