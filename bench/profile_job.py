@@ -164,7 +164,7 @@ def _plain(source: Path, now_ms: int | None) -> None:
     thread, the time phase 1 itself took). ``compactor.cli`` is imported first, as the
     command line imports it, so that the helper is forked as the command forks its own
     (``worker.helper_process``), not spawned to import everything first."""
-    import compactor.cli  # noqa: F401 (before pyarrow: worker.memory.prefer_lean_pool)
+    from compactor import cli  # noqa: F401 (before pyarrow: worker.memory.prefer_lean_pool)
     from compactor.worker import helper_pool, phase1_process, pipeline
 
     waited = [0.0]
