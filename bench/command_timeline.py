@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +67,9 @@ def child(argv: list[str]) -> int:
     _mark_before(marks, "phase 2", runner, "_run_group")  # a group of small partitions
     _mark_before(marks, "phase 2", runner, "_run_partition")  # or a partition on its own
     _mark_before(marks, "commit", runner, "_commit", after="committed")
-    _time_waits(marks)
-    code = main(argv)
+    with feed_waits() as waits:
+        code = main(argv)
+    marks[FEED_ALL], marks[FEED_FIRST] = waits["all"], waits.get("first", 0.0)
     marks["returned"] = time.monotonic()
     return exit_at_once(code)
 
@@ -89,27 +92,41 @@ def _mark_before(
     setattr(owner, attr, marked)
 
 
-def _time_waits(marks: dict[str, float]) -> None:
-    """Adds up how long phase 2 waits for each item of phase 1's feed from its helper
-    (``Phase1Process._get``) in ``marks["feed, all"]``, and in ``marks["feed, first"]``
-    those until its first window's or group's keep-set arrived: the helper's start on the job."""
+@contextmanager
+def feed_waits() -> Iterator[dict[str, float]]:
+    """While inside, how long phase 2 waits for each item of phase 1's feed (the ``_get``
+    of every feed: a helper's, a thread's, or phase 1 run inline, whose "wait" is phase 1
+    itself), in seconds: ``"all"``, and ``"first"``, those until the first window's or
+    group's keep-set arrived (a helper's start on the job). ``bench.profile_job`` uses
+    it too."""
+    from compactor.worker import phase1_process, pipeline
     from compactor.worker.group import Group
     from compactor.worker.partition import Window
-    from compactor.worker.phase1_process import Phase1Process
 
-    original = Phase1Process._get
+    waits = {"all": 0.0}
 
-    def timed(self: Phase1Process) -> Any:
-        start = time.monotonic()
-        try:
-            item = original(self)
-        finally:
-            marks[FEED_ALL] = marks.get(FEED_ALL, 0.0) + time.monotonic() - start
-        if isinstance(item, Window | Group):
-            marks.setdefault(FEED_FIRST, marks[FEED_ALL])
-        return item
+    def timed(get: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def wrapper(self: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                item = get(self)
+            finally:
+                waits["all"] += time.perf_counter() - start
+            if isinstance(item, Window | Group):
+                waits.setdefault("first", waits["all"])
+            return item
 
-    Phase1Process._get = timed  # type: ignore[method-assign]
+        return wrapper
+
+    feeds = (pipeline.Phase1Inline, pipeline.Phase1Thread, phase1_process.Phase1Process)
+    originals = [feed._get for feed in feeds]
+    for feed, get in zip(feeds, originals, strict=True):
+        setattr(feed, "_get", timed(get))  # noqa: B010 (each feed class, by name)
+    try:
+        yield waits
+    finally:
+        for feed, get in zip(feeds, originals, strict=True):
+            setattr(feed, "_get", get)  # noqa: B010
 
 
 def _report(marks: dict[str, float]) -> None:
@@ -167,7 +184,7 @@ def main() -> int:
           f"{min(total) * 1e3:.0f}-{max(total) * 1e3:.0f} |")  # fmt: skip
     waits = (
         (FEED_FIRST, "until its first window or group (the helper's start on the job)"),
-        (FEED_ALL, "in all (none where phase 1 had no helper)"),
+        (FEED_ALL, "in all (phase 1 itself where it had no helper)"),
     )
     print("\nOf phase 2, waiting for phase 1's feed from its helper:\n")
     print("| wait | ms | range |\n|---|---:|---:|")

@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
         "offsets and keys": pa.ipc.IpcReadOptions(included_fields=keys, use_threads=False),
     }
     plain = uncompressed(payloads)
+    timed = {way: (decode, payloads) for way, decode in WAYS.items()}
+    timed[UNCOMPRESSED] = (ipc.read_compressed, plain)
     for options in decodes.values():
         for (payload, schema, codec), (bare, _, _) in zip(payloads, plain, strict=True):
             kept, fresh = (decode(payload, schema, options, codec) for decode in WAYS.values())
@@ -179,14 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     print("| decode | way | median CPU s | range | µs a message |")
     print("|---|---|---:|---:|---:|")
     for label, options in decodes.items():
-        times: dict[str, list[float]] = {way: [] for way in (*WAYS, UNCOMPRESSED)}
+        times: dict[str, list[float]] = {way: [] for way in timed}
         for i in range(args.repeat):
-            order = list(times) if i % 2 == 0 else list(reversed(times))
-            for way in order:
-                if way == UNCOMPRESSED:
-                    times[way].append(run(ipc.read_compressed, plain, options))
-                else:
-                    times[way].append(run(WAYS[way], payloads, options))
+            for way in timed if i % 2 == 0 else reversed(timed):
+                decode, messages = timed[way]
+                times[way].append(run(decode, messages, options))
         for way, t in times.items():
             median = statistics.median(t)
             print(

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -165,37 +165,19 @@ def _plain(source: Path, now_ms: int | None) -> None:
     command line imports it, so that the helper is forked as the command forks its own
     (``worker.helper_process``), not spawned to import everything first."""
     from compactor import cli  # noqa: F401 (before pyarrow: worker.memory.prefer_lean_pool)
-    from compactor.worker import helper_pool, phase1_process, pipeline
+    from compactor.worker import helper_pool
 
-    waited = [0.0]
+    from .command_timeline import feed_waits
 
-    def timed(get: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def wrapper(self: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return get(self)
-            finally:
-                waited[0] += time.perf_counter() - start
-
-        return wrapper
-
-    feeds = (pipeline.Phase1Inline, pipeline.Phase1Thread, phase1_process.Phase1Process)
-    originals = [feed._get for feed in feeds]
-    with cloned(source, now_ms) as (compactor, files, sections, at_ms):
-        try:
-            for feed, get in zip(feeds, originals, strict=True):
-                setattr(feed, "_get", timed(get))  # noqa: B010 (each feed class, by name)
-            before = _cpu_of(helper_pool.idle_pids())
-            wall, cpu = time.perf_counter(), time.process_time()
-            compactor.run_planned(at_ms, full=True)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            after = _cpu_of(helper_pool.idle_pids())
-            helper = sum(s - before.get(pid, 0.0) for pid, s in after.items())
-        finally:
-            for feed, get in zip(feeds, originals, strict=True):
-                setattr(feed, "_get", get)  # noqa: B010
+    with cloned(source, now_ms) as (compactor, files, sections, at_ms), feed_waits() as waits:
+        before = _cpu_of(helper_pool.idle_pids())
+        wall, cpu = time.perf_counter(), time.process_time()
+        compactor.run_planned(at_ms, full=True)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        after = _cpu_of(helper_pool.idle_pids())
+        helper = sum(s - before.get(pid, 0.0) for pid, s in after.items())
     print(f"{files} input files, {sections:,} input sections: "
-          f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waited[0]:.2f} s waiting on phase 1's feed, "
+          f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waits['all']:.2f} s waiting on phase 1's feed, "
           f"helper {helper:.2f} s CPU", flush=True)  # fmt: skip
 
 
