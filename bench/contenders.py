@@ -1,8 +1,8 @@
 """The baselines ``bench.run`` measures, each run as its own process.
 
-    python -m bench.contenders twopass --store DIR --out FILE [--max-files N]
-    python -m bench.contenders copy    --store DIR --out FILE [--max-files N]
-    python -m bench.contenders duckdb  --parquet FILE --out FILE [--threads 2]
+    python -m bench.contenders twopass --store DIR --out FILE [--max-files N] [--compression C]
+    python -m bench.contenders copy    --store DIR --out FILE [--max-files N] [--compression C]
+    python -m bench.contenders duckdb  --parquet FILE --out FILE [--threads 2] [--compression C]
 
 Each prints one JSON object on stdout (what it did, and ``work_s``: the time of the work
 itself, without interpreter start-up). The compactor is not here: ``bench.run`` runs the
@@ -43,6 +43,7 @@ from compactor.catalog import Catalog, LiveFile
 from compactor.fileformat import FileWriter, SectionReader, StreamReader
 from compactor.fileformat.writer import SHARE_BELOW
 from compactor.objectstore import LocalStore
+from compactor.planner.codecs import codec_named
 from compactor.worker.gather import gathered, section_batches
 from compactor.worker.merge import SectionMerge
 
@@ -71,10 +72,14 @@ class _Output:
     """A ``FileWriter`` on a local file, set up as the worker's (encoding ahead on its own
     thread); a partition's section opens at its first record."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, compression: str | None = "zstd") -> None:
         self.file: BinaryIO = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
         self.writer = FileWriter(
-            self.file, object_name=path.name, encode_ahead=True, share_below=SHARE_BELOW
+            self.file,
+            object_name=path.name,
+            compression=compression,
+            encode_ahead=True,
+            share_below=SHARE_BELOW,
         )
         self.records = 0
 
@@ -99,12 +104,14 @@ class _Output:
         return meta.size
 
 
-def twopass(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]:
+def twopass(
+    store_dir: Path, out: Path, max_files: int | None, compression: str | None = "zstd"
+) -> dict[str, Any]:
     store = LocalStore(store_dir)
     files = live_files(store, max_files)
     started = time.perf_counter()
     records_in = 0
-    output = _Output(out)
+    output = _Output(out, compression)
     md5 = hashlib.md5
     with ExitStack() as stack:
         phase1 = merged_pointer(store, files, stack)
@@ -147,11 +154,13 @@ def twopass(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]
     }
 
 
-def copy(store_dir: Path, out: Path, max_files: int | None) -> dict[str, Any]:
+def copy(
+    store_dir: Path, out: Path, max_files: int | None, compression: str | None = "zstd"
+) -> dict[str, Any]:
     store = LocalStore(store_dir)
     files = live_files(store, max_files)
     started = time.perf_counter()
-    output = _Output(out)
+    output = _Output(out, compression)
     with ExitStack() as stack:
         pointer = merged_pointer(store, files, stack)
         while (tp := pointer.next_partition()) is not None:
@@ -173,18 +182,23 @@ DUCKDB_QUERY = (
     "COPY (SELECT * FROM read_parquet('{src}') "
     'QUALIFY row_number() OVER (PARTITION BY topic, "partition", key '
     'ORDER BY "offset" DESC) = 1) '
-    "TO '{out}' (FORMAT parquet)"
+    "TO '{out}' (FORMAT parquet{options})"
 )
+DUCKDB_CODECS = ("snappy", "zstd", "lz4", "uncompressed")
+"""The codecs DuckDB's Parquet writer takes (``COMPRESSION``); its default is snappy."""
 
 
-def duckdb_dedup(parquet: Path, out: Path, threads: int, temp: Path) -> dict[str, Any]:
+def duckdb_dedup(
+    parquet: Path, out: Path, threads: int, temp: Path, compression: str | None = None
+) -> dict[str, Any]:
     import duckdb
 
     started = time.perf_counter()
     con = duckdb.connect()
     con.execute(f"SET threads={int(threads)}")
     con.execute(f"SET temp_directory='{temp}'")
-    query = DUCKDB_QUERY.format(src=parquet, out=out)
+    options = f", COMPRESSION {compression}" if compression else ""
+    query = DUCKDB_QUERY.format(src=parquet, out=out, options=options)
     row = con.execute(query).fetchone()
     con.close()
     work_s = time.perf_counter() - started
@@ -278,18 +292,27 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--store", type=Path, required=True)
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--max-files", type=int, default=None)
+        p.add_argument(
+            "--compression",
+            type=codec_named,
+            default="zstd",
+            help="the output's codec (default zstd, the top level's)",
+        )
     p = sub.add_parser("duckdb")
     p.add_argument("--parquet", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--temp", type=Path, default=Path("/tmp"))
+    p.add_argument(
+        "--compression", choices=DUCKDB_CODECS, default=None, help="default DuckDB's (snappy)"
+    )
     args = ap.parse_args(argv)
     if args.contender == "twopass":
-        result = twopass(args.store, args.out, args.max_files)
+        result = twopass(args.store, args.out, args.max_files, args.compression)
     elif args.contender == "copy":
-        result = copy(args.store, args.out, args.max_files)
+        result = copy(args.store, args.out, args.max_files, args.compression)
     else:
-        result = duckdb_dedup(args.parquet, args.out, args.threads, args.temp)
+        result = duckdb_dedup(args.parquet, args.out, args.threads, args.temp, args.compression)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -33,9 +33,10 @@ from typing import Any
 
 from bench import workload
 from bench.bytecode import compile_checkout
-from bench.contenders import digest_cf, digest_parquet, raw_sha_c
+from bench.contenders import DUCKDB_CODECS, digest_cf, digest_parquet, raw_sha_c
 from bench.kernel_table import kernel_rows
 from bench.workload import Workload
+from compactor.planner.codecs import CODECS
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -204,6 +205,8 @@ def run_duckdb(ctx: Context) -> Result:
     temp.mkdir(exist_ok=True)
     warm([ctx.w.parquet])
     cmd = duckdb_command(ctx.w.parquet, out, ctx.args.duckdb_threads, temp)
+    if ctx.args.duckdb_compression is not None:
+        cmd += ["--compression", ctx.args.duckdb_compression]
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
     r.logical_bytes_in = ctx.w.logical_bytes
@@ -211,7 +214,8 @@ def run_duckdb(ctx: Context) -> Result:
         d = last_json(m.stdout)
         r.detail = d
         r.records_in, r.records_out = d["records_in"], d["records_out"]
-        r.note = f"threads={d['threads']}, Parquet in and out"
+        codec = ctx.args.duckdb_compression or "snappy"
+        r.note = f"threads={d['threads']}, Parquet in and out ({codec} out)"
         _check(ctx, r, digest_parquet(out), subset=False)
     out.unlink(missing_ok=True)
     shutil.rmtree(temp, ignore_errors=True)
@@ -260,6 +264,8 @@ def run_compactor(ctx: Context) -> Result:
     now_ms = ctx.w.params.compaction_now_ms
     cmd = compact_full_command(clone, now_ms)
     cmd += ["--key-buffer-bytes", str(ctx.args.key_buffer_bytes)]
+    if ctx.args.compression_top is not None:
+        cmd += ["--compression-top", ctx.args.compression_top]
     m = run_child(cmd, ctx.log_dir, r.name, ctx.args.timeout)
     _fill(r, m)
     r.logical_bytes_in = ctx.w.logical_bytes
@@ -310,6 +316,8 @@ def _run_store_contender(ctx: Context, name: str, max_files: int | None) -> Resu
     subset = max_files is not None and max_files < ctx.w.files
     if subset:
         cmd += ["--max-files", str(max_files)]
+    if ctx.args.compression_top is not None:
+        cmd += ["--compression", ctx.args.compression_top]
     m = run_child(cmd, ctx.log_dir, name, ctx.args.timeout)
     _fill(r, m)
     if r.ok:
@@ -479,6 +487,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--regenerate", action="store_true", help="regenerate even if cached")
     ap.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
     ap.add_argument("--duckdb-threads", type=int, default=2)
+    ap.add_argument(
+        "--compression-top",
+        choices=list(CODECS),
+        default=None,
+        help="the codec of the compactor's output and the copy floor's (default zstd, the "
+        "top level's: `compact --compression-top`)",
+    )
+    ap.add_argument(
+        "--duckdb-compression",
+        choices=DUCKDB_CODECS,
+        default=None,
+        help="the codec of DuckDB's Parquet output (default DuckDB's, snappy)",
+    )
     ap.add_argument(
         "--twopass-max-files",
         type=int,

@@ -45,6 +45,7 @@ from typing import Any
 from compactor.planner.codecs import CODECS, codec_named
 
 from . import workload
+from .contenders import DUCKDB_CODECS
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -141,8 +142,24 @@ def _row(shape: Shape, reports: list[dict[str, Any]]) -> str:
     return (
         f"| {shape.name} | {records:,} | {w['files']} | {per_section:,.0f} | "
         f"{cell('compactor')} | {rate} | {cell('duckdb')} | {ratio} | "
-        f"{cpu('compactor')} / {cpu('duckdb')} | {cell('copy')} | {rss} | {gets} |"
+        f"{cpu('compactor')} / {cpu('duckdb')} | {cell('copy')} | {rss} | {gets} | "
+        f"{_output_mb(comps, 'compactor')} / {_output_mb(seen('duckdb'), 'duckdb')} |"
     )
+
+
+def _output_mb(results: list[dict[str, Any]], name: str) -> str:
+    """The bytes a contender wrote, MB (its first run's: every run writes the same records
+    with the same codec)."""
+    ok = [r for r in results if r["ok"]]
+    if not ok:
+        return "n/a"
+    detail = ok[0]["detail"]
+    written = (
+        sum(j["bytes_out"] for j in detail["report"]["jobs"])
+        if name == "compactor"
+        else detail["bytes_out"]
+    )
+    return f"{written / 1e6:,.0f}"
 
 
 def described(machine: dict[str, Any] | None) -> str:
@@ -171,7 +188,7 @@ def table(rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] 
     head = (
         "| shape | records | files | records/section | compactor | compactor rec/s | "
         "DuckDB | vs DuckDB | CPU s, compactor / DuckDB | copy floor | "
-        "compactor peak RSS MiB | GETs per input |"
+        "compactor peak RSS MiB | GETs per input | output MB, compactor / DuckDB |"
     )
     return "\n".join(
         [
@@ -179,7 +196,7 @@ def table(rows: list[str], stamp: str, argv: list[str], machine: dict[str, Any] 
             + f", {described(machine)}",
             "",
             head,
-            "|" + "---|" * 12,
+            "|" + "---|" * 13,
             *rows,
         ]
     )
@@ -207,6 +224,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the workloads' codec (default: their level's, as `compactor ingest` writes them)",
     )
+    ap.add_argument(
+        "--compression-top",
+        choices=list(CODECS),
+        default=None,
+        help="the codec of the compactor's output and the copy floor's (default zstd)",
+    )
+    ap.add_argument(
+        "--duckdb-compression",
+        choices=DUCKDB_CODECS,
+        default=None,
+        help="the codec of DuckDB's output (default DuckDB's, snappy)",
+    )
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -227,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
             cmd += ["--workdir", str(shape.workdir(args.scale, args.compression))]
             cmd += ["--compression", args.compression] if args.compression else []
+            if args.compression_top:
+                cmd += ["--compression-top", args.compression_top]
+            if args.duckdb_compression:
+                cmd += ["--duckdb-compression", args.duckdb_compression]
             cmd += ["--results-json", str(results)]
             if args.repeat > 1:
                 print(f"-- run {run} of {args.repeat}", flush=True)
@@ -240,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if reports and failed is None:
             rows.append(_row(shape, reports))
         else:
-            rows.append(f"| {shape.name} | bench.run exited {failed} |" + " |" * 9)
+            rows.append(f"| {shape.name} | bench.run exited {failed} |" + " |" * 10)
     text = table(rows, stamp, argv, machine)
     path = OUT / f"shapes-{stamp}-{started}.md"
     path.write_text(text + "\n")
