@@ -7,6 +7,8 @@ the same workload, in turn.
         --against-workdir bench/out/v5-shape-ingest-64p
     .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-10kp --against . \
         --against-python /tmp/debian-venv/bin/python
+    .venv/bin/python -m bench.ab --workdir bench/out/shape-bench-100p --against . \
+        --against-args='--compression-top lz4'
 
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
 a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
@@ -17,8 +19,9 @@ and CPU time and the medians. The other checkout is imported through ``PYTHONPAT
 ``compactor`` package, and its compiled key buffer: copy ``worker/kernel/_keybuffer*.so``
 into it, or build it there). ``--against-workdir`` gives the other checkout a workload
 of its own: the same records as its writer wrote them (a change of what the writer
-writes is measured with each checkout reading its own files). Not a test: the timings
-depend on the machine.
+writes is measured with each checkout reading its own files). ``--against-args`` gives the
+other side more ``compact`` options (with ``--against .``, two settings of one checkout).
+Not a test: the timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -197,6 +201,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the other checkout's workload, if not --workdir: the same records as another "
         "checkout's bench.workload wrote them (its workload version may differ, nothing else)",
     )
+    ap.add_argument(
+        "--against-args",
+        default="",
+        help="more `compact` options for the other side, as one string: with --against . "
+        "it compares options (--against-args='--compression-top lz4')",
+    )
     args = ap.parse_args(argv)
     params = _params(args.workdir)
     other_workdir = args.against_workdir or args.workdir
@@ -217,8 +227,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.once
         else ["--full"]
     )
+    more = {"this": [], "other": shlex.split(args.against_args)}
     runs = {
-        name: (checkout, (workdirs[name] / "store").resolve(), job)
+        name: (checkout, (workdirs[name] / "store").resolve(), job + more[name])
         for name, checkout in sides.items()
     }
     alternate(runs, now_ms, args.pairs, pythons)
