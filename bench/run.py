@@ -466,6 +466,31 @@ def machine() -> dict[str, Any]:
     }
 
 
+def add_output_codecs(ap: argparse.ArgumentParser) -> None:
+    """The outputs' codecs: ``--compression-top`` and ``--duckdb-compression`` (both
+    default to their writer's own; ``output_codec_args`` passes them on)."""
+    ap.add_argument(
+        "--compression-top",
+        choices=list(CODECS),
+        default=None,
+        help="the codec of the compactor's output and the copy floor's (default zstd, the "
+        "top level's: `compact --compression-top`)",
+    )
+    ap.add_argument(
+        "--duckdb-compression",
+        choices=DUCKDB_CODECS,
+        default=None,
+        help="the codec of DuckDB's Parquet output (default DuckDB's, snappy)",
+    )
+
+
+def output_codec_args(args: argparse.Namespace) -> list[str]:
+    """``add_output_codecs``'s options as given, for another ``bench.run``."""
+    given = (("--compression-top", args.compression_top),
+             ("--duckdb-compression", args.duckdb_compression))  # fmt: skip
+    return [part for flag, codec in given if codec for part in (flag, codec)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.run",
@@ -487,19 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--regenerate", action="store_true", help="regenerate even if cached")
     ap.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
     ap.add_argument("--duckdb-threads", type=int, default=2)
-    ap.add_argument(
-        "--compression-top",
-        choices=list(CODECS),
-        default=None,
-        help="the codec of the compactor's output and the copy floor's (default zstd, the "
-        "top level's: `compact --compression-top`)",
-    )
-    ap.add_argument(
-        "--duckdb-compression",
-        choices=DUCKDB_CODECS,
-        default=None,
-        help="the codec of DuckDB's Parquet output (default DuckDB's, snappy)",
-    )
+    add_output_codecs(ap)
     ap.add_argument(
         "--twopass-max-files",
         type=int,

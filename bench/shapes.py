@@ -45,7 +45,7 @@ from typing import Any
 from compactor.planner.codecs import CODECS, codec_named
 
 from . import workload
-from .contenders import DUCKDB_CODECS
+from .run import add_output_codecs, output_codec_args
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -224,18 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the workloads' codec (default: their level's, as `compactor ingest` writes them)",
     )
-    ap.add_argument(
-        "--compression-top",
-        choices=list(CODECS),
-        default=None,
-        help="the codec of the compactor's output and the copy floor's (default zstd)",
-    )
-    ap.add_argument(
-        "--duckdb-compression",
-        choices=DUCKDB_CODECS,
-        default=None,
-        help="the codec of DuckDB's output (default DuckDB's, snappy)",
-    )
+    add_output_codecs(ap)
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -256,10 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--only", "duckdb,compactor,copy", "--timeout", str(args.timeout)]
             cmd += ["--workdir", str(shape.workdir(args.scale, args.compression))]
             cmd += ["--compression", args.compression] if args.compression else []
-            if args.compression_top:
-                cmd += ["--compression-top", args.compression_top]
-            if args.duckdb_compression:
-                cmd += ["--duckdb-compression", args.duckdb_compression]
+            cmd += output_codec_args(args)
             cmd += ["--results-json", str(results)]
             if args.repeat > 1:
                 print(f"-- run {run} of {args.repeat}", flush=True)

@@ -11,7 +11,8 @@ helper's module on the stack). Prints three tables of shares of that thread's sa
 
 - **steps**: each named step of a job (a sample counts for every step on its stack, so
   shares overlap where steps nest). A step whose function is on no sample's stack is
-  flagged: the code has renamed or removed it, and ``STEPS`` needs the new name.
+  flagged: the code has renamed or removed it, and ``WORKER_STEPS`` or ``HELPER_STEPS``
+  needs the new name.
 - **by function, own**: the function at the top of each stack (with ``--nonblocking``,
   the Python frame that called into native code: Arrow, the CRC, the key kernel).
 - **by function, under**: every function on each stack, once per sample, but those on
@@ -112,7 +113,7 @@ def summarize(lines: Iterable[str], top: int) -> list[str]:
         out.append(f"| {label} | `{function}` | {names[function] * share:.1%} |")
     for function in missing:
         out.append(
-            f"warning: no sample's stack holds `{function}`: renamed (STEPS), "
+            f"warning: no sample's stack holds `{function}`: renamed (WORKER_STEPS, HELPER_STEPS), "
             "or not on this shape's path"
         )
     under = Counter({f: n for f, n in under.items() if n * share <= COMMON})
