@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from compactor.fileformat import ipc
 from compactor.fileformat.ipc import (
     MIN_SAVINGS,
+    MIN_SAVINGS_INTEGERS,
     RETRY_EVERY,
     BatchEncoder,
     decode_batch,
@@ -123,9 +124,10 @@ def test_each_buffer_is_compressed_only_where_it_pays(
         assert payload == arrows
 
 
-def test_random_values_are_stored_as_is_and_offsets_compressed() -> None:
+def test_random_values_and_offsets_are_stored_as_is_and_zeros_compressed() -> None:
     """The shape of this system's benchmark workloads: lz4 cannot shrink random values,
-    and shrinks a batch's offsets and timestamps by far more than the threshold."""
+    shrinks a batch's offsets and timestamps by about half, less than the threshold, and
+    a buffer of zeros (no record has a delete horizon) by far more."""
     rng = random.Random(7)
     batch = records_to_batch(
         [
@@ -135,8 +137,14 @@ def test_random_values_are_stored_as_is_and_offsets_compressed() -> None:
     )
     got = buffers(BatchEncoder("lz4", 0).encode(batch, 1 << 20))
     offsets, value_data = got[1], got[9]  # the offset column's data, the value column's data
+    horizons = got[-1]  # the delete horizons' data: zeros, every one null
     assert prefix(value_data) == STORED_AS_IS
-    assert prefix(offsets) == 2000 * 8 and len(offsets) < 2000 * 8 * (1 - MIN_SAVINGS["lz4"])
+    assert prefix(offsets) == STORED_AS_IS and len(offsets) == 8 + 2000 * 8
+    assert prefix(horizons) == 2000 * 8 and len(horizons) < 2000 * 8 * (1 - MIN_SAVINGS["lz4"])
+    assert MIN_SAVINGS_INTEGERS["lz4"] > MIN_SAVINGS["lz4"]
+    explicit = buffers(BatchEncoder("lz4", 0, MIN_SAVINGS["lz4"]).encode(batch, 1 << 20))
+    assert prefix(explicit[1]) == 2000 * 8  # a threshold given holds for every buffer
+    assert len(explicit[1]) < 2000 * 8 * (1 - MIN_SAVINGS["lz4"])
 
 
 def test_a_threshold_outside_zero_to_one_is_refused() -> None:
@@ -178,7 +186,8 @@ def test_only_lz4_is_encoded_buffer_by_buffer_by_default(codec: str) -> None:
 def test_a_buffer_that_did_not_pay_is_tried_again_at_the_retry() -> None:
     """Values that lz4 cannot shrink are stored as they are, and the encoder stops trying:
     values it could shrink, in the next batches, stay as they are until the retry, every
-    ``RETRY_EVERY`` batches; from there they are compressed. Offsets are tried always."""
+    ``RETRY_EVERY`` batches; from there they are compressed. The delete horizons' data
+    (zeros: no record has one), which always pays, is compressed in every batch."""
     rng = random.Random(3)
 
     def batch(values: list[bytes]) -> pa.RecordBatch:
@@ -192,7 +201,7 @@ def test_a_buffer_that_did_not_pay_is_tried_again_at_the_retry() -> None:
     kinds = []
     for n in range(2 * RETRY_EVERY):
         got = buffers(encoder.encode(random_values if n == 0 else text_values, 1 << 20))
-        kinds.append((prefix(got[1]) != STORED_AS_IS, prefix(got[9]) != STORED_AS_IS))
+        kinds.append((prefix(got[-1]) != STORED_AS_IS, prefix(got[9]) != STORED_AS_IS))
     assert kinds == [(True, False)] * RETRY_EVERY + [(True, True)] * RETRY_EVERY
     assert decode_batch(encoder.encode(text_values, 1 << 20), 0, "t").equals(text_values)
 
