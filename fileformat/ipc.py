@@ -346,6 +346,8 @@ def _integer_data(schema: pa.Schema) -> frozenset[int]:
             found.add(at + 1)  # after its validity
         at += _buffer_count(field.type)
     return frozenset(found)
+
+
 _templates: dict[str, tuple[bytes, _Layout]] = {}
 
 
