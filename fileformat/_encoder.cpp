@@ -40,6 +40,7 @@
 #endif
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <condition_variable>
 #include <deque>
@@ -237,6 +238,13 @@ constexpr const char* kThreadName = "encode-batches";
 
 void run(std::shared_ptr<Shared> shared) {
   pthread_setname_np(pthread_self(), kThreadName);
+  // SCHED_BATCH: the job's thread wakes this one for every batch it submits, and on two
+  // cores busy with the job's thread and phase 1's helper the woken encoder would
+  // otherwise preempt the thread that woke it (bench/README.md, "The encoder's thread
+  // under SCHED_BATCH"). Only a hint: where the policy cannot be set, nothing changes.
+  sched_param batch_param{};
+  batch_param.sched_priority = 0;
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch_param);
   StreamEncoder encoder(shared->codec);
   for (;;) {
     std::shared_ptr<Job> job;
