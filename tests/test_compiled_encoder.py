@@ -13,6 +13,7 @@ import pytest
 from compactor.fileformat import _encoder
 from compactor.fileformat.records import RECORD_SCHEMA, Record, records_to_batch
 from compactor.fileformat.writer import FileWriter
+from tests.test_fileformat_writer import native_encoding_tids
 from tests.test_small_sections import arrow_message
 
 
@@ -40,25 +41,16 @@ def test_refuses_what_it_cannot_take() -> None:
         encoder.encode(capsules)
 
 
-def _threads_named(name: str) -> list[int]:
-    tids = []
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/comm") as comm:
-            if comm.read().strip() == name:
-                tids.append(int(tid))
-    return tids
-
-
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's SCHED_BATCH policy")
 def test_the_encoding_thread_runs_under_sched_batch() -> None:
     """The encoder's own thread asks for SCHED_BATCH, so that the job's thread, which
     wakes it for every batch, is not preempted by it; the calling thread keeps its own."""
-    before = set(_threads_named("encode-batches"))
+    before = set(native_encoding_tids())
     encoder = _encoder.Encoder("zstd")
     batch = _batch(100)
     try:
         assert _decoded(encoder.submit(batch.__arrow_c_array__()).result()).equals(batch)
-        (tid,) = set(_threads_named("encode-batches")) - before
+        (tid,) = set(native_encoding_tids()) - before
         assert os.sched_getscheduler(tid) == os.SCHED_BATCH
         assert os.sched_getscheduler(0) == os.SCHED_OTHER
     finally:

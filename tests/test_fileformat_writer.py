@@ -378,11 +378,17 @@ def python_encoding_threads() -> list[str]:
 
 
 def native_encoding_threads() -> list[str]:
-    native = []
+    return ["encode-batches"] * len(native_encoding_tids())
+
+
+def native_encoding_tids() -> list[int]:
+    """The OS thread ids of this process's compiled encoders' threads (``encode-batches``)."""
+    tids = []
     for comm in Path("/proc/self/task").glob("*/comm"):
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            native.append(comm.read_text().strip())
-    return [name for name in native if name == "encode-batches"]
+            if comm.read_text().strip() == "encode-batches":
+                tids.append(int(comm.parent.name))
+    return tids
 
 
 def encoding_threads_settled(present: bool, within_s: float = 10.0) -> list[str]:
