@@ -2,7 +2,7 @@
 # Runs every benchmark whose figures the README quotes, in the README's order, at the
 # checkout this file is in, and keeps each command's output:
 #
-#   bench/readme.sh            # about 15 minutes on two cores; needs bench/requirements.txt
+#   bench/readme.sh            # about 17 minutes on two cores; needs bench/requirements.txt
 #
 # Writes bench/out/readme-<commit>-<time>/NN-<name>.log, one a command, each starting
 # with the command line. Refuses a tree with uncommitted changes: the README names the
@@ -34,6 +34,7 @@ step() {
 step catalog "$P" -m bench.catalog_bench
 step shapes-lz4 "$P" -m bench.shapes --repeat 3
 step shapes-zstd "$P" -m bench.shapes --compression zstd --repeat 3
+step shapes-duckdb-zstd "$P" -m bench.shapes --duckdb-compression zstd --repeat 3
 step codec-calls "$P" -m bench.codec_calls
 for shape in ingest-64p bench-100p bench-10kp ingest-10kp; do
     step "floor-$shape" "$P" -m bench.floor --shape "$shape" --repeat 3
