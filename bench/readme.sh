@@ -1,6 +1,6 @@
 #!/bin/bash
-# Runs every benchmark whose figures the README quotes, in the README's order, at the
-# checkout this file is in, and keeps each command's output:
+# Runs every benchmark whose figures the README quotes, at the checkout this file is in,
+# and keeps each command's output:
 #
 #   bench/readme.sh            # about 17 minutes on two cores; needs bench/requirements.txt
 #
