@@ -1,0 +1,288 @@
+"""Byte flips and truncations of a version-3 input, as a whole job meets them.
+
+The input is small and holds each kind of unit a job reads: two shared blocks (one
+lz4-compressed, one plain) around a framed section of two batches, records without
+headers, tombstones, null keys and repeated keys. Without headers, the job's phase 2 runs
+its survivors on every partition (records with headers are met only once decoded), so
+these cases take both pointers, the survivors and the writer through each fault.
+
+For each fault, the job over it and a clean second input must end in a FormatError that
+names the faulty object and a byte position inside it, and leave the catalog and every
+object in the store as they were: nothing half-committed, no output left behind. A byte
+that only a CRC covers (a frame's CRC field or payload) is reported as that frame's
+checksum mismatch, at the frame's first byte. The clean input compacts to what the
+Kafka model says, and its materialized view is the one written.
+
+These are also the reference a second implementation of the job's path is held to
+(docs/COMPILED_PATH.md): the error each fault gives, position and words, is recorded by
+``fault_outcomes`` so that another path can be compared with it case by case.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kafka_model import TopicRules, compact, view
+from worker_scenarios import make_topics, read_live
+
+from compactor.catalog import Catalog, CommitRecord, LiveFile
+from compactor.catalog.changes import append_files
+from compactor.fileformat import FileWriter, FormatError, Record, records_to_batch
+from compactor.fileformat.framing import FILE_HEADER, FRAME_HEADER, SECTION_END
+from compactor.objectstore import ObjectStore
+from compactor.objectstore.local import LocalStore
+from compactor.planner.job import Job, JobInput
+from compactor.worker.kernel import KeyBuffer
+from compactor.worker.pipeline import PHASE1_MODES, Phase1Mode
+from compactor.worker.runner import run_job
+
+NOW = 1_700_000_000_000
+TOPICS = {"a": 3, "b": 1, "c": 8}
+FAULTY = "data/L1/f0.cf"
+CLEAN = "data/L1/f1.cf"
+
+
+def _records(first: int, n: int, value_size: int, seed: int) -> list[Record]:
+    """``n`` records from offset ``first``, without headers: keys repeat (one in seven
+    distinct), one in eleven is null, one in five is a tombstone (some with a horizon
+    already past, which a job may drop)."""
+    out = []
+    for i in range(n):
+        key = None if (i + seed) % 11 == 10 else b"k%d" % ((i + seed) % 7)
+        tombstone = (i + seed) % 5 == 4
+        out.append(
+            Record(
+                first + i,
+                NOW - 10_000 + i,
+                key,
+                None if tombstone else bytes([(i + seed) % 256]) * value_size,
+                (),
+                NOW - 1 if tombstone and i % 2 == 0 else None,
+            )
+        )
+    return out
+
+
+# Each input's sections: (topic, partition) -> records. The faulty input's layout is that
+# of tests/test_shared_blocks.py's version-3 corpus: blocks of three and two sections
+# around a framed section of two batches.
+INPUTS: dict[str, dict[tuple[str, int], list[Record]]] = {
+    FAULTY: {
+        ("a", 0): _records(0, 3, 20, 0),
+        ("a", 1): _records(0, 2, 2, 1),
+        ("a", 2): _records(0, 5, 5, 2),
+        ("b", 0): _records(0, 16, 30, 3),
+        ("c", 0): _records(0, 3, 3, 4),
+        ("c", 7): _records(0, 2, 4, 5),
+    },
+}
+INPUTS[CLEAN] = {
+    tp: _records(records[-1].offset + 1, len(records) + 3, 6, 6 + i)
+    for i, (tp, records) in enumerate(INPUTS[FAULTY].items())
+}
+
+
+def _encode(sections: dict[tuple[str, int], list[Record]], name: str) -> tuple[bytes, list]:
+    sink = io.BytesIO()
+    writer = FileWriter(
+        sink,
+        object_name=name,
+        compression="lz4",
+        min_compress_bytes=120,
+        max_batch_bytes=400,
+        share_below=150,
+        block_bytes=300,
+    )
+    for (topic, partition), records in sorted(sections.items()):
+        # the framed section in two batches, as the writer's callers give them
+        half = len(records) // 2 if topic == "b" else len(records)
+        parts = [records[:half], records[half:]] if half < len(records) else [records]
+        writer.write_section(topic, partition, [records_to_batch(p) for p in parts])
+    meta = writer.finish()
+    writer.close()
+    return sink.getvalue(), list(meta.sections)
+
+
+ENCODED = {key: _encode(sections, key) for key, sections in INPUTS.items()}
+GOOD = ENCODED[FAULTY][0]
+
+
+def _frames(data: bytes) -> Iterator[tuple[int, bytes, int]]:
+    """(position, tag, payload length) of every frame of a valid version-3 file."""
+    at = FILE_HEADER.size
+    while True:
+        tag, length, _ = FRAME_HEADER.unpack_from(data, at)
+        yield at, tag, length
+        if tag == b"FOOT":
+            return
+        at += FRAME_HEADER.size + length
+        if tag in (b"STRL", b"STBL"):
+            at += SECTION_END.size
+
+
+def _frame_of_crc_protected_byte() -> dict[int, int]:
+    """Each byte only a CRC covers (a frame's CRC field and payload) -> its frame's start."""
+    return {
+        pos: at
+        for at, _, length in _frames(GOOD)
+        for pos in range(at + 8, at + FRAME_HEADER.size + length)
+    }
+
+
+PROTECTED = _frame_of_crc_protected_byte()
+
+
+def test_the_faulty_input_has_every_kind_of_unit() -> None:
+    tags = [tag for _, tag, _ in _frames(GOOD)]
+    assert tags.count(b"SBLK") == 2 and tags.count(b"STBL") == 2
+    assert tags.count(b"SHDR") == 1 and tags.count(b"BTCH") == 2
+    blocks = [GOOD[at + 12 : at + 12 + n] for at, tag, n in _frames(GOOD) if tag == b"SBLK"]
+    lz4_frame = b"\x04\x22\x4d\x18"
+    assert sum(lz4_frame in payload for payload in blocks) == 1  # one compressed, one plain
+    assert len(GOOD) < 8000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job over one faulty input ended in: the FormatError's position and words."""
+
+    position: int
+    reason: str
+
+
+def _store(root: Path, faulty: bytes) -> tuple[LocalStore, Catalog, Job]:
+    """A store whose catalog holds both inputs as they were written, and whose object
+    FAULTY holds ``faulty`` instead."""
+    store = LocalStore(root)
+    catalog = Catalog(store)
+    make_topics(catalog, {t: (n, {"cleanup.policy": "compact"}) for t, n in TOPICS.items()})
+    files = []
+    for i, (key, (data, sections)) in enumerate(ENCODED.items()):
+        store.put(key, faulty if key == FAULTY else data)
+        live = LiveFile.of_sections(f"f{i}", key, 1, len(data), 0, sections)
+        snap = catalog.snapshot()
+        touched = {tp: snap.next_offsets[tp] for tp in INPUTS[key]}
+        new_next = {tp: records[-1].offset + 1 for tp, records in INPUTS[key].items()}
+        catalog.commit(
+            lambda s, f=live, t=touched, n=new_next: append_files(s, [f], t, n),
+            CommitRecord("ingest", {"files": [live.id]}),
+            new_files={live.id: (live, sections)},
+        )
+        files.append(live)
+    job = Job(tuple(JobInput(f.id, f.key, f.size) for f in files), 2, True)
+    return store, catalog, job
+
+
+def _objects(store: ObjectStore) -> dict[str, bytes]:
+    return {o.key: store.get(o.key)[0] for o in store.list("")}
+
+
+def fault_outcome(root: Path, faulty: bytes, phase1: Phase1Mode = "inline") -> Outcome:
+    """Runs the job over ``faulty`` in a new store under ``root`` and returns the
+    FormatError it ended in, having checked that it changed nothing."""
+    store, catalog, job = _store(root, faulty)
+    try:
+        snap_before, objects_before = catalog.snapshot(), _objects(store)
+        with pytest.raises(FormatError) as failure:
+            run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1=phase1)
+        error = failure.value
+        assert error.object_name == FAULTY
+        assert 0 <= error.position <= len(GOOD)
+        assert catalog.snapshot() == snap_before
+        assert _objects(store) == objects_before
+    finally:
+        store.close()
+    return Outcome(error.position, error.reason)
+
+
+def flipped(pos: int) -> bytes:
+    bad = bytearray(GOOD)
+    bad[pos] ^= 1 << (pos % 8)
+    return bytes(bad)
+
+
+def fault_outcomes(
+    root: Path, faults: dict[str, bytes], run: Callable[..., Outcome] = fault_outcome
+) -> dict[str, Outcome]:
+    """Each fault's outcome, each in a store of its own under ``root``."""
+    return {name: run(root / f"case-{i}", data) for i, (name, data) in enumerate(faults.items())}
+
+
+def test_the_clean_inputs_compact_to_the_model(tmp_path: Path) -> None:
+    store, catalog, job = _store(tmp_path, GOOD)
+    before = read_live(store, catalog)
+    report = run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="inline")
+    after = read_live(store, catalog)
+    rules = TopicRules()
+    for tp, records in before.items():
+        expected = compact(
+            records,
+            rules,
+            deduplicate=True,
+            now_ms=NOW,
+            includes_oldest=True,
+            includes_newest=True,
+        )
+        assert after.get(tp, []) == expected, tp
+        assert view(after.get(tp, []), rules) == view(records, rules), tp
+    stats = report.stats
+    assert stats.records_in == sum(len(r) for r in before.values())
+    assert stats.records_out == sum(len(r) for r in after.values()) < stats.records_in
+    assert stats.dropped_superseded and stats.tombstones_removed and stats.null_keys
+    store.close()
+
+
+STRIDE = 7
+"""Of the bytes whose faults take the same path (a CRC-covered byte's flip, a cut inside a
+frame), every STRIDE-th is tried: a job a fault, all of them would take two minutes."""
+
+
+def _boundaries() -> set[int]:
+    """The first and last bytes of every frame and of what follows a frame."""
+    out = {0, len(GOOD) - 1}
+    for at, tag, length in _frames(GOOD):
+        end = (
+            at + FRAME_HEADER.size + length + (SECTION_END.size if tag in (b"STRL", b"STBL") else 0)
+        )
+        out.update((at - 1, at, at + 1, end - 1, end, end + 1))
+    return {pos for pos in out if 0 <= pos < len(GOOD)}
+
+
+def test_every_byte_flipped_fails_the_job_and_changes_nothing(tmp_path: Path) -> None:
+    """Every byte that no CRC covers (tags, lengths, section and block ends, the file's
+    header and tail), and every STRIDE-th byte that one does."""
+    positions = [p for p in range(len(GOOD)) if p not in PROTECTED or p % STRIDE == 0]
+    outcomes = fault_outcomes(tmp_path, {str(pos): flipped(pos) for pos in positions})
+    for name, outcome in outcomes.items():
+        frame = PROTECTED.get(int(name))
+        if frame is not None:
+            assert "checksum mismatch" in outcome.reason, (name, outcome)
+            assert outcome.position == frame, (name, outcome)
+
+
+def test_every_truncation_fails_the_job_and_changes_nothing(tmp_path: Path) -> None:
+    """Every cut at or beside a frame's bounds, and every STRIDE-th byte."""
+    cuts = sorted(_boundaries() | set(range(0, len(GOOD), STRIDE)))
+    fault_outcomes(tmp_path, {str(n): GOOD[:n] for n in cuts})
+
+
+@pytest.mark.parametrize("phase1", [m for m in PHASE1_MODES if m != "inline"])
+def test_a_sample_of_faults_with_phase_1_ahead(tmp_path: Path, phase1: Phase1Mode) -> None:
+    """Phase 1 a window ahead, on a thread or in a process of its own, ends in the same
+    error as inline for a sample of the faults (every frame's first and last bytes)."""
+    sample: dict[str, bytes] = {}
+    for at, _, length in _frames(GOOD):
+        for pos in (at, at + 4, at + 8, at + FRAME_HEADER.size + length - 1):
+            sample[f"flip {pos}"] = flipped(pos)
+        sample[f"cut {at + 6}"] = GOOD[: at + 6]
+    inline = fault_outcomes(tmp_path / "inline", sample)
+    ahead = fault_outcomes(
+        tmp_path / phase1,
+        sample,
+        lambda root, data: fault_outcome(root, data, phase1),
+    )
+    assert ahead == inline
