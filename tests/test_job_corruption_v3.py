@@ -1,10 +1,10 @@
 """Byte flips and truncations of a version-3 input, as a whole job meets them.
 
 The input is small and holds each kind of unit a job reads: two shared blocks (one
-lz4-compressed, one plain) around a framed section of two batches, records without
-headers, tombstones, null keys and repeated keys. Without headers, the job's phase 2 runs
-its survivors on every partition (records with headers are met only once decoded), so
-these cases take both pointers, the survivors and the writer through each fault.
+lz4-compressed, one plain) around a framed section of two batches, with tombstones, null
+keys and repeated keys. Its records have no headers: the compiled path of
+docs/COMPILED_PATH.md declines records with headers, which it meets only once decoded,
+so without them a fault past the first partitions meets its survivors and writer too.
 
 For each fault, the job over it and a clean second input must end in a FormatError that
 names the faulty object and a byte position inside it, and leave the catalog and every
