@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from worker_scenarios import make_topics, read_live
 from compactor.catalog import Catalog, CommitRecord, LiveFile
 from compactor.catalog.changes import append_files
 from compactor.fileformat import FileWriter, FormatError, Record, SectionMeta, records_to_batch
-from compactor.fileformat.framing import FILE_HEADER, FRAME_HEADER, SECTION_END
+from compactor.fileformat.framing import FRAME_HEADER, SECTION_END
 from compactor.objectstore import ObjectStore
 from compactor.objectstore.local import LocalStore
 from compactor.planner.job import Job, JobInput
@@ -41,6 +40,7 @@ from compactor.worker.kernel import KeyBuffer
 from compactor.worker.pipeline import PHASE1_MODES, Phase1Mode
 from compactor.worker.runner import run_job
 from tests.test_fileformat_writer import encoding_threads_settled
+from tests.test_shared_blocks import frames_of
 from tests.test_worker_failures import JOB_THREADS
 
 NOW = 1_700_000_000_000
@@ -116,25 +116,12 @@ ENCODED = {key: _encode(sections, key) for key, sections in INPUTS.items()}
 GOOD = ENCODED[FAULTY][0]
 
 
-def _frames(data: bytes) -> Iterator[tuple[int, bytes, int]]:
-    """(position, tag, payload length) of every frame of a valid version-3 file."""
-    at = FILE_HEADER.size
-    while True:
-        tag, length, _ = FRAME_HEADER.unpack_from(data, at)
-        yield at, tag, length
-        if tag == b"FOOT":
-            return
-        at += FRAME_HEADER.size + length
-        if tag in (b"STRL", b"STBL"):
-            at += SECTION_END.size
-
-
 def _frame_of_crc_protected_byte() -> dict[int, int]:
     """Each byte of a frame's CRC field and payload -> its frame's start. A flip there
     leaves the file's layout as it was: only the frame's CRC check can see it."""
     return {
         pos: at
-        for at, _, length in _frames(GOOD)
+        for at, _, length in frames_of(GOOD)
         for pos in range(at + 8, at + FRAME_HEADER.size + length)
     }
 
@@ -143,10 +130,10 @@ PROTECTED = _frame_of_crc_protected_byte()
 
 
 def test_the_faulty_input_has_every_kind_of_unit() -> None:
-    tags = [tag for _, tag, _ in _frames(GOOD)]
+    tags = [tag for _, tag, _ in frames_of(GOOD)]
     assert tags.count(b"SBLK") == 2 and tags.count(b"STBL") == 2
     assert tags.count(b"SHDR") == 1 and tags.count(b"BTCH") == 2
-    blocks = [GOOD[at + 12 : at + 12 + n] for at, tag, n in _frames(GOOD) if tag == b"SBLK"]
+    blocks = [GOOD[at + 12 : at + 12 + n] for at, tag, n in frames_of(GOOD) if tag == b"SBLK"]
     lz4_frame = b"\x04\x22\x4d\x18"
     assert sum(lz4_frame in payload for payload in blocks) == 1  # one compressed, one plain
     assert len(GOOD) < 8000
@@ -270,7 +257,7 @@ a cut inside a frame), every STRIDE-th is tried: a job a fault, about 3 ms each 
 def _boundaries() -> set[int]:
     """The first and last bytes of every frame and of what follows a frame."""
     out = {0, len(GOOD) - 1}
-    for at, tag, length in _frames(GOOD):
+    for at, tag, length in frames_of(GOOD):
         end = (
             at + FRAME_HEADER.size + length + (SECTION_END.size if tag in (b"STRL", b"STBL") else 0)
         )
@@ -303,7 +290,7 @@ def test_a_sample_of_faults_with_phase_1_ahead(tmp_path: Path, phase1: Phase1Mod
     error as inline for a sample of the faults: in each frame, a flip of its tag's first
     byte, its length's, its CRC's and its payload's last, and a cut inside its length."""
     sample: dict[str, bytes] = {}
-    for at, _, length in _frames(GOOD):
+    for at, _, length in frames_of(GOOD):
         for pos in (at, at + 4, at + 8, at + FRAME_HEADER.size + length - 1):
             sample[f"flip {pos}"] = flipped(pos)
         sample[f"cut {at + 6}"] = GOOD[: at + 6]
