@@ -13,7 +13,7 @@
 FROM python:3.11-slim
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential libssl-dev libzstd-dev \
+    && apt-get install -y --no-install-recommends build-essential libssl-dev libzstd-dev libisal-dev zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

@@ -17,6 +17,10 @@ With libzstd found, ``_sections`` also decompresses a zstd batch message with on
 kept per thread before Arrow reads it (``_sections.KEPT_ZSTD_CONTEXT``; Arrow's reader
 makes a context per buffer).
 
+``compactor.fileformat._walk`` (a version-3 file's frames walked and checked in one pass,
+docs/COMPILED_PATH.md) is plain C; it computes frame CRCs with ISA-L's ``libisal`` where
+its header and library are found (a test compile and link), else with zlib's.
+
 ``compactor.worker.kernel._keybuffer`` is plain C against the CPython API: it needs a C compiler
 and the Python headers, nothing else. SHA-512/256 uses OpenSSL's libcrypto when its
 headers and library are found at build time (a test compile and link), else the bundled
@@ -40,6 +44,7 @@ FORCE_PORTABLE_ENV = "COMPACTOR_KERNEL_PORTABLE_SHA"
 KERNEL = "compactor.worker.kernel._keybuffer"
 ENCODER = "compactor.fileformat._encoder"
 SECTIONS = "compactor.fileformat._sections"
+WALK = "compactor.fileformat._walk"
 C_FLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra"]
 
 _OPENSSL_PROBE = """
@@ -105,6 +110,14 @@ int main(void) {
 """
 
 
+_ISAL_PROBE = """
+#include <isa-l/crc.h>
+int main(void) {
+    return crc32_gzip_refl(0, (const unsigned char *)"x", 1) == 0x8cdc1683u ? 0 : 1;
+}
+"""
+
+
 def _links(compiler: Any, probe: str, library: str) -> bool:
     """True if ``probe`` compiles and links against ``-l<library>`` into a shared object,
     as an extension links (a static-only library built without -fPIC links into a
@@ -125,12 +138,17 @@ class BuildExt(build_ext):  # type: ignore[misc]
         portable = os.environ.get(FORCE_PORTABLE_ENV, "") not in ("", "0")
         use_openssl = not portable and _links(self.compiler, _OPENSSL_PROBE, "crypto")
         kept_zstd = _links(self.compiler, _ZSTD_PROBE, "zstd")
+        isal_crc = _links(self.compiler, _ISAL_PROBE, "isal")
         for ext in self.extensions:
             if use_openssl and ext.name == KERNEL:
                 ext.define_macros.append(("KB_HAVE_OPENSSL", "1"))
                 ext.libraries.append("crypto")
             if portable and ext.name == KERNEL:
                 ext.define_macros.append(("KB_NO_X8", "1"))
+            if ext.name == WALK:
+                if isal_crc:
+                    ext.define_macros.append(("COMPACTOR_ISAL_CRC", "1"))
+                ext.libraries.append("isal" if isal_crc else "z")
             if kept_zstd and ext.name in (ENCODER, SECTIONS):
                 ext.define_macros.append(("COMPACTOR_KEPT_ZSTD", "1"))
                 ext.libraries.append("zstd")
@@ -143,6 +161,11 @@ class BuildExt(build_ext):  # type: ignore[misc]
         self.announce(
             "compactor.fileformat._encoder and _sections: zstd "
             + ("with kept contexts (libzstd)" if kept_zstd else "by Arrow's codec (no libzstd)"),
+            level=2,
+        )
+        self.announce(
+            "compactor.fileformat._walk: frame CRCs by "
+            + ("ISA-L (libisal)" if isal_crc else "zlib (no libisal)"),
             level=2,
         )
         super().build_extensions()
@@ -161,6 +184,11 @@ setup(
             SECTIONS,
             sources=["fileformat/_sections.c"],
             depends=["fileformat/arrow_c_abi.h"],
+            extra_compile_args=C_FLAGS,
+        ),
+        Extension(
+            WALK,
+            sources=["fileformat/_walk.c"],
             extra_compile_args=C_FLAGS,
         ),
         Extension(
