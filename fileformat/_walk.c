@@ -271,19 +271,26 @@ static PyObject *batch_list_add(PyObject *batches, const Frame *f) {
 
 /* A framed section whose header frame `head` was just read (StreamReader.units, then
    SectionReader._advance and _end as `skip` drives them): its unit tuple in `*unit`. */
-static int section(Walk *w, const Frame *head, Key *previous, int *has_previous,
-                   PyObject **unit) {
+/* StreamReader.units' order check: a unit whose first section has key `first` (topic
+   `topic`), at `at`, comes strictly after the file's `previous` key, none before the
+   first unit (its topic NULL: a key's topic is never empty). */
+static int follows(Walk *w, const Key *first, PyObject *topic, Py_ssize_t at,
+                   const Key *previous) {
+    if (previous->topic != NULL && key_cmp(first, previous) <= 0)
+        return problem(w, at, "section %U/%d is out of order", topic, first->partition);
+    return 0;
+}
+
+static int section(Walk *w, const Frame *head, Key *previous, PyObject **unit) {
     PyObject *topic = NULL;
     Key key;
     int r = section_header(w, head, &key, &topic);
     if (r) return r;
-    if (*has_previous && key_cmp(&key, previous) <= 0) {
-        r = problem(w, head->at, "section %U/%d is out of order", topic, key.partition);
+    if ((r = follows(w, &key, topic, head->at, previous))) {
         Py_DECREF(topic);
         return r;
     }
     *previous = key;
-    *has_previous = 1;
     PyObject *batches = PyList_New(0);
     if (batches == NULL) {
         Py_DECREF(topic);
@@ -385,8 +392,7 @@ failed:
 
 /* A shared block whose SBLK frame `batch` was just read (StreamReader._block and the
    order check of units): its unit tuple in `*unit`. */
-static int block(Walk *w, const Frame *batch, Key *previous, int *has_previous,
-                 PyObject **unit) {
+static int block(Walk *w, const Frame *batch, Key *previous, PyObject **unit) {
     Frame table;
     int r = frame_header(w, "section table", &table);
     if (r) return r;
@@ -409,12 +415,10 @@ static int block(Walk *w, const Frame *batch, Key *previous, int *has_previous,
     r = table_keys(w, w->data + table_payload, table.length, table_payload, &first, &last,
                    &first_topic);
     if (r) return r;
-    if (*has_previous && key_cmp(&first, previous) <= 0)
-        r = problem(w, batch->at, "section %U/%d is out of order", first_topic, first.partition);
+    r = follows(w, &first, first_topic, batch->at, previous);
     Py_DECREF(first_topic);
     if (r) return r;
     *previous = last;
-    *has_previous = 1;
     *unit = Py_BuildValue("(snnnnnn)", "block", batch->at, w->pos - batch->at,
                           batch->at + FRAME_HEADER, (Py_ssize_t)batch->length, table_payload,
                           (Py_ssize_t)table.length);
@@ -475,8 +479,7 @@ static int tail(Walk *w, const Frame *footer) {
 static int units(Walk *w, PyObject *units) {
     int r = file_header(w);
     if (r) return r;
-    Key previous = {NULL, 0, 0};
-    int has_previous = 0;
+    Key previous = {NULL, 0, 0}; /* none yet */
     for (;;) {
         Frame f;
         if ((r = frame_header(w, "section or footer", &f))) return r;
@@ -489,8 +492,7 @@ static int units(Walk *w, PyObject *units) {
         if ((r = payload(w, &f))) return r;
         if (footer) return tail(w, &f);
         PyObject *unit = NULL;
-        r = header ? section(w, &f, &previous, &has_previous, &unit)
-                   : block(w, &f, &previous, &has_previous, &unit);
+        r = header ? section(w, &f, &previous, &unit) : block(w, &f, &previous, &unit);
         if (r) return r;
         r = PyList_Append(units, unit);
         Py_DECREF(unit);
