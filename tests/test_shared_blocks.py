@@ -715,18 +715,21 @@ SMALL_RECORDS = {spec.key: spec.records for spec in SMALL_SPECS}
 SMALL_FOOTER_AT = SMALL_META.sections[-1].position + SMALL_META.sections[-1].length
 
 
-def frames_of(data: bytes) -> list[tuple[int, bytes, int]]:
-    """(position, tag, payload length) of every frame of a valid version-3 file."""
+def frames_of(data: bytes, at: int = FILE_HEADER.size) -> list[tuple[int, bytes, int]]:
+    """(position, tag, payload length) of every frame of valid version-3 bytes from
+    ``at`` (by default a whole file's) up to the footer or the bytes' end; a trailer's or
+    table's frame is followed by its section or block end."""
     out = []
-    pos = FILE_HEADER.size
-    while True:
+    pos = at
+    while pos < len(data):
         tag, length, _ = FRAME_HEADER.unpack_from(data, pos)
         out.append((pos, tag, length))
         pos += FRAME_HEADER.size + length
         if tag in (b"STRL", b"STBL"):
             pos += SECTION_END.size
         if tag == b"FOOT":
-            return out
+            break
+    return out
 
 
 def stream_all(data: bytes, size: int | None) -> FileMeta:

@@ -28,7 +28,7 @@ import pytest
 
 from compactor.fileformat import FormatError, _walk
 from compactor.fileformat.block import encode_section_table, parse_section_table
-from compactor.fileformat.framing import FILE_HEADER, FRAME_HEADER, SECTION_END, encode_frame
+from compactor.fileformat.framing import FRAME_HEADER, SECTION_END, encode_frame
 from compactor.fileformat.reader import SharedRun, StreamReader
 from compactor.fileformat.section import parse_trailer
 from tests.test_job_corruption_v3 import (
@@ -189,26 +189,11 @@ def test_every_truncation_is_the_readers_error() -> None:
     assert len(cuts) > len(GOOD) // STRIDE
 
 
-def _frames(data: bytes, at: int) -> list[tuple[int, int, bytes]]:
-    """(start, end, tag) of each frame of valid bytes from ``at`` up to the footer or
-    their end, its end past the section or block end that follows a trailer or table."""
-    out = []
-    while at < len(data):
-        tag, length, _ = FRAME_HEADER.unpack_from(data, at)
-        end = at + FRAME_HEADER.size + length
-        end += SECTION_END.size if tag in (b"STRL", b"STBL") else 0
-        out.append((at, end, tag))
-        if tag == b"FOOT":
-            break
-        at = end
-    return out
-
-
 def _pieces(data: bytes) -> dict[str, bytes]:
     """GOOD's header, blocks, framed section and the footer with the tail, by name."""
-    frames = _frames(data, FILE_HEADER.size)
-    starts = [at for at, _, tag in frames if tag in (b"SHDR", b"SBLK", b"FOOT")]
-    kinds = [tag for _, _, tag in frames if tag in (b"SHDR", b"SBLK", b"FOOT")]
+    frames = frames_of(data)
+    starts = [at for at, tag, _ in frames if tag in (b"SHDR", b"SBLK", b"FOOT")]
+    kinds = [tag for _, tag, _ in frames if tag in (b"SHDR", b"SBLK", b"FOOT")]
     ends = [*starts[1:], len(data)]
     out = {"header": data[: starts[0]]}
     for i, (start, end, tag) in enumerate(zip(starts, ends, kinds, strict=True)):
@@ -229,8 +214,11 @@ def crafted() -> dict[str, bytes]:
     out["block twice"] = header + block1 + block1 + section + block2 + footer
     out["block after its successor"] = header + section + block1 + block2 + footer
     out["blocks swapped"] = header + block2 + section + block1 + footer
-    frames = _frames(section, 0)
-    no_batches = b"".join(section[a:e] for a, e, tag in frames if tag != b"BTCH")
+    frames = frames_of(section, 0)
+    ends = [at for at, _, _ in frames[1:]] + [len(section)]
+    no_batches = b"".join(
+        section[at:end] for (at, tag, _), end in zip(frames, ends, strict=True) if tag != b"BTCH"
+    )
     out["section without batches"] = header + block1 + no_batches + block2 + footer
     out["a byte after the tail"] = GOOD + b"\0"
     out["a trailer frame at the top"] = header + section[frames[-1][0] :] + footer
@@ -262,7 +250,7 @@ def test_a_crafted_section_header_is_the_readers_error(name: str) -> None:
     """CRC-valid section headers that parse_section_header or the order rejects."""
     p = _pieces(GOOD)
     header, block1, section, block2, footer = p.values()
-    shdr_end = _frames(section, 0)[0][1]
+    shdr_end = frames_of(section, 0)[1][0]
     shdr = encode_frame(b"SHDR", SECTION_HEADERS[name])
     assert check(header + block1 + shdr + section[shdr_end:] + block2 + footer) == "error"
 
