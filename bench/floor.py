@@ -59,7 +59,7 @@ import json
 import shutil
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -142,14 +142,21 @@ def output_batches(store_dir: Path, now_ms: int) -> Batches:
     return batches
 
 
-def map_and_crc_all(store: LocalStore, keys: list[str], sizes: list[int]) -> None:
-    """Every file's bytes mapped off its stream (``read_mapped``), with their CRC-32."""
+def mapped(store: LocalStore, keys: list[str], sizes: list[int]) -> Iterator[memoryview]:
+    """Each file's bytes mapped whole off its stream (``read_mapped``), in turn; a map
+    goes with the last view of it."""
     for key, size in zip(keys, sizes, strict=True):
         with store.open_stream(key) as stream:
             view = stream.read_mapped(size)
             if view is None:
                 raise SystemExit(f"{key}: the local store gave no map of it")
-            isal_zlib.crc32(view)
+            yield view
+
+
+def map_and_crc_all(store: LocalStore, keys: list[str], sizes: list[int]) -> None:
+    """Every file's bytes mapped off its stream, with their CRC-32."""
+    for view in mapped(store, keys, sizes):
+        isal_zlib.crc32(view)
 
 
 def decode_all(payloads: list[Payload], options: pa.ipc.IpcReadOptions) -> None:

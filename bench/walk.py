@@ -30,7 +30,7 @@ from compactor.objectstore import LocalStore
 
 from .codecs import least_of
 from .contenders import live_files
-from .floor import map_and_crc_all
+from .floor import map_and_crc_all, mapped
 from .shapes import SHAPES
 
 
@@ -49,16 +49,12 @@ def reader_walk(store: LocalStore, keys: list[str], sizes: list[int], checks: Fi
 def compiled_walk(store: LocalStore, keys: list[str], sizes: list[int]) -> int:
     """The compiled walk over every file, mapped off its stream; how many units it met."""
     units = 0
-    for key, size in zip(keys, sizes, strict=True):
-        with store.open_stream(key) as stream:
-            view = stream.read_mapped(size)
-            if view is None:
-                raise SystemExit(f"{key}: the local store gave no map of it")
-            found = _walk.walk(view, key)
-            if found[0] != "ok":
-                raise SystemExit(f"{key}: the compiled walk says {found}")
-            units += len(found[1])
-            del found, view
+    for key, view in zip(keys, mapped(store, keys, sizes), strict=True):
+        found = _walk.walk(view, key)
+        if found[0] != "ok":
+            raise SystemExit(f"{key}: the compiled walk says {found}")
+        units += len(found[1])
+        del found, view
     return units
 
 
