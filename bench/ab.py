@@ -9,6 +9,8 @@ the same workload, in turn.
         --against-python /tmp/debian-venv/bin/python
     .venv/bin/python -m bench.ab --workdir bench/out/shape-bench-100p --against . \
         --against-args='--compression-top lz4'
+    .venv/bin/python -m bench.ab --workdir bench/out/shape-ingest-64p --against . \
+        --against-env COMPACTOR_COMPILED_PATH=0
 
 This machine's speed drifts by 20-40% within the hour, so two ``bench.shapes`` tables run
 a quarter of an hour apart do not compare. This runs the two checkouts' ``python -m
@@ -20,7 +22,8 @@ and CPU time and the medians. The other checkout is imported through ``PYTHONPAT
 into it, or build it there). ``--against-workdir`` gives the other checkout a workload
 of its own: the same records as its writer wrote them (a change of what the writer
 writes is measured with each checkout reading its own files). ``--against-args`` gives the
-other side more ``compact`` options (with ``--against .``, two settings of one checkout).
+other side more ``compact`` options, and ``--against-env`` more environment (with
+``--against .``, two settings of one checkout).
 Not a test: the timings depend on the machine.
 """
 
@@ -62,10 +65,15 @@ class Timed:
 
 
 def compact_clone(
-    checkout: Path, store: Path, now_ms: int, args: list[str], python: str = sys.executable
+    checkout: Path,
+    store: Path,
+    now_ms: int,
+    args: list[str],
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
 ) -> Timed:
-    """One ``compact <args> --json`` of ``checkout`` run by ``python`` on a fresh
-    hard-linked clone of ``store``, timed."""
+    """One ``compact <args> --json`` of ``checkout`` run by ``python`` (with ``env`` added
+    to the environment) on a fresh hard-linked clone of ``store``, timed."""
     with tempfile.TemporaryDirectory(prefix="bench-ab-", dir=store.parent) as tmp:
         clone = Path(tmp) / "store"
         clone_store(store, clone)
@@ -73,7 +81,7 @@ def compact_clone(
         cmd += ["--now-ms", str(now_ms), "compact", *args, "--json"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = run_in(checkout, cmd)
+        done = run_in(checkout, cmd, env)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
@@ -88,12 +96,13 @@ def alternate(
     now_ms: int,
     pairs: int,
     pythons: dict[str, str] | None = None,
+    envs: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, list[Timed]]:
     """``compact <args>`` of each of ``runs`` (a checkout, a store, the arguments) in turn,
     ``pairs`` times, each on a fresh clone, the order reversed every other pair (the run
     that comes first in a pair was measured up to 15% slower, whichever it was); prints
     every run, then each one's medians. ``pythons``: the interpreter of a run, where it is
-    not this one."""
+    not this one; ``envs``: a run's added environment."""
     width = max(len(name) for name in runs)
     for checkout, _, _ in runs.values():
         compile_checkout(checkout)
@@ -102,7 +111,7 @@ def alternate(
         order = list(runs.items())
         for name, (checkout, store, args) in order if pair % 2 else reversed(order):
             python = (pythons or {}).get(name, sys.executable)
-            t = compact_clone(checkout, store, now_ms, args, python)
+            t = compact_clone(checkout, store, now_ms, args, python, (envs or {}).get(name))
             seen[name].append(t)
             jobs = t.output["jobs"]
             out_mb = sum(int(j["bytes_out"]) for j in jobs) / 1e6
@@ -149,10 +158,12 @@ def in_turn(items: Sequence[_T], runs: int) -> Iterator[_T]:
         yield from items if i % 2 == 0 else items[::-1]
 
 
-def run_in(checkout: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+def run_in(
+    checkout: Path, cmd: list[str], more_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``cmd`` run with ``checkout``'s compactor: on its PYTHONPATH, and from it (``python
-    -m`` puts the working directory ahead of PYTHONPATH)."""
-    env = dict(os.environ, PYTHONPATH=str(checkout))
+    -m`` puts the working directory ahead of PYTHONPATH); ``more_env`` added."""
+    env = dict(os.environ, **(more_env or {}), PYTHONPATH=str(checkout))
     return subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True)
 
 
@@ -207,7 +218,17 @@ def main(argv: list[str] | None = None) -> None:
         help="more `compact` options for the other side, as one string: with --against . "
         "it compares options (--against-args='--compression-top lz4')",
     )
+    ap.add_argument(
+        "--against-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the other side's runs (repeatable): with "
+        "--against . it compares settings (--against-env COMPACTOR_COMPILED_PATH=0)",
+    )
     args = ap.parse_args(argv)
+    if bad := [e for e in args.against_env if "=" not in e]:
+        ap.error(f"--against-env takes NAME=VALUE, not {bad[0]!r}")
     params = _params(args.workdir)
     other_workdir = args.against_workdir or args.workdir
     if replace(_params(other_workdir), version=params.version) != params:
@@ -232,7 +253,10 @@ def main(argv: list[str] | None = None) -> None:
         name: (checkout, (workdirs[name] / "store").resolve(), job + more[name])
         for name, checkout in sides.items()
     }
-    alternate(runs, now_ms, args.pairs, pythons)
+    other_env = dict(e.split("=", 1) for e in args.against_env)
+    if other_env:
+        print(f"other: with {' '.join(args.against_env)}")
+    alternate(runs, now_ms, args.pairs, pythons, {"other": other_env})
 
 
 def _version(python: str) -> str:
