@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, cast, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -29,6 +29,7 @@ from compactor.fileformat.block import (
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
+from compactor.fileformat.frame_walk import FrameWalk, InSectionEvent, TopEvent, compiled_path
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -193,6 +194,35 @@ class _Input:
                 break
         return b"".join(chunks)
 
+    def chunk(self, want: int) -> tuple[bytes, bool]:
+        """The bytes held unread, then more from the source until there are at least
+        ``want`` (at least the read-ahead, never past the object's size, which must be
+        known): the bytes for the next ``feed`` of a compiled walk (``frame_walk``), which
+        starts at ``position``; and whether the source ended before the object's size.
+        ``consume`` then moves past what the walk took."""
+        assert self.size is not None
+        held = len(self._ahead) - self._at
+        data = self._ahead if self._at == 0 else self._ahead[self._at :]
+        eof = False
+        if held < want:
+            more = min(max(want - held, self._read_ahead), self.size - self.position - held)
+            new = self.source.read(more)
+            eof = len(new) < more
+            data = data + new if held else new
+        self._ahead, self._at = data, 0
+        return data, eof
+
+    def consume(self, n: int) -> None:
+        """Moves past the first ``n`` bytes of the last ``chunk``."""
+        self._at += n
+        self.position += n
+
+    def long_payload(self, tag: bytes, n: int) -> Payload:
+        """The next ``n`` bytes, a long batch payload (the frame header already read):
+        mapped where the source can, else read (``batch_payload``); not checked."""
+        payload = self._mapped(n)
+        return self.read(n, f"{describe_tag(tag)} frame payload") if payload is None else payload
+
     def at_end(self) -> bool:
         """Whether the object has no bytes after those read (asks the source for one)."""
         return self._at == len(self._ahead) and not self.source.read(1)
@@ -299,6 +329,8 @@ class StreamReader:
         self.role = role
         """Its part in a pair of readers of the same bytes (``fileformat.second_read``)."""
         self._started = False
+        self._walk: FrameWalk | None = None
+        """The compiled walk of its frames, once ``units`` finds it may take one."""
 
     @property
     def placeable(self) -> bool:
@@ -331,18 +363,14 @@ class StreamReader:
         self.format_version = check_file_header(
             Cursor(inp.read(FILE_HEADER.size, "file header"), 0, name)
         )
+        if self.format_version == SHARED_VERSION and inp.size is not None and compiled_path():
+            self._walk = FrameWalk(inp, READ_AHEAD)
         streamed = Streamed()
         previous: tuple[bytes, int] | None = None
         while True:
-            tag, length, crc, at = inp.frame_header("section or footer")
-            payload: bytes | None = None
-            block_payload: Payload | None = None
-            if tag == TAG_SHARED_BATCH:
-                block_payload = inp.batch_payload(tag, length, crc, at)
-            elif tag in _TOP_TAGS:
-                payload = inp.frame_payload(tag, length, crc, at)
-            if tag == TAG_SECTION_HEADER and payload is not None:
-                topic, partition = parse_section_header(payload, at + FRAME_HEADER.size, name)
+            event = self._top_event()
+            if event[0] == "section":
+                _, at, topic, partition = event
                 key = section_key(topic, partition)
                 if previous is not None and key <= previous:
                     raise FormatError(name, at, f"section {topic}/{partition} is out of order")
@@ -352,13 +380,10 @@ class StreamReader:
                 section.skip()
                 assert section.meta is not None
                 streamed.add(self._footer_entry(section.meta, key[0]), 1)
-            elif (
-                tag == TAG_SHARED_BATCH
-                and block_payload is not None
-                and self.format_version >= SHARED_VERSION
-            ):
-                block, entries = self._block(block_payload, at)
-                length = inp.position - at
+            elif event[0] == "block":
+                _, at, block_payload, table_at, table_length, table = event
+                length = table_at + FRAME_HEADER.size + table_length + SECTION_END.size - at
+                block, entries = self._block(block_payload, at, table, table_at, length)
                 shared = block.sections.entries  # strictly sorted (parse_section_table)
                 if previous is not None and shared[0].key <= previous:
                     first = shared[0]
@@ -369,22 +394,42 @@ class StreamReader:
                 streamed.add(entries, len(shared))
                 yield SharedRun(self, block, at, length)
                 del block, shared  # one block held at a time, not this one into the next
-            elif tag == TAG_FOOTER and payload is not None:
+            else:
+                _, at, length, crc, payload = event
                 footer = self._finish(payload, length, crc, at, streamed)
                 self.footer = footer if self._keep_footer else None
                 self.footer_crc = crc
                 return
-            else:
-                raise FormatError(
-                    name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
-                )
 
-    def _block(self, payload: Payload, at: int) -> tuple[Block, bytes]:
-        """The rest of the shared block whose ``SBLK`` frame (at ``at``) was just read:
-        its section table and its end, checked; the batch is decoded when asked for. With
-        it, the footer's entries of its sections, all at once: they are the table's,
-        whatever the reader of the sections does (none for a stream that leaves the
-        footer's check elsewhere: ``FileChecks``)."""
+    def _top_event(self) -> TopEvent:
+        """The next unit of the file, or its footer, as the compiled walk gives it
+        (``_walk.pyi``): from the walk where it reads this stream, else read and checked
+        here the same way: a section header, parsed; a shared block's batch frame, its
+        section table and its end (the table's content is the caller's); the footer
+        frame (its content and the tail after it are ``_finish``'s)."""
+        if self._walk is not None:
+            return cast(TopEvent, self._walk.next())
+        inp = self._input
+        name = self.object_name
+        tag, length, crc, at = inp.frame_header("section or footer")
+        if tag == TAG_SECTION_HEADER:
+            payload = inp.frame_payload(tag, length, crc, at)
+            topic, partition = parse_section_header(payload, at + FRAME_HEADER.size, name)
+            return ("section", at, topic, partition)
+        if tag == TAG_FOOTER:
+            return ("footer", at, length, crc, inp.frame_payload(tag, length, crc, at))
+        if tag == TAG_SHARED_BATCH:
+            block_payload = inp.batch_payload(tag, length, crc, at)
+            assert self.format_version is not None
+            if self.format_version >= SHARED_VERSION:
+                return ("block", at, block_payload, *self._table())
+        raise FormatError(
+            name, at, f"expected a section or the footer, found tag {describe_tag(tag)}"
+        )
+
+    def _table(self) -> tuple[int, int, bytes]:
+        """The section table frame after a shared block's batch frame, and the block's
+        end, checked: the table's position, payload length and payload."""
         inp = self._input
         tag, length, crc, table_at = inp.frame_header("section table")
         if tag != TAG_SECTION_TABLE:
@@ -397,6 +442,34 @@ class StreamReader:
         end_at = inp.position
         end = inp.read(SECTION_END.size, "block end")
         check_block_end(end, end_at, self.object_name, FRAME_HEADER.size + length)
+        return table_at, length, table
+
+    def _section_event(self) -> InSectionEvent:
+        """The next frame of a framed section as the compiled walk gives it: a batch, or
+        the trailer (then the section end after it: checked by the walk, else read by
+        ``SectionReader._end``)."""
+        if self._walk is not None:
+            return cast(InSectionEvent, self._walk.next())
+        inp = self._input
+        tag, length, crc, at = inp.frame_header("batch or trailer")
+        if tag == TAG_BATCH:
+            return ("batch", at, crc, inp.batch_payload(tag, length, crc, at))
+        if tag == TAG_TRAILER:
+            return ("trailer", at, length, inp.frame_payload(tag, length, crc, at))
+        raise FormatError(
+            self.object_name,
+            at,
+            f"expected a batch or trailer frame, found tag {describe_tag(tag)}",
+        )
+
+    def _block(
+        self, payload: Payload, at: int, table: bytes, table_at: int, length: int
+    ) -> tuple[Block, bytes]:
+        """The shared block whose ``SBLK`` frame is at ``at`` (``length`` bytes to the end
+        of its block end), with its section table checked; the batch is decoded when asked
+        for. With it, the footer's entries of its sections, all at once: they are the
+        table's, whatever the reader of the sections does (none for a stream that leaves
+        the footer's check elsewhere: ``FileChecks``)."""
         role, checks = self.role, self._file_checks
         sections = parse_section_table(table, table_at + FRAME_HEADER.size, self.object_name, role)
         if checks == "all":
@@ -406,7 +479,7 @@ class StreamReader:
         )
         if checks == "elsewhere":
             return block, b""
-        return block, _sections.footer_entries(sections.entries, at, inp.position - at)
+        return block, _sections.footer_entries(sections.entries, at, length)
 
     def _footer_entry(self, meta: SectionMeta, raw_topic: bytes) -> bytes:
         """A framed section's footer entry, for the footer's check (none if made elsewhere)."""
@@ -420,9 +493,10 @@ class StreamReader:
         at: int,
         streamed: Streamed,
     ) -> FileMeta | None:
-        """Checks the footer and the tail; the footer's sections, or None when they are
-        not kept and the footer is exactly the encoding of the sections streamed (a
-        version-2 or later footer, as ``encode_footer`` writes it)."""
+        """Checks the footer and the tail (the tail: unless the compiled walk did); the
+        footer's sections, or None when they are not kept and the footer is exactly the
+        encoding of the sections streamed (a version-2 or later footer, as
+        ``encode_footer`` writes it)."""
         inp = self._input
         name = self.object_name
         assert self.format_version is not None
@@ -439,21 +513,11 @@ class StreamReader:
             sections: tuple[SectionMeta, ...] = ()
         else:
             sections = parse_footer(payload, at + FRAME_HEADER.size, name, at, self.format_version)
-        tail_at = inp.position
-        tail_length, tail_crc, version = parse_tail(
-            inp.read(FILE_TAIL.size, "file tail"), tail_at, name
-        )
-        if tail_length != FRAME_HEADER.size + length or tail_crc != crc:
-            raise FormatError(name, tail_at, "file tail does not describe the footer frame")
-        if version != self.format_version:
-            raise FormatError(
-                name, tail_at + 8, f"tail says version {version}, header {self.format_version}"
-            )
-        if inp.size is None:
-            if not inp.at_end():
-                raise FormatError(name, inp.position, "bytes after the file tail")
-        elif inp.position != inp.size:
-            raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
+        if self._walk is None:
+            end = self._tail(length, crc)
+        else:  # the walk checked the tail, and the object's end there
+            assert inp.size is not None
+            end = inp.size
         if canonical:
             return None
         if len(sections) != streamed.sections:
@@ -472,7 +536,29 @@ class StreamReader:
                 else f"footer entries {i}..{i + count - 1} disagree with the shared block's "
                 "sections streamed",
             )
-        return FileMeta(sections, inp.position, version)
+        return FileMeta(sections, end, self.format_version)
+
+    def _tail(self, footer_length: int, footer_crc: int) -> int:
+        """Reads and checks the tail after the footer frame, and the object's end there:
+        the object's length."""
+        inp = self._input
+        name = self.object_name
+        tail_at = inp.position
+        tail_length, tail_crc, version = parse_tail(
+            inp.read(FILE_TAIL.size, "file tail"), tail_at, name
+        )
+        if tail_length != FRAME_HEADER.size + footer_length or tail_crc != footer_crc:
+            raise FormatError(name, tail_at, "file tail does not describe the footer frame")
+        if version != self.format_version:
+            raise FormatError(
+                name, tail_at + 8, f"tail says version {version}, header {self.format_version}"
+            )
+        if inp.size is None:
+            if not inp.at_end():
+                raise FormatError(name, inp.position, "bytes after the file tail")
+        elif inp.position != inp.size:
+            raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
+        return inp.position
 
 
 class Streamed:
@@ -522,9 +608,6 @@ class Streamed:
                 return at, count
             at += count
         return None
-
-
-_TOP_TAGS = (TAG_SECTION_HEADER, TAG_SHARED_BATCH, TAG_FOOTER)
 
 
 class SectionReader:
@@ -603,17 +686,13 @@ class SectionReader:
     def _advance(self, decode: bool, fields: Sequence[str] | None = None) -> pa.RecordBatch | None:
         """Reads the next frame: a batch (returned if decoded) or the trailer (then
         done). A batch decoded whole leaves its frame for a writer (``read_frames``)."""
-        inp = self._stream._input
         name = self._stream.object_name
-        tag, length, crc, at = inp.frame_header("batch or trailer")
-        if tag not in (TAG_BATCH, TAG_TRAILER):
-            raise FormatError(
-                name, at, f"expected a batch or trailer frame, found tag {describe_tag(tag)}"
-            )
-        if tag == TAG_TRAILER:
-            self._end(inp.frame_payload(tag, length, crc, at), length, at)
+        event = self._stream._section_event()
+        if event[0] == "trailer":
+            _, at, length, trailer = event
+            self._end(trailer, length, at)
             return None
-        payload = inp.batch_payload(tag, length, crc, at)
+        _, at, crc, payload = event
         self._positions.append(at - self.position)
         if not decode:
             self._all_decoded = False
@@ -653,15 +732,16 @@ class SectionReader:
         trailer = parse_trailer(
             payload, at + FRAME_HEADER.size, name, self._stream.format_version, self._stream.role
         )
-        end_at = inp.position
-        recorded = parse_section_end(inp.read(SECTION_END.size, "section end"), end_at, name)
-        if recorded != FRAME_HEADER.size + length:
-            raise FormatError(
-                name,
-                end_at,
-                f"section end records a {recorded}-byte trailer, "
-                f"the trailer frame has {FRAME_HEADER.size + length}",
-            )
+        end_at = at + FRAME_HEADER.size + length
+        if self._stream._walk is None:  # else the walk checked the section end
+            recorded = parse_section_end(inp.read(SECTION_END.size, "section end"), end_at, name)
+            if recorded != FRAME_HEADER.size + length:
+                raise FormatError(
+                    name,
+                    end_at,
+                    f"section end records a {recorded}-byte trailer, "
+                    f"the trailer frame has {FRAME_HEADER.size + length}",
+                )
         if [p for _, p in trailer.index] != self._positions:
             raise FormatError(name, at, "trailer's batch index does not match the batch frames")
         if [o for o, _ in trailer.index[: len(self._firsts)]] != self._firsts:
@@ -677,7 +757,7 @@ class SectionReader:
         s = trailer.stats
         self._offsets = trailer.offsets
         self.meta = s.section_meta(
-            self.topic, self.partition, self.position, inp.position - self.position
+            self.topic, self.partition, self.position, end_at + SECTION_END.size - self.position
         )
         self._done = True
 

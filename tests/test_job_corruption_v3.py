@@ -32,6 +32,7 @@ from worker_scenarios import make_topics, read_live
 from compactor.catalog import Catalog, CommitRecord, LiveFile
 from compactor.catalog.changes import append_files
 from compactor.fileformat import FileWriter, FormatError, Record, SectionMeta, records_to_batch
+from compactor.fileformat.frame_walk import COMPILED_PATH_ENV
 from compactor.fileformat.framing import FRAME_HEADER, SECTION_END
 from compactor.objectstore import ObjectStore
 from compactor.objectstore.local import LocalStore
@@ -265,12 +266,34 @@ def _boundaries() -> set[int]:
     return {pos for pos in out if 0 <= pos < len(GOOD)}
 
 
-def test_every_byte_flipped_fails_the_job_and_changes_nothing(tmp_path: Path) -> None:
+def on_both_paths(
+    root: Path, monkeypatch: pytest.MonkeyPatch, faults: dict[str, bytes]
+) -> dict[str, Outcome]:
+    """Each fault's outcome on the compiled path (``fileformat.frame_walk``), having checked
+    that today's Python path, the reference (``COMPACTOR_COMPILED_PATH=0``), ends each job
+    in the same error: same position, same words."""
+    monkeypatch.setenv(COMPILED_PATH_ENV, "0")
+    reference = fault_outcomes(root / "reference", faults)
+    monkeypatch.setenv(COMPILED_PATH_ENV, "1")
+    compiled = fault_outcomes(root / "compiled", faults)
+    differ = [
+        (name, reference[name], compiled[name])
+        for name in faults
+        if reference[name] != compiled[name]
+    ]
+    assert not differ, f"{len(differ)} faults differ, first {differ[:3]}"
+    return compiled
+
+
+def test_every_byte_flipped_fails_the_job_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every byte outside a frame's CRC field and payload (the file's header, each frame's
     tag and length, the section and block ends, the tail), and every STRIDE-th byte
-    inside one."""
+    inside one; on both paths."""
     positions = [p for p in range(len(GOOD)) if p not in PROTECTED or p % STRIDE == 0]
-    outcomes = fault_outcomes(tmp_path, {str(pos): flipped(pos) for pos in positions})
+    faults = {str(pos): flipped(pos) for pos in positions}
+    outcomes = on_both_paths(tmp_path, monkeypatch, faults)
     for name, outcome in outcomes.items():
         frame = PROTECTED.get(int(name))
         if frame is not None:
@@ -278,10 +301,14 @@ def test_every_byte_flipped_fails_the_job_and_changes_nothing(tmp_path: Path) ->
             assert outcome.position == frame, (name, outcome)
 
 
-def test_every_truncation_fails_the_job_and_changes_nothing(tmp_path: Path) -> None:
-    """Every cut at or beside a frame's bounds, and every STRIDE-th byte."""
+def test_every_truncation_fails_the_job_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every cut at or beside a frame's bounds, and every STRIDE-th byte (the catalog's
+    size is the whole object's: the stream ends early); on both paths."""
     cuts = sorted(_boundaries() | set(range(0, len(GOOD), STRIDE)))
-    fault_outcomes(tmp_path, {str(n): GOOD[:n] for n in cuts})
+    outcomes = on_both_paths(tmp_path, monkeypatch, {str(n): GOOD[:n] for n in cuts})
+    assert all("truncated" in o.reason for o in outcomes.values()), outcomes
 
 
 @pytest.mark.parametrize("phase1", [m for m in PHASE1_MODES if m != "inline"])
