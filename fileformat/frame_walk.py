@@ -27,17 +27,19 @@ from compactor.fileformat import _walk
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.framing import TAG_BATCH, TAG_SHARED_BATCH
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the events' types are the stub's (_walk.pyi), for the checker only
+    from typing import TypeAlias
+
     from compactor.fileformat.reader import _Input
+
+    TopEvent: TypeAlias = _walk.SectionEvent | _walk.BlockEvent | _walk.FooterEvent
+    """A file's next unit, or its footer."""
+    InSectionEvent: TypeAlias = _walk.BatchEvent | _walk.TrailerEvent
+    """A framed section's next frame: a batch, or its trailer."""
 
 COMPILED_PATH_ENV: Final = "COMPACTOR_COMPILED_PATH"
 """Set to ``0``, streams are read by today's Python reader alone: the reference the
 compiled path is compared with (docs/COMPILED_PATH.md, "How it is proven")."""
-
-TopEvent = _walk.SectionEvent | _walk.BlockEvent | _walk.FooterEvent
-"""A file's next unit, or its footer (``_walk.pyi``)."""
-InSectionEvent = _walk.BatchEvent | _walk.TrailerEvent
-"""A framed section's next frame: a batch, or its trailer (``_walk.pyi``)."""
 
 
 def compiled_path() -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Sequence
-from typing import Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -29,7 +29,7 @@ from compactor.fileformat.block import (
 from compactor.fileformat.errors import FormatError
 from compactor.fileformat.field_decode import decode_fields, field_indices
 from compactor.fileformat.footer import encode_footer_entry, parse_footer, parse_tail
-from compactor.fileformat.frame_walk import FrameWalk, InSectionEvent, TopEvent, compiled_path
+from compactor.fileformat.frame_walk import FrameWalk, compiled_path
 from compactor.fileformat.framing import (
     FILE_HEADER,
     FILE_TAIL,
@@ -64,6 +64,9 @@ from compactor.fileformat.section import (
     parse_section_header,
     parse_trailer,
 )
+
+if TYPE_CHECKING:
+    from compactor.fileformat.frame_walk import InSectionEvent, TopEvent
 
 __all__ = [
     "SectionReader",
@@ -408,7 +411,7 @@ class StreamReader:
         section table and its end (the table's content is the caller's); the footer
         frame (its content and the tail after it are ``_finish``'s)."""
         if self._walk is not None:
-            return cast(TopEvent, self._walk.next())
+            return cast("TopEvent", self._walk.next())
         inp = self._input
         name = self.object_name
         tag, length, crc, at = inp.frame_header("section or footer")
@@ -449,7 +452,7 @@ class StreamReader:
         the trailer (then the section end after it: checked by the walk, else read by
         ``SectionReader._end``)."""
         if self._walk is not None:
-            return cast(InSectionEvent, self._walk.next())
+            return cast("InSectionEvent", self._walk.next())
         inp = self._input
         tag, length, crc, at = inp.frame_header("batch or trailer")
         if tag == TAG_BATCH:
