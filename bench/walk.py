@@ -15,6 +15,10 @@ without decoding a batch, on the shape's live files, four ways:
 - **CRC floor:** each file mapped the same way and ISA-L's CRC-32 over it
   (``bench.floor``'s first step): the first touch of every byte, which any walk makes.
 
+The reader's two ways take the path jobs take: the compiled chunk-wise walk
+(``fileformat.frame_walk``), or today's Python reader alone with
+``COMPACTOR_COMPILED_PATH=0``; run it both ways to compare the two.
+
 Each figure is this process's CPU time, the least of ``--repeat`` runs.
 """
 

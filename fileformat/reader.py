@@ -409,7 +409,8 @@ class StreamReader:
         (``_walk.pyi``): from the walk where it reads this stream, else read and checked
         here the same way: a section header, parsed; a shared block's batch frame, its
         section table and its end (the table's content is the caller's); the footer
-        frame (its content and the tail after it are ``_finish``'s)."""
+        frame, and the tail and the object's end after it (the footer's content is
+        ``_finish``'s)."""
         if self._walk is not None:
             return cast("TopEvent", self._walk.next())
         inp = self._input
@@ -420,7 +421,9 @@ class StreamReader:
             topic, partition = parse_section_header(payload, at + FRAME_HEADER.size, name)
             return ("section", at, topic, partition)
         if tag == TAG_FOOTER:
-            return ("footer", at, length, crc, inp.frame_payload(tag, length, crc, at))
+            payload = inp.frame_payload(tag, length, crc, at)
+            self._tail(length, crc)
+            return ("footer", at, length, crc, payload)
         if tag == TAG_SHARED_BATCH:
             block_payload = inp.batch_payload(tag, length, crc, at)
             assert self.format_version is not None
@@ -449,8 +452,7 @@ class StreamReader:
 
     def _section_event(self) -> InSectionEvent:
         """The next frame of a framed section as the compiled walk gives it: a batch, or
-        the trailer (then the section end after it: checked by the walk, else read by
-        ``SectionReader._end``)."""
+        the trailer and the section end after it, checked."""
         if self._walk is not None:
             return cast("InSectionEvent", self._walk.next())
         inp = self._input
@@ -458,7 +460,19 @@ class StreamReader:
         if tag == TAG_BATCH:
             return ("batch", at, crc, inp.batch_payload(tag, length, crc, at))
         if tag == TAG_TRAILER:
-            return ("trailer", at, length, inp.frame_payload(tag, length, crc, at))
+            payload = inp.frame_payload(tag, length, crc, at)
+            end_at = inp.position
+            recorded = parse_section_end(
+                inp.read(SECTION_END.size, "section end"), end_at, self.object_name
+            )
+            if recorded != FRAME_HEADER.size + length:
+                raise FormatError(
+                    self.object_name,
+                    end_at,
+                    f"section end records a {recorded}-byte trailer, "
+                    f"the trailer frame has {FRAME_HEADER.size + length}",
+                )
+            return ("trailer", at, length, payload)
         raise FormatError(
             self.object_name,
             at,
@@ -496,11 +510,9 @@ class StreamReader:
         at: int,
         streamed: Streamed,
     ) -> FileMeta | None:
-        """Checks the footer and the tail (the tail: unless the compiled walk did); the
-        footer's sections, or None when they are not kept and the footer is exactly the
-        encoding of the sections streamed (a version-2 or later footer, as
-        ``encode_footer`` writes it)."""
-        inp = self._input
+        """Checks the footer (the tail after it is checked); the footer's sections, or
+        None when they are not kept and the footer is exactly the encoding of the sections
+        streamed (a version-2 or later footer, as ``encode_footer`` writes it)."""
         name = self.object_name
         assert self.format_version is not None
         head = U32.pack(streamed.sections)
@@ -516,11 +528,6 @@ class StreamReader:
             sections: tuple[SectionMeta, ...] = ()
         else:
             sections = parse_footer(payload, at + FRAME_HEADER.size, name, at, self.format_version)
-        if self._walk is None:
-            end = self._tail(length, crc)
-        else:  # the walk checked the tail, and the object's end there
-            assert inp.size is not None
-            end = inp.size
         if canonical:
             return None
         if len(sections) != streamed.sections:
@@ -539,11 +546,11 @@ class StreamReader:
                 else f"footer entries {i}..{i + count - 1} disagree with the shared block's "
                 "sections streamed",
             )
+        end = at + FRAME_HEADER.size + length + FILE_TAIL.size
         return FileMeta(sections, end, self.format_version)
 
-    def _tail(self, footer_length: int, footer_crc: int) -> int:
-        """Reads and checks the tail after the footer frame, and the object's end there:
-        the object's length."""
+    def _tail(self, footer_length: int, footer_crc: int) -> None:
+        """Reads and checks the tail after the footer frame, and the object's end there."""
         inp = self._input
         name = self.object_name
         tail_at = inp.position
@@ -561,7 +568,6 @@ class StreamReader:
                 raise FormatError(name, inp.position, "bytes after the file tail")
         elif inp.position != inp.size:
             raise FormatError(name, inp.position, f"file ends before the {inp.size}-byte object")
-        return inp.position
 
 
 class Streamed:
@@ -728,23 +734,12 @@ class SectionReader:
         return batch
 
     def _end(self, payload: bytes, length: int, at: int) -> None:
-        inp = self._stream._input
         name = self._stream.object_name
         if not self._positions:
             raise FormatError(name, at, "section has no batches")
         trailer = parse_trailer(
             payload, at + FRAME_HEADER.size, name, self._stream.format_version, self._stream.role
         )
-        end_at = at + FRAME_HEADER.size + length
-        if self._stream._walk is None:  # else the walk checked the section end
-            recorded = parse_section_end(inp.read(SECTION_END.size, "section end"), end_at, name)
-            if recorded != FRAME_HEADER.size + length:
-                raise FormatError(
-                    name,
-                    end_at,
-                    f"section end records a {recorded}-byte trailer, "
-                    f"the trailer frame has {FRAME_HEADER.size + length}",
-                )
         if [p for _, p in trailer.index] != self._positions:
             raise FormatError(name, at, "trailer's batch index does not match the batch frames")
         if [o for o, _ in trailer.index[: len(self._firsts)]] != self._firsts:
@@ -760,7 +755,10 @@ class SectionReader:
         s = trailer.stats
         self._offsets = trailer.offsets
         self.meta = s.section_meta(
-            self.topic, self.partition, self.position, end_at + SECTION_END.size - self.position
+            self.topic,
+            self.partition,
+            self.position,
+            at + FRAME_HEADER.size + length + SECTION_END.size - self.position,
         )
         self._done = True
 
