@@ -31,9 +31,7 @@ time, the least of ``--repeat`` runs. Not a test: the timings depend on the mach
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
-from pathlib import Path
 
 import pyarrow as pa
 from pyarrow.cffi import ffi
@@ -43,10 +41,9 @@ from compactor.fileformat.reader import SharedRun
 from compactor.objectstore import LocalStore
 
 from .codecs import least_of
-from .contenders import live_files
 from .floor import WHOLE, decode_all, map_and_crc_all
 from .ipc_decode import collect
-from .shapes import SHAPES
+from .walk import shape_files
 
 
 def phase2_read(store: LocalStore, keys: list[str], sizes: list[int], decode: bool) -> int:
@@ -81,22 +78,7 @@ def round_trips(batches: list[pa.RecordBatch]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.phase2_read",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("--shape", required=True, choices=[s.name for s in SHAPES])
-    ap.add_argument("--repeat", type=int, default=5, help="runs of each way (the least is kept)")
-    args = ap.parse_args(argv)
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
-    workdir: Path = next(s for s in SHAPES if s.name == args.shape).workdir(1.0)
-    if not (workdir / "store").is_dir():
-        raise SystemExit(f"{workdir}: no workload (python -m bench.shapes --only {args.shape})")
-    store = LocalStore(str(workdir / "store"))
-    files = list(live_files(store, None))
-    keys, sizes = [f.key for f in files], [f.size for f in files]
+    shape, repeat, store, keys, sizes = shape_files("python -m bench.phase2_read", __doc__, argv)
     payloads = collect(store)
     units = phase2_read(store, keys, sizes, decode=False)
     batches = [ipc.with_horizons(ipc.read_compressed(p, s, WHOLE, c)) for p, s, c in payloads]
@@ -108,14 +90,14 @@ def main(argv: list[str] | None = None) -> int:
          lambda: decode_all(payloads, WHOLE)),
         ("a batch through the C data interface, each", lambda: round_trips(batches)),
     ]  # fmt: skip
-    print(f"{args.shape}: {len(keys)} files, {sum(sizes) / 1e6:,.0f} MB, {units:,} units "
-          f"(framed sections and shared blocks); CPU, least of {args.repeat} runs")  # fmt: skip
+    print(f"{shape}: {len(keys)} files, {sum(sizes) / 1e6:,.0f} MB, {units:,} units "
+          f"(framed sections and shared blocks); CPU, least of {repeat} runs")  # fmt: skip
     print()
     print("| phase 2's pointer | ms | µs a unit |")
     print("|---|---:|---:|")
     cpu: dict[str, float] = {}
     for label, run in ways:
-        cpu[label] = least_of(run, args.repeat)[0]
+        cpu[label] = least_of(run, repeat)[0]
         print(f"| {label} | {cpu[label] * 1e3:,.0f} | {cpu[label] * 1e6 / units:,.1f} |")
     read, floor = cpu[ways[1][0]], cpu[ways[2][0]] + cpu[ways[3][0]]
     print(f"| the read above its floor (CRCs and Arrow's decode) | {(read - floor) * 1e3:,.0f} "

@@ -2,7 +2,7 @@
 # Runs every benchmark whose figures the README quotes, at the checkout this file is in,
 # and keeps each command's output:
 #
-#   bench/readme.sh            # about 17 minutes on two cores; needs bench/requirements.txt
+#   bench/readme.sh            # about 20 minutes on two cores; needs bench/requirements.txt
 #
 # Writes bench/out/readme-<commit>-<time>/NN-<name>.log, one a command, each starting
 # with the command line. Refuses a tree with uncommitted changes: the README names the
@@ -41,6 +41,11 @@ for shape in ingest-64p bench-100p bench-10kp ingest-10kp; do
 done
 step profile-job "$P" -m bench.profile_job --store bench/out/shape-bench-100p/store --plain --repeat 4
 step command-timeline "$P" -m bench.command_timeline --store bench/out/shape-bench-100p/store
+for shape in ingest-64p bench-100p bench-10kp ingest-10kp; do
+    step "bound-$shape" "$P" -m bench.profile_job --store "bench/out/shape-$shape/store" --plain \
+        --repeat 5
+    step "phase2-read-$shape" "$P" -m bench.phase2_read --shape "$shape" --repeat 5
+done
 step kernel "$P" -m bench.kernel_bench --keys 4000000 --repeat 3
 step run-100b "$P" -m bench.run --records 10000000 --value-bytes 100 --only duckdb,compactor,copy
 step run-1024b "$P" -m bench.run --records 10000000 --value-bytes 1024 \

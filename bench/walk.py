@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from compactor.fileformat import StreamReader, _walk
 from compactor.fileformat.reader import FileChecks
@@ -62,11 +63,21 @@ def compiled_walk(store: LocalStore, keys: list[str], sizes: list[int]) -> int:
     return units
 
 
-def main(argv: list[str] | None = None) -> int:
+class ShapeFiles(NamedTuple):
+    """A shape's live files, as a timing of its inputs takes them."""
+
+    shape: str
+    repeat: int
+    store: LocalStore
+    keys: list[str]
+    sizes: list[int]
+
+
+def shape_files(prog: str, doc: str | None, argv: list[str] | None) -> ShapeFiles:
+    """The ``--shape`` and ``--repeat`` of a command that times a shape's inputs, and the
+    shape's live files."""
     ap = argparse.ArgumentParser(
-        prog="python -m bench.walk",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--shape", required=True, choices=[s.name for s in SHAPES])
     ap.add_argument("--repeat", type=int, default=5, help="runs of each way (the least is kept)")
@@ -78,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{workdir}: no workload (python -m bench.shapes --only {args.shape})")
     store = LocalStore(str(workdir / "store"))
     files = list(live_files(store, None))
-    keys, sizes = [f.key for f in files], [f.size for f in files]
+    return ShapeFiles(
+        args.shape, args.repeat, store, [f.key for f in files], [f.size for f in files]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    shape, repeat, store, keys, sizes = shape_files("python -m bench.walk", __doc__, argv)
     units = compiled_walk(store, keys, sizes)
     if units != reader_walk(store, keys, sizes, "all"):
         raise SystemExit("the compiled walk and the reader met different numbers of units")
@@ -88,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         (f"compiled walk (CRCs by {_walk.CRC})", lambda: compiled_walk(store, keys, sizes)),
         ("CRC floor (ISA-L over each map)", lambda: map_and_crc_all(store, keys, sizes)),
     ]
-    print(f"{args.shape}: {len(keys)} files, {sum(sizes) / 1e6:,.0f} MB, {units:,} units "
-          f"(framed sections and shared blocks); CPU, least of {args.repeat} runs")  # fmt: skip
+    print(f"{shape}: {len(keys)} files, {sum(sizes) / 1e6:,.0f} MB, {units:,} units "
+          f"(framed sections and shared blocks); CPU, least of {repeat} runs")  # fmt: skip
     print()
     print("| walk | ms | µs a unit |")
     print("|---|---:|---:|")
     for label, run in ways:
-        cpu = least_of(run, args.repeat)[0]
+        cpu = least_of(run, repeat)[0]
         print(f"| {label} | {cpu * 1e3:,.0f} | {cpu * 1e6 / units:,.1f} |")
     return 0
 
