@@ -252,9 +252,9 @@ class _Input:
         """``frame_payload`` of a batch or shared batch frame, whose payload only Arrow
         and compiled code read: one longer than ``READ_AHEAD`` of a source that can map
         it (``MappingSource``) is a read-only view of the source's own bytes."""
-        payload = self._mapped(length) if length > READ_AHEAD else None
-        if payload is None:
+        if length <= READ_AHEAD:
             return self.frame_payload(tag, length, crc, at)
+        payload = self.long_payload(tag, length)
         verify_frame(tag, length, crc, payload, at, self.object_name)
         return payload
 
