@@ -9,7 +9,7 @@ off the job's process (docs/COMPILED_PATH.md, "Which process bounds a job"). Its
 piece is phase 2's read of the inputs. This times it on the shape's live files, on this
 thread, four ways:
 
-- **walk, nothing decoded:** ``StreamReader.units`` with ``file_checks="elsewhere"``
+- **walk, nothing decoded:** ``bench.walk``'s ``reader_walk`` with ``file_checks="elsewhere"``
   (phase 2's pointer), framed sections skipped, blocks' batches not decoded: the frames,
   their CRCs, trailers and tables, as the job's path takes them (the compiled walk,
   unless ``COMPACTOR_COMPILED_PATH=0``);
@@ -43,12 +43,12 @@ from compactor.objectstore import LocalStore
 from .codecs import least_of
 from .floor import WHOLE, decode_all, map_and_crc_all
 from .ipc_decode import collect
-from .walk import shape_files
+from .walk import reader_walk, shape_files
 
 
-def phase2_read(store: LocalStore, keys: list[str], sizes: list[int], decode: bool) -> int:
-    """Every file read as phase 2's pointer reads it, its batches decoded whole if
-    ``decode``; how many units (framed sections and shared blocks) it met."""
+def phase2_read(store: LocalStore, keys: list[str], sizes: list[int]) -> int:
+    """Every file read as phase 2's pointer reads it, its batches decoded whole; how many
+    units (framed sections and shared blocks) it met."""
     units = 0
     for key, size in zip(keys, sizes, strict=True):
         with store.open_stream(key) as stream:
@@ -58,13 +58,10 @@ def phase2_read(store: LocalStore, keys: list[str], sizes: list[int], decode: bo
             for unit in reader.units():
                 units += 1
                 if isinstance(unit, SharedRun):
-                    if decode:
-                        unit.block.records()
-                elif decode:
+                    unit.block.records()
+                else:
                     for _ in unit.batches():
                         pass
-                else:
-                    unit.skip()
     return units
 
 
@@ -80,11 +77,11 @@ def round_trips(batches: list[pa.RecordBatch]) -> None:
 def main(argv: list[str] | None = None) -> int:
     shape, repeat, store, keys, sizes = shape_files("python -m bench.phase2_read", __doc__, argv)
     payloads = collect(store)
-    units = phase2_read(store, keys, sizes, decode=False)
+    units = reader_walk(store, keys, sizes, "elsewhere")
     batches = [ipc.with_horizons(ipc.read_compressed(p, s, WHOLE, c)) for p, s, c in payloads]
     ways: list[tuple[str, Callable[[], object]]] = [
-        ("walk, nothing decoded", lambda: phase2_read(store, keys, sizes, decode=False)),
-        ("read, every batch decoded whole", lambda: phase2_read(store, keys, sizes, decode=True)),
+        ("walk, nothing decoded", lambda: reader_walk(store, keys, sizes, "elsewhere")),
+        ("read, every batch decoded whole", lambda: phase2_read(store, keys, sizes)),
         ("CRC floor (ISA-L over each map)", lambda: map_and_crc_all(store, keys, sizes)),
         (f"Arrow's decode alone ({len(payloads):,} compressed messages)",
          lambda: decode_all(payloads, WHOLE)),
