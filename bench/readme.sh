@@ -45,6 +45,7 @@ for shape in ingest-64p bench-100p bench-10kp ingest-10kp; do
     step "bound-$shape" "$P" -m bench.profile_job --store "bench/out/shape-$shape/store" --plain \
         --repeat 5
     step "phase2-read-$shape" "$P" -m bench.phase2_read --shape "$shape" --repeat 5
+    step "decode-probe-$shape" "$P" -m bench.decode_probe --shape "$shape" --repeat 9
 done
 step kernel "$P" -m bench.kernel_bench --keys 4000000 --repeat 3
 step run-100b "$P" -m bench.run --records 10000000 --value-bytes 100 --only duckdb,compactor,copy
