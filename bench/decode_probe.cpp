@@ -7,7 +7,9 @@
 // (`arrow::ipc::ReadRecordBatch`, Arrow's threads off, as `fileformat.ipc` reads), runs
 // `ValidateFull`, exports the batch and returns the address of its `ArrowArray`, which
 // Python imports with the schema it already holds (`RecordBatch._import_from_c`), so no
-// schema is exported or imported a batch. `release(address)` frees an address that was
+// schema is exported or imported a batch. A buffer stored uncompressed in the message is
+// a view of the payload, which the batch does not hold: the caller keeps the payload for
+// as long as the batch. `release(address)` frees an address that was
 // not imported. Errors are ValueError with Arrow's words.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

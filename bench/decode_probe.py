@@ -91,7 +91,7 @@ def _stored(payload: bytes, codec: str | None) -> bytes:
     if codec != "zstd":
         return payload
     stored = _sections.zstd_stored_as_is(payload, _WANTED, MAX_DECODED_BATCH)
-    return payload if stored is None else bytes(stored)
+    return payload if stored is None else stored
 
 
 def todays(payloads: list[Payload]) -> None:
@@ -106,20 +106,26 @@ def todays_checked(payloads: list[Payload]) -> None:
             raise SystemExit("a live file's batch fails checked_stats")
 
 
+Decoded = tuple[pa.RecordBatch, bytes]
+"""A batch the probe decoded and the bytes it decoded it from: the probe's batches may
+point into those bytes (a buffer stored as it is) without holding them."""
+
+
 def compiled(
-    module: ModuleType, payloads: list[Payload], kept: list[pa.RecordBatch] | None = None
+    module: ModuleType, payloads: list[Payload], kept: list[Decoded] | None = None
 ) -> None:
-    """Every payload decoded by the probe; the batches added to ``kept`` if given (timed,
-    each is let go before the next, as today's way lets go of its own)."""
+    """Every payload decoded by the probe; each batch and its bytes added to ``kept`` if
+    given (timed, each is let go before the next, as today's way lets go of its own)."""
     imported = pa.RecordBatch._import_from_c
     for payload, _, codec in payloads:
-        address = module.decode(_stored(payload, codec))
+        source = _stored(payload, codec)
+        address = module.decode(source)
         try:
             batch = imported(address, RECORD_SCHEMA)
         finally:
             module.release(address)
         if kept is not None:
-            kept.append(batch)
+            kept.append((batch, source))
 
 
 def each(
@@ -144,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     payloads = [p for p in collect(store) if len(p[1]) == len(RECORD_SCHEMA)]
     if not payloads:
         raise SystemExit(f"{shape}: no compressed batch message of the record schema")
-    decoded: list[pa.RecordBatch] = []
-    compiled(module, payloads, decoded)
+    kept: list[Decoded] = []  # held to the end: the batches may point into their bytes
+    compiled(module, payloads, kept)
+    decoded = [batch for batch, _ in kept]
     for (payload, _, _), batch in zip(payloads, decoded, strict=True):
         if not batch.equals(ipc._decoded(payload, 0, "probe", 3)[0]):
             raise SystemExit("the compiled decode and today's differ")
