@@ -222,7 +222,8 @@ class _Input:
 
     def long_payload(self, tag: bytes, n: int) -> Payload:
         """The next ``n`` bytes, a long batch payload (the frame header already read):
-        mapped where the source can, else read (``batch_payload``); not checked."""
+        mapped where the source can, else read; not checked (its callers, ``batch_payload``
+        and the frame walk, check its CRC)."""
         payload = self._mapped(n)
         return self.read(n, f"{describe_tag(tag)} frame payload") if payload is None else payload
 
