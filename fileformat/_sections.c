@@ -1042,6 +1042,80 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(framed_trailer_doc,
+"framed_trailer(payload, positions, firsts) -> ((figures), kind, bitmap_at) | None\n\n"
+"A framed section's trailer payload checked up to its bitmap, where it is as this system\n"
+"writes it (layout 2) and agrees with what its reader saw: its index lists exactly the\n"
+"batch frames at `positions` (relative to the section), and its first offsets begin with\n"
+"`firsts` (the batches decoded so far). Returns the trailer's figures (BatchStats' eight\n"
+"fields, the delete horizon None for NO_HORIZON), its bitmap's kind and where the bitmap\n"
+"starts in `payload`;\n"
+"None for anything else, which section.parse_trailer_head then reads and names: this\n"
+"accepts only what that accepts (FORMAT.md 6.2), and makes no error of its own.");
+
+static PyObject *framed_trailer(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *positions, *firsts;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O!O!", &view, &PyList_Type, &positions, &PyList_Type, &firsts))
+        return NULL;
+    PyObject *result = NULL;
+    const uint8_t *t = view.buf;
+    Py_ssize_t size = view.len, batches_seen = PyList_GET_SIZE(positions);
+    if (size < TRAILER_FIXED + 8 || batches_seen < 1 || PyList_GET_SIZE(firsts) > batches_seen)
+        goto usual_not;
+    int64_t first = (int64_t)le64(t), last = (int64_t)le64(t + 8);
+    uint64_t records = le64(t + 16), tombstones = le64(t + 24), bytes = le64(t + 32);
+    int64_t min_ts = (int64_t)le64(t + 40), max_ts = (int64_t)le64(t + 48);
+    uint32_t batches = le32(t + 56);
+    uint8_t kind = t[60], flags = t[61];
+    int64_t horizon = (int64_t)le64(t + TRAILER_FIXED);
+    if (last < first) goto usual_not;
+    uint64_t span = (uint64_t)last - (uint64_t)first;
+    if (!(flags == FLAG_HORIZON && t[62] == 0 && t[63] == 0 && records >= 1 &&
+          records - 1 <= span && tombstones <= records && records <= bytes / RECORD_OVERHEAD &&
+          min_ts <= max_ts && (horizon == NO_HORIZON || tombstones > 0) &&
+          (Py_ssize_t)batches == batches_seen && batches <= records &&
+          kind == (span < ((uint64_t)1 << 32) ? KIND_ROARING32 : KIND_ROARING64)))
+        goto usual_not;
+    Py_ssize_t index_at = TRAILER_FIXED + 8;
+    if ((size - index_at) / 16 < (Py_ssize_t)batches) goto usual_not;
+    int64_t previous_offset = 0;
+    uint64_t previous_position = 0;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)batches; i++) {
+        const uint8_t *e = t + index_at + 16 * i;
+        int64_t offset = (int64_t)le64(e);
+        uint64_t position = le64(e + 8);
+        if (i == 0 ? offset != first
+                   : !(offset > previous_offset && position > previous_position))
+            goto usual_not;
+        if (offset > last) goto usual_not;
+        int overflow = 0;
+        long long seen = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(positions, i), &overflow);
+        if (seen == -1 && PyErr_Occurred()) goto done;
+        if (overflow || seen < 0 || (uint64_t)seen != position) goto usual_not;
+        if (i < PyList_GET_SIZE(firsts)) {
+            seen = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(firsts, i), &overflow);
+            if (seen == -1 && PyErr_Occurred()) goto done;
+            if (overflow || seen != offset) goto usual_not;
+        }
+        previous_offset = offset;
+        previous_position = position;
+    }
+    PyObject *no_horizon = horizon == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(horizon);
+    if (no_horizon == NULL) goto done;
+    result = Py_BuildValue("(LLKKKLLN)in", (long long)first, (long long)last,
+                           (unsigned long long)records, (unsigned long long)tombstones,
+                           (unsigned long long)bytes, (long long)min_ts, (long long)max_ts,
+                           no_horizon, (int)kind, index_at + 16 * (Py_ssize_t)batches);
+    goto done;
+usual_not:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 
 static inline void put64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -2776,6 +2850,7 @@ static PyMethodDef methods[] = {
     {"batch_figures", (PyCFunction)(void (*)(void))batch_figures, METH_VARARGS | METH_KEYWORDS,
      batch_figures_doc},
     {"usual_entries", usual_entries, METH_VARARGS, usual_entries_doc},
+    {"framed_trailer", framed_trailer, METH_VARARGS, framed_trailer_doc},
     {"footer_entries", footer_entries, METH_VARARGS, footer_entries_doc},
     {"table_payload", table_payload, METH_VARARGS, table_payload_doc},
     {"index_entries", index_entries, METH_VARARGS, index_entries_doc},

@@ -94,6 +94,15 @@ def usual_entries(
     start: int,
     entries: SectionEntries[Any],
 ) -> tuple[int, int]: ...
+def framed_trailer(
+    payload: bytes, positions: list[int], firsts: list[int], /
+) -> tuple[tuple[int, int, int, int, int, int, int, int | None], int, int] | None:
+    """A framed section's layout-2 trailer checked up to its bitmap where it is as this
+    system writes it and lists exactly the batch frames at ``positions`` (relative to the
+    section), its first offsets beginning with ``firsts``: (its figures, its bitmap's
+    kind, where the bitmap starts). None for anything else (``parse_trailer_head``'s to
+    read and name); it never accepts what that refuses."""
+
 def footer_entries(entries: Any, position: int, length: int) -> bytes: ...
 def table_payload(entries: Any, bitmaps: list[bytes]) -> bytes: ...
 def index_entries(entries: Any, bitmaps: list[bytes], position: int, length: int) -> bytes: ...

@@ -50,6 +50,7 @@ from compactor.fileformat.framing import (
     check_file_header,
     check_frame_length,
     describe_tag,
+    layout_version,
     verify_frame,
 )
 from compactor.fileformat.ipc import decode_measured
@@ -60,9 +61,11 @@ from compactor.fileformat.records import RECORD_SCHEMA
 from compactor.fileformat.second_read import Role
 from compactor.fileformat.section import (
     encode_topic,
+    is_dense_bitmap,
     parse_section_end,
     parse_section_header,
     parse_trailer,
+    parse_trailer_head,
 )
 
 if TYPE_CHECKING:
@@ -656,11 +659,21 @@ class SectionReader:
         self._stats: BatchStats | None = None
         self._all_decoded = True
         self._builder: OffsetSetBuilder | None = None
+        self._trailer: tuple[bytes, int] | None = None
+        """The trailer's payload and its first byte in the file, while its bitmap is
+        not read yet (``_usual_end``)."""
         self._done = False
 
     @property
     def offsets(self) -> OffsetSet | None:
-        """The section's offset bitmap, once its trailer is read."""
+        """The section's offset bitmap, once its trailer is read (a FormatError if the
+        bitmap, left unread by ``_usual_end``, disagrees with the trailer)."""
+        if self._offsets is None and self._trailer is not None:
+            payload, base = self._trailer
+            stream = self._stream
+            head = parse_trailer_head(payload, base, stream.object_name, stream.format_version)
+            self._offsets = head.offsets()
+            self._trailer = None
         return self._offsets
 
     @property
@@ -738,6 +751,51 @@ class SectionReader:
         name = self._stream.object_name
         if not self._positions:
             raise FormatError(name, at, "section has no batches")
+        stats = self._usual_end(payload, at + FRAME_HEADER.size)
+        if stats is None:
+            stats = self._checked_end(payload, at)
+        self.meta = stats.section_meta(
+            self.topic,
+            self.partition,
+            self.position,
+            at + FRAME_HEADER.size + length + SECTION_END.size - self.position,
+        )
+        self._done = True
+
+    def _usual_end(self, payload: bytes, base: int) -> BatchStats | None:
+        """The trailer's stats, where the compiled check accepts the trailer whole
+        (``_sections.framed_trailer``: a layout-2 trailer as this system writes it, whose
+        index lists the batch frames and first offsets read) and it passes the rest of
+        ``_checked_end``'s checks here: its stats are the records' (when every batch was
+        decoded) and its bitmap is the writer's dense one (FORMAT.md 6.4), or, in a stream
+        that leaves the bytes' own checks to another (``FileChecks`` "elsewhere"), left
+        unread. The bitmap is read when ``offsets`` is asked for. None for anything else,
+        and for a verifying stream: ``_checked_end`` reads it and names any problem, so an
+        error's words are its own either way."""
+        stream = self._stream
+        version = stream.format_version
+        if self._builder is not None or version is None or layout_version(version) != 2:
+            return None
+        usual = _sections.framed_trailer(payload, self._positions, self._firsts)
+        if usual is None:
+            return None
+        figures, kind, bitmap_at = usual
+        stats = BatchStats(*figures)
+        if self._all_decoded and stats != self._stats:
+            return None
+        dense = is_dense_bitmap(
+            kind, stats.first_offset, stats.last_offset, stats.record_count, payload,
+            bitmap_at, len(payload),
+        )  # fmt: skip
+        if not dense and stream._file_checks != "elsewhere":
+            return None
+        self._trailer = (payload, base)
+        return stats
+
+    def _checked_end(self, payload: bytes, at: int) -> BatchStats:
+        """Reads the trailer and makes every check of it, raising the first problem;
+        returns its stats and sets the offsets."""
+        name = self._stream.object_name
         trailer = parse_trailer(
             payload, at + FRAME_HEADER.size, name, self._stream.format_version, self._stream.role
         )
@@ -753,15 +811,8 @@ class SectionReader:
             )
         if self._builder is not None and self._builder.build() != trailer.offsets:
             raise FormatError(name, at, "offset bitmap differs from the offsets in the records")
-        s = trailer.stats
         self._offsets = trailer.offsets
-        self.meta = s.section_meta(
-            self.topic,
-            self.partition,
-            self.position,
-            at + FRAME_HEADER.size + length + SECTION_END.size - self.position,
-        )
-        self._done = True
+        return trailer.stats
 
 
 class SharedRun:
