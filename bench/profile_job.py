@@ -32,6 +32,7 @@ import cProfile
 import json
 import os
 import pstats
+import resource
 import shutil
 import sys
 import tempfile
@@ -161,7 +162,10 @@ def _plain(source: Path, now_ms: int | None) -> None:
     process's, its threads' too), the CPU time of phase 1's helper process during the
     job (one this run started counts its start-up too; ``--repeat`` reuses it), and how
     long the job's thread waited on phase 1's feed (where phase 1 runs on the job's
-    thread, the time phase 1 itself took). ``compactor.cli`` is imported first, as the
+    thread, the time phase 1 itself took); then the CPU time of the job's thread alone
+    (the rest of the process's is the writer's encoder thread and Arrow's), and the
+    process's time in the kernel and its minor page faults. ``compactor.cli`` is imported
+    first, as the
     command line imports it, so that the helper is forked as the command forks its own
     (``worker.helper_process``), not spawned to import everything first."""
     from compactor import cli  # noqa: F401 (before pyarrow: worker.memory.prefer_lean_pool)
@@ -171,14 +175,19 @@ def _plain(source: Path, now_ms: int | None) -> None:
 
     with cloned(source, now_ms) as (compactor, files, sections, at_ms), feed_waits() as waits:
         before = _cpu_of(helper_pool.idle_pids())
-        wall, cpu = time.perf_counter(), time.process_time()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
         compactor.run_planned(at_ms, full=True)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        own = time.thread_time() - own
+        after_usage = resource.getrusage(resource.RUSAGE_SELF)
         after = _cpu_of(helper_pool.idle_pids())
         helper = sum(s - before.get(pid, 0.0) for pid, s in after.items())
     print(f"{files} input files, {sections:,} input sections: "
           f"{wall:.2f} s wall, {cpu:.2f} s CPU, {waits['all']:.2f} s waiting on phase 1's feed, "
-          f"helper {helper:.2f} s CPU", flush=True)  # fmt: skip
+          f"helper {helper:.2f} s CPU; the job's thread {own:.2f} s CPU, the job's process "
+          f"{after_usage.ru_stime - usage.ru_stime:.2f} s of it in the kernel, "
+          f"{after_usage.ru_minflt - usage.ru_minflt:,} page faults", flush=True)  # fmt: skip
 
 
 def _cpu_of(pids: list[int]) -> dict[int, float]:
