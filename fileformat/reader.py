@@ -69,7 +69,12 @@ from compactor.fileformat.section import (
 )
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from compactor.fileformat.frame_walk import InSectionEvent, TopEvent
+
+    _UsualTrailer: TypeAlias = tuple[tuple[int, int, int, int, int, int, int, int | None], int, int]
+    """``_sections.framed_trailer``'s answer for a trailer it accepts."""
 
 __all__ = [
     "SectionReader",
@@ -751,9 +756,15 @@ class SectionReader:
         name = self._stream.object_name
         if not self._positions:
             raise FormatError(name, at, "section has no batches")
-        stats = self._usual_end(payload, at + FRAME_HEADER.size)
+        version = self._stream.format_version
+        usual = None
+        if self._builder is None and version is not None and layout_version(version) == 2:
+            usual = _sections.framed_trailer(payload, self._positions, self._firsts)
+        stats = None if usual is None else self._usual_end(usual, payload, at + FRAME_HEADER.size)
         if stats is None:
-            stats = self._checked_end(payload, at)
+            # A trailer the compiled check accepts, a second reader of the same bytes takes
+            # through its usual end: the full parse leaves nothing for it (second_read).
+            stats = self._checked_end(payload, at, self._stream.role if usual is None else None)
         self.meta = stats.section_meta(
             self.topic,
             self.partition,
@@ -762,23 +773,16 @@ class SectionReader:
         )
         self._done = True
 
-    def _usual_end(self, payload: bytes, base: int) -> BatchStats | None:
-        """The trailer's stats, where the compiled check accepts the trailer whole
-        (``_sections.framed_trailer``: a layout-2 trailer as this system writes it, whose
-        index lists the batch frames and first offsets read) and it passes the rest of
-        ``_checked_end``'s checks here: its stats are the records' (when every batch was
-        decoded) and its bitmap is the writer's dense one (FORMAT.md 6.4), or, in a stream
-        that leaves the bytes' own checks to another (``FileChecks`` "elsewhere"), left
-        unread. The bitmap is read when ``offsets`` is asked for. None for anything else,
-        and for a verifying stream: ``_checked_end`` reads it and names any problem, so an
-        error's words are its own either way."""
-        stream = self._stream
-        version = stream.format_version
-        if self._builder is not None or version is None or layout_version(version) != 2:
-            return None
-        usual = _sections.framed_trailer(payload, self._positions, self._firsts)
-        if usual is None:
-            return None
+    def _usual_end(self, usual: _UsualTrailer, payload: bytes, base: int) -> BatchStats | None:
+        """The trailer's stats, where the compiled check accepted it (``usual``, from
+        ``_sections.framed_trailer``: a layout-2 trailer as this system writes it, whose
+        index lists the batch frames and first offsets read; never asked of a verifying
+        stream) and it passes the rest of ``_checked_end``'s checks here: its stats are the
+        records' (when every batch was decoded) and its bitmap is the writer's dense one
+        (FORMAT.md 6.4), or, in a stream that leaves the bytes' own checks to another
+        (``FileChecks`` "elsewhere"), left unread. The bitmap is read when ``offsets`` is
+        asked for. None for anything else: ``_checked_end`` reads it and names any
+        problem, so an error's words are its own either way."""
         figures, kind, bitmap_at = usual
         stats = BatchStats(*figures)
         if self._all_decoded and stats != self._stats:
@@ -787,17 +791,17 @@ class SectionReader:
             kind, stats.first_offset, stats.last_offset, stats.record_count, payload,
             bitmap_at, len(payload),
         )  # fmt: skip
-        if not dense and stream._file_checks != "elsewhere":
+        if not dense and self._stream._file_checks != "elsewhere":
             return None
         self._trailer = (payload, base)
         return stats
 
-    def _checked_end(self, payload: bytes, at: int) -> BatchStats:
-        """Reads the trailer and makes every check of it, raising the first problem;
-        returns its stats and sets the offsets."""
+    def _checked_end(self, payload: bytes, at: int, role: Role) -> BatchStats:
+        """Reads the trailer (as a reader in ``role``: ``second_read``) and makes every
+        check of it, raising the first problem; returns its stats and sets the offsets."""
         name = self._stream.object_name
         trailer = parse_trailer(
-            payload, at + FRAME_HEADER.size, name, self._stream.format_version, self._stream.role
+            payload, at + FRAME_HEADER.size, name, self._stream.format_version, role
         )
         if [p for _, p in trailer.index] != self._positions:
             raise FormatError(name, at, "trailer's batch index does not match the batch frames")

@@ -25,6 +25,7 @@ from compactor.fileformat import (
 from compactor.fileformat import reader as reader_module
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.reader import FileChecks, verify_stream
+from compactor.fileformat.second_read import MEMO
 from compactor.fileformat.section import parse_trailer, parse_trailer_head
 from tests.test_fileformat_corruption import (
     DATA,
@@ -241,3 +242,21 @@ def test_a_trailer_that_disagrees_is_named_as_before(change: str) -> None:
     assert len(accepted) == 1  # the first section's; the second's was declined
     words = "disagree with the records" if change == "stats" else "does not match"
     assert words in e.reason, e.reason
+
+
+def test_a_first_reader_leaves_no_trailer_its_second_takes_by_its_usual_end() -> None:
+    """A job's phase-1 pointer ("first", "all") reads a sparse bitmap through the full
+    parse; its phase-2 pointer ("second", "elsewhere") takes that trailer through its
+    usual end and never asks the memo, so the first leaves nothing there for it (which
+    would only push out what the second does take: ``second_read``)."""
+    MEMO.clear()
+    reader = StreamReader(
+        io.BytesIO(DATA), object_name=NAME, size=len(DATA), keep_footer=False,
+        file_checks="all", role="first",
+    )  # fmt: skip
+    for section in reader.sections():
+        section.skip()
+    version = reader.format_version
+    payloads = [payload_of(DATA, f) for f in trailer_frames(DATA)]
+    assert all(MEMO.take((("trailer", version), p)) is None for p in payloads)
+    MEMO.clear()
