@@ -928,6 +928,40 @@ static int key_parts(PyObject *key, int exact, const char **raw, Py_ssize_t *len
     return *partition == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* A layout-2 trailer's fields before its batch index (FORMAT.md 6.2: "<qqQQQqqIBB2x", then
+ * the delete horizon). */
+typedef struct {
+    int64_t first, last;
+    uint64_t records, tombstones, bytes;
+    int64_t min_ts, max_ts, horizon;
+    uint32_t batches;
+    uint8_t kind;
+} TrailerHead;
+
+/* Reads the TRAILER_FIXED + 8 bytes at `t` into `h`; returns whether they are as this
+ * system writes them and section.parse_trailer_head accepts: the horizon flag alone, the
+ * reserved bytes zero, possible stats (section.stats_problem) and the bitmap kind the
+ * offsets' span asks for. The batch count and index are the caller's to check. */
+static int usual_trailer_head(const uint8_t *t, TrailerHead *h) {
+    h->first = (int64_t)le64(t);
+    h->last = (int64_t)le64(t + 8);
+    h->records = le64(t + 16);
+    h->tombstones = le64(t + 24);
+    h->bytes = le64(t + 32);
+    h->min_ts = (int64_t)le64(t + 40);
+    h->max_ts = (int64_t)le64(t + 48);
+    h->batches = le32(t + 56);
+    h->kind = t[60];
+    h->horizon = (int64_t)le64(t + TRAILER_FIXED);
+    if (h->last < h->first) return 0;
+    uint64_t span = (uint64_t)h->last - (uint64_t)h->first; /* without overflow */
+    return t[61] == FLAG_HORIZON && t[62] == 0 && t[63] == 0 && h->records >= 1 &&
+           h->records - 1 <= span && h->tombstones <= h->records &&
+           h->records <= h->bytes / RECORD_OVERHEAD && h->min_ts <= h->max_ts &&
+           (h->horizon == NO_HORIZON || h->tombstones > 0) &&
+           h->kind == (span < ((uint64_t)1 << 32) ? KIND_ROARING32 : KIND_ROARING64);
+}
+
 PyDoc_STRVAR(usual_entries_doc,
 "usual_entries(payload, offset, count, topics, previous, start, entries)\n"
 "    -> (offset, start)\n\n"
@@ -996,33 +1030,22 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
             !key_follows(topic_at, topic_len, partition, prev, prev_len, prev_partition))
             break;
         const uint8_t *t = data + trailer_at;
-        int64_t first = (int64_t)le64(t), last = (int64_t)le64(t + 8);
-        uint64_t records = le64(t + 16), tombstones = le64(t + 24), bytes = le64(t + 32);
-        int64_t min_ts = (int64_t)le64(t + 40), max_ts = (int64_t)le64(t + 48);
-        uint32_t batches = le32(t + 56);
-        uint8_t kind = t[60], flags = t[61];
-        int64_t horizon = (int64_t)le64(t + TRAILER_FIXED);
+        TrailerHead h;
         int64_t index_offset = (int64_t)le64(t + TRAILER_FIXED + 8);
         uint64_t index_position = le64(t + TRAILER_FIXED + 16);
-        if (last < first || (uint64_t)(PY_SSIZE_T_MAX - start) < le64(t + 16)) break;
-        uint64_t span = (uint64_t)last - (uint64_t)first; /* last - first, without overflow */
-        if (!(flags == FLAG_HORIZON && batches == 1 && index_offset == first &&
-              index_position == 0 && records >= 1 && records - 1 <= span &&
-              tombstones <= records && records <= bytes / RECORD_OVERHEAD &&
-              min_ts <= max_ts && (horizon == NO_HORIZON || tombstones > 0) &&
-              kind == (span < ((uint64_t)1 << 32) ? KIND_ROARING32 : KIND_ROARING64) &&
-              t[62] == 0 && t[63] == 0))
+        if (!usual_trailer_head(t, &h) || (uint64_t)(PY_SSIZE_T_MAX - start) < h.records ||
+            !(h.batches == 1 && index_offset == h.first && index_position == 0))
             break;
         Entry entry = {
-            .stats = {(uint64_t)first, (uint64_t)last, records, tombstones, bytes,
-                      (uint64_t)min_ts, (uint64_t)max_ts, (uint64_t)horizon},
-            .no_horizon = horizon == NO_HORIZON,
+            .stats = {(uint64_t)h.first, (uint64_t)h.last, h.records, h.tombstones, h.bytes,
+                      (uint64_t)h.min_ts, (uint64_t)h.max_ts, (uint64_t)h.horizon},
+            .no_horizon = h.horizon == NO_HORIZON,
             .topic = topic,
             .raw = raw,
             .key = NULL,
             .partition = partition,
             .start = start,
-            .kind = kind,
+            .kind = h.kind,
             .from = trailer_at + USUAL_TRAILER,
             .to = end,
         };
@@ -1030,7 +1053,7 @@ static PyObject *usual_entries(PyObject *self, PyObject *args) {
         prev = (const char *)topic_at;
         prev_len = topic_len;
         prev_partition = partition;
-        start += (Py_ssize_t)records;
+        start += (Py_ssize_t)h.records;
         offset = end;
     }
     result = Py_BuildValue("nn", offset, start);
@@ -1064,32 +1087,22 @@ static PyObject *framed_trailer(PyObject *self, PyObject *args) {
     Py_ssize_t size = view.len, batches_seen = PyList_GET_SIZE(positions);
     if (size < TRAILER_FIXED + 8 || batches_seen < 1 || PyList_GET_SIZE(firsts) > batches_seen)
         goto usual_not;
-    int64_t first = (int64_t)le64(t), last = (int64_t)le64(t + 8);
-    uint64_t records = le64(t + 16), tombstones = le64(t + 24), bytes = le64(t + 32);
-    int64_t min_ts = (int64_t)le64(t + 40), max_ts = (int64_t)le64(t + 48);
-    uint32_t batches = le32(t + 56);
-    uint8_t kind = t[60], flags = t[61];
-    int64_t horizon = (int64_t)le64(t + TRAILER_FIXED);
-    if (last < first) goto usual_not;
-    uint64_t span = (uint64_t)last - (uint64_t)first;
-    if (!(flags == FLAG_HORIZON && t[62] == 0 && t[63] == 0 && records >= 1 &&
-          records - 1 <= span && tombstones <= records && records <= bytes / RECORD_OVERHEAD &&
-          min_ts <= max_ts && (horizon == NO_HORIZON || tombstones > 0) &&
-          (Py_ssize_t)batches == batches_seen && batches <= records &&
-          kind == (span < ((uint64_t)1 << 32) ? KIND_ROARING32 : KIND_ROARING64)))
+    TrailerHead h;
+    if (!usual_trailer_head(t, &h) || (Py_ssize_t)h.batches != batches_seen ||
+        h.batches > h.records)
         goto usual_not;
     Py_ssize_t index_at = TRAILER_FIXED + 8;
-    if ((size - index_at) / 16 < (Py_ssize_t)batches) goto usual_not;
+    if ((size - index_at) / 16 < (Py_ssize_t)h.batches) goto usual_not;
     int64_t previous_offset = 0;
     uint64_t previous_position = 0;
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)batches; i++) {
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)h.batches; i++) {
         const uint8_t *e = t + index_at + 16 * i;
         int64_t offset = (int64_t)le64(e);
         uint64_t position = le64(e + 8);
-        if (i == 0 ? offset != first
+        if (i == 0 ? offset != h.first
                    : !(offset > previous_offset && position > previous_position))
             goto usual_not;
-        if (offset > last) goto usual_not;
+        if (offset > h.last) goto usual_not;
         int overflow = 0;
         long long seen = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(positions, i), &overflow);
         if (seen == -1 && PyErr_Occurred()) goto done;
@@ -1102,12 +1115,14 @@ static PyObject *framed_trailer(PyObject *self, PyObject *args) {
         previous_offset = offset;
         previous_position = position;
     }
-    PyObject *no_horizon = horizon == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(horizon);
+    PyObject *no_horizon =
+        h.horizon == NO_HORIZON ? Py_NewRef(Py_None) : PyLong_FromLongLong(h.horizon);
     if (no_horizon == NULL) goto done;
-    result = Py_BuildValue("(LLKKKLLN)in", (long long)first, (long long)last,
-                           (unsigned long long)records, (unsigned long long)tombstones,
-                           (unsigned long long)bytes, (long long)min_ts, (long long)max_ts,
-                           no_horizon, (int)kind, index_at + 16 * (Py_ssize_t)batches);
+    result = Py_BuildValue("(LLKKKLLN)in", (long long)h.first, (long long)h.last,
+                           (unsigned long long)h.records, (unsigned long long)h.tombstones,
+                           (unsigned long long)h.bytes, (long long)h.min_ts,
+                           (long long)h.max_ts, no_horizon, (int)h.kind,
+                           index_at + 16 * (Py_ssize_t)h.batches);
     goto done;
 usual_not:
     result = Py_NewRef(Py_None);

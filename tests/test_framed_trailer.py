@@ -25,7 +25,7 @@ from compactor.fileformat import (
 from compactor.fileformat import reader as reader_module
 from compactor.fileformat.framing import FRAME_HEADER
 from compactor.fileformat.reader import FileChecks, verify_stream
-from compactor.fileformat.second_read import MEMO
+from compactor.fileformat.second_read import MEMO, Role
 from compactor.fileformat.section import parse_trailer, parse_trailer_head
 from tests.test_fileformat_corruption import (
     DATA,
@@ -134,10 +134,16 @@ def test_framed_trailer_accepts_only_what_the_parse_accepts(data: st.DataObject)
     _check_alike(bytes(payload), positions, firsts)
 
 
+def _stream(data: bytes, checks: FileChecks, role: Role = None) -> StreamReader:
+    """A stream of ``data`` as a job's pointer reads one (no footer kept)."""
+    return StreamReader(
+        io.BytesIO(data), object_name=NAME, size=len(data), keep_footer=False,
+        file_checks=checks, role=role,
+    )  # fmt: skip
+
+
 def _metas(data: bytes, checks: FileChecks) -> list[tuple[object, object]]:
-    reader = StreamReader(
-        io.BytesIO(data), object_name=NAME, size=len(data), keep_footer=False, file_checks=checks
-    )
+    reader = _stream(data, checks)
     out: list[tuple[object, object]] = []
     for section in reader.sections():
         for _ in section.batches():
@@ -210,10 +216,7 @@ def test_a_bitmap_left_to_another_stream_is_refused_when_its_offsets_are_asked_f
     is bad (phase 1's pointer, which reads the same object, refuses it and fails the
     job); the offsets, asked for, are refused in the parse's words."""
     bad, reason = _bad_bitmap(data)
-    reader = StreamReader(
-        io.BytesIO(bad), object_name=NAME, size=len(bad), keep_footer=False,
-        file_checks="elsewhere",
-    )  # fmt: skip
+    reader = _stream(bad, "elsewhere")
     sections = []
     for section in reader.sections():
         rows = sum(b.num_rows for b in section.batches())
@@ -250,10 +253,7 @@ def test_a_first_reader_leaves_no_trailer_its_second_takes_by_its_usual_end() ->
     usual end and never asks the memo, so the first leaves nothing there for it (which
     would only push out what the second does take: ``second_read``)."""
     MEMO.clear()
-    reader = StreamReader(
-        io.BytesIO(DATA), object_name=NAME, size=len(DATA), keep_footer=False,
-        file_checks="all", role="first",
-    )  # fmt: skip
+    reader = _stream(DATA, "all", "first")
     for section in reader.sections():
         section.skip()
     version = reader.format_version
