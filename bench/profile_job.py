@@ -165,9 +165,8 @@ def _plain(source: Path, now_ms: int | None) -> None:
     thread, the time phase 1 itself took); then the CPU time of the job's thread alone
     (the rest of the process's is the writer's encoder thread and Arrow's), and the
     process's time in the kernel and its minor page faults. ``compactor.cli`` is imported
-    first, as the
-    command line imports it, so that the helper is forked as the command forks its own
-    (``worker.helper_process``), not spawned to import everything first."""
+    first, as the command line imports it, so that the helper is forked as the command
+    forks its own (``worker.helper_process``), not spawned to import everything first."""
     from compactor import cli  # noqa: F401 (before pyarrow: worker.memory.prefer_lean_pool)
     from compactor.worker import helper_pool
 

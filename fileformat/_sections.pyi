@@ -1,5 +1,5 @@
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypeAlias, TypeVar, overload
 
 _T = TypeVar("_T")
 _E = TypeVar("_E")
@@ -94,9 +94,14 @@ def usual_entries(
     start: int,
     entries: SectionEntries[Any],
 ) -> tuple[int, int]: ...
+
+FramedTrailer: TypeAlias = tuple[tuple[int, int, int, int, int, int, int, int | None], int, int]
+"""``framed_trailer``'s answer for a trailer it accepts: (its figures, its bitmap's kind,
+where the bitmap starts)."""
+
 def framed_trailer(
     payload: bytes, positions: list[int], firsts: list[int], /
-) -> tuple[tuple[int, int, int, int, int, int, int, int | None], int, int] | None:
+) -> FramedTrailer | None:
     """A framed section's layout-2 trailer checked up to its bitmap where it is as this
     system writes it and lists exactly the batch frames at ``positions`` (relative to the
     section), its first offsets beginning with ``firsts``: (its figures, its bitmap's

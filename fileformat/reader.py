@@ -69,12 +69,8 @@ from compactor.fileformat.section import (
 )
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
-
+    from compactor.fileformat._sections import FramedTrailer
     from compactor.fileformat.frame_walk import InSectionEvent, TopEvent
-
-    _UsualTrailer: TypeAlias = tuple[tuple[int, int, int, int, int, int, int, int | None], int, int]
-    """``_sections.framed_trailer``'s answer for a trailer it accepts."""
 
 __all__ = [
     "SectionReader",
@@ -773,7 +769,7 @@ class SectionReader:
         )
         self._done = True
 
-    def _usual_end(self, usual: _UsualTrailer, payload: bytes, base: int) -> BatchStats | None:
+    def _usual_end(self, usual: FramedTrailer, payload: bytes, base: int) -> BatchStats | None:
         """The trailer's stats, where the compiled check accepted it (``usual``, from
         ``_sections.framed_trailer``: a layout-2 trailer as this system writes it, whose
         index lists the batch frames and first offsets read; never asked of a verifying
