@@ -3,7 +3,9 @@ one key buffer.
 
 For each message, in order: parse the job (a message that is not a job document is
 logged and left for the queue's redrive policy); take the job's lease (a job whose inputs
-are gone or held by another job is stale: the message is deleted as a no-op); run it
+are gone or held by another job is stale: the message is deleted as a no-op; one that
+names a live input with another key or size than the catalog's fails before any lease,
+its message left for the redrive policy, as a poison message is); run it
 under a heartbeat; delete the message once the commit landed, or once the job proved
 stale. A failing job has aborted its uploads and committed nothing; its message stays,
 to reappear after the visibility timeout. SIGTERM (any BaseException) aborts the job the
@@ -28,7 +30,7 @@ from compactor.jobqueue.sqs import LONG_POLL_S, JobQueue, Message
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job, JobDocumentError
 from compactor.worker.compactor import Compactor
-from compactor.worker.runner import StaleJob
+from compactor.worker.runner import StaleJob, check_job
 from compactor.worker.stats import JobReport
 
 RECEIVE_BACKOFF_MAX_S = 30.0
@@ -145,6 +147,7 @@ class QueueWorker:
             on_failure=lambda e: self._heartbeat_failed(job, e),
         )
         try:
+            check_job(self.compactor.catalog.snapshot(), job)  # before the lease: see there
             self.leases.take(job.id, [i.id for i in job.inputs], timeout_s * 1000)
             delay_s = self._compaction_delay_s(job)
             with heartbeat:

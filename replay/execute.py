@@ -18,7 +18,7 @@ from compactor.catalog.leases import JobLeases, LeaseKeeper
 from compactor.jobqueue.scheduler import process_owner
 from compactor.planner.job import Job
 from compactor.worker.compactor import Compactor
-from compactor.worker.runner import StaleJob
+from compactor.worker.runner import StaleJob, check_job
 from compactor.worker.stats import JobProgress, JobReport
 
 DEFAULT_LEASE_MS = 10 * 60 * 1000
@@ -33,7 +33,9 @@ def execute_job(
     on_progress: Callable[[JobProgress], None] | None = None,
 ) -> JobReport:
     """Runs ``job`` under its lease and commits. StaleJob if its inputs are no longer a
-    live run (already compacted: a no-op); Leased if another job's lease holds one."""
+    live run (already compacted: a no-op); Leased if another job's lease holds one;
+    InputMismatch, before any lease, if it names an input's id with another key or size."""
+    check_job(compactor.catalog.snapshot(), job)  # a mismatched document takes no lease
     leases = JobLeases(compactor.catalog, process_owner("replay"))
     try:
         leases.take(job.id, [i.id for i in job.inputs], lease_ms)

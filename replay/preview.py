@@ -15,12 +15,14 @@ from compactor.catalog import Catalog, CommitConflict, LiveFile, Snapshot
 from compactor.catalog.changes import check_unleased
 from compactor.fileformat import SectionMeta
 from compactor.planner.job import Job
+from compactor.worker.errors import InputMismatch
 from compactor.worker.runner import check_job
 
-READY, STALE, LEASED, COMMITTED = "ready", "stale", "leased", "committed"
+READY, STALE, LEASED, COMMITTED, MISMATCH = "ready", "stale", "leased", "committed", "mismatch"
 """A preview's status: the job would run now; its inputs are no longer a live run
 (another job replaced them); another job's lease holds one of them; (a job from the
-history) its own commit replaced them."""
+history) its own commit replaced them; it names a live input's id with another key or
+size than the catalog's (``worker.errors.InputMismatch``: it would never run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ def _status(snap: Snapshot, job: Job, now_ms: int) -> tuple[str, str]:
         check_job(snap, job)
     except CommitConflict as stale:
         return STALE, str(stale).removeprefix(f"job {job.id}: ")
+    except InputMismatch as mismatch:
+        return MISMATCH, mismatch.reason
     try:
         check_unleased(snap, [i.id for i in job.inputs], job.id, now_ms)
     except CommitConflict as leased:

@@ -316,6 +316,40 @@ def test_any_body_that_is_not_a_job_document_is_poison(
     queue.close()
 
 
+def _store_bytes(store: S3Store) -> dict[str, bytes]:
+    return {info.key: store.get(info.key)[0] for info in store.list("")}
+
+
+def test_a_job_naming_another_file_under_a_live_id_fails_before_its_lease(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """A document whose second input carries the third's key and size (ids the catalog
+    holds, keys it holds, but not together) would read one file and retire another: the
+    worker refuses it before taking a lease or reading a byte, and leaves its message to
+    the redrive policy. The store stays byte for byte as it was."""
+    catalog = _four_files(s3_store)
+    job = _job(catalog)
+    doc = json.loads(job.dumps())
+    doc["inputs"][1]["key"], doc["inputs"][1]["size"] = job.inputs[2].key, job.inputs[2].size
+    queue = JobQueue(job_queues.url)
+    job_queues.client().send_message(QueueUrl=job_queues.url, MessageBody=json.dumps(doc))
+    before = _store_bytes(s3_store)
+    worker, log = _worker(s3_store, queue)
+    message = queue.receive(5, 30)
+    assert message is not None
+    assert worker.handle(message) == "failed"
+    (failed,) = [json.loads(line) for line in log.getvalue().splitlines()][-1:]
+    assert failed["event"] == "job_failed"
+    assert f"input {job.inputs[1].id} is {job.inputs[1].key}" in failed["error"]
+    assert f"not {job.inputs[2].key}" in failed["error"]
+    assert _store_bytes(s3_store) == before  # no lease, no output, no commit
+    attributes = job_queues.client().get_queue_attributes(
+        QueueUrl=job_queues.url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"  # not deleted
+    queue.close()
+
+
 def test_two_schedulers_never_lease_one_job_twice(s3_store: S3Store) -> None:
     catalog = _four_files(s3_store)
     job = _job(catalog)

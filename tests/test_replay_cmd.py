@@ -166,6 +166,31 @@ def test_execute_commits_exactly_once_and_again_is_a_stale_no_op(
     assert dry.code == 4 and "stale" in dry.out and "no longer live" in dry.err
 
 
+@pytest.mark.parametrize("forge", ["another file's key and size", "a size one byte longer"])
+def test_a_job_naming_another_file_under_a_live_id_never_runs(
+    s3_url: S3Url, s3_store: S3Store, planned: list[dict[str, Any]], tmp_path: Path, forge: str
+) -> None:
+    """The pointers would open the document's key while the commit retires the catalog's
+    id: a document where they differ is refused, dry run (exit 4, "mismatch") and
+    --execute (exit 7, one line) alike, before any lease; the store is unchanged."""
+    job = json.loads(json.dumps(planned[0]))
+    first, second = job["inputs"][0], job["inputs"][1]
+    if forge.startswith("another"):
+        second["key"], second["size"] = first["key"], first["size"]
+    else:
+        second["size"] += 1
+    path = _save(tmp_path, job)
+    before = _store_bytes(s3_store)
+    dry = _replay(s3_url, path)
+    assert dry.code == 4
+    assert f"job {job['id']}: mismatch" in dry.out
+    assert f"is {planned[0]['inputs'][1]['key']}" in dry.err
+    executed = _replay(s3_url, path, "--execute")
+    assert_one_line_error(executed, f"input {second['id']} is", f"not {second['key']}")
+    assert executed.code == 7
+    assert _store_bytes(s3_store) == before
+
+
 # --- queues --------------------------------------------------------------------------------
 
 

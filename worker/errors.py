@@ -70,3 +70,15 @@ class PhaseMismatch(WorkerError):
         if self.topic is not None:
             parts.append(f"partition {self.topic}/{self.partition}")
         return ": ".join(p for p in parts if p)
+
+
+class InputMismatch(WorkerError):
+    """The job document names a live input file by its id, but with another key or size
+    than the catalog holds for that id: the document was not planned from this catalog's
+    state, or was altered on its way. File ids are never reused, so no retry can make it
+    right. The job reads nothing and commits nothing: it would otherwise read one file's
+    records and retire another's.
+
+    ``str(e)`` is ``"job {job_id}: input {id} is {key} ({size} bytes) in the catalog, not
+    {key} ({size} bytes)"``.
+    """

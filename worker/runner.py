@@ -40,7 +40,7 @@ from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.planner.retention import why_not_droppable
 from compactor.worker.collector import rare_collections
-from compactor.worker.errors import PhaseMismatch
+from compactor.worker.errors import InputMismatch, PhaseMismatch
 from compactor.worker.gather import (
     GroupRows,
     gathered,
@@ -219,12 +219,22 @@ def _gathered_size(batch: pa.RecordBatch) -> int:
 
 def check_job(snap: Snapshot, job: Job) -> tuple[LiveFile, ...]:
     """The job's input files as ``snap`` holds them; StaleJob unless they are still a
-    live, contiguous run."""
+    live, contiguous run; InputMismatch unless each has the key and size the job names
+    (the pointers open the job's keys, the commit retires the catalog's ids: they must
+    be the same files)."""
     try:
         start = live_run_start(snap, [i.id for i in job.inputs])
     except CommitConflict as conflict:
         raise StaleJob(f"job {job.id}: {conflict}") from None
-    return snap.files[start : start + len(job.inputs)]
+    files = snap.files[start : start + len(job.inputs)]
+    for named, live in zip(job.inputs, files, strict=True):
+        if (named.key, named.size) != (live.key, live.size):
+            raise InputMismatch(
+                f"input {live.id} is {live.key} ({live.size} bytes) in the catalog, "
+                f"not {named.key} ({named.size} bytes)",
+                job_id=job.id,
+            )
+    return files
 
 
 @rare_collections()
