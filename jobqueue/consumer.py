@@ -113,6 +113,7 @@ class QueueWorker:
             if not isinstance(e, JobDocumentError):
                 e = JobDocumentError(f"not a job document: {type(e).__name__}: {e}")
             self.metrics.poison_messages.inc()
+            self.outcomes["poison"] = self.outcomes.get("poison", 0) + 1
             self.log(
                 "poison_message",
                 message_id=message.message_id,

@@ -109,7 +109,7 @@ class Job:
         try:
             data = json.loads(text)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise JobDocumentError(f"not a job document: invalid JSON ({exc!r})") from None
+            raise JobDocumentError(f"not a job document: invalid JSON ({exc})") from None
         if not isinstance(data, dict):
             raise JobDocumentError(f"not a job document: a JSON {type(data).__name__}")
         return cls.from_json(data)

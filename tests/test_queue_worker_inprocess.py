@@ -313,6 +313,7 @@ def test_any_body_that_is_not_a_job_document_is_poison(
     assert message is not None
     assert worker.handle(message) == "poison"
     assert '"event": "poison_message"' in log.getvalue()
+    assert worker.outcomes == {"poison": 1}  # what worker_stopped reports on exit
     queue.close()
 
 

@@ -108,7 +108,7 @@ def test_dry_run_of_a_leased_job_says_so_and_exits_4(
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("{not json", "invalid JSON"),
+        ("{not json", "invalid JSON (Expecting property name enclosed in double quotes"),
         ('{"schema_version": 2}', "schema_version 2"),
         ('{"schema_version": 1, "inputs": []}', "malformed job document"),
         ("[1, 2]", "a JSON list"),
