@@ -55,6 +55,14 @@ CATALOG_KEY = LOG_PREFIX
 """Where the catalog's commits live (the catalog is every object under ``_catalog/``)."""
 CHECKPOINT_INTERVAL = 20
 """A checkpoint is written at every version divisible by this."""
+GAP_WINDOW = 100
+"""A reader that found no entry after its state lists at least this many versions past it
+for entries that would mean a gap (``Catalog._listed_after``, CATALOG.md §3 step 4)."""
+GAP_CHECK_INTERVAL_MS = 60_000
+"""A kept reader looks for a gap (one LIST) at its first read and then at most once in
+this long: a reader's requests are GETs, and a LIST costs as much as ten or more. A gap
+is made by deleting log entries, which a lifecycle rule does by age, long after any
+reader read past them."""
 
 Change = Callable[[Snapshot], Snapshot]
 NewFiles = Mapping[str, tuple[LiveFile, Sequence[SectionMeta]]]
@@ -99,6 +107,8 @@ class Catalog:
         self._state: Snapshot | None = None
         self._format1: Format1 | None = None
         self._checkpoint_version = 0
+        self._gap_checked_ms: int | None = None
+        """When a read last found no gap after its state (None: never)."""
 
     # --- reading ------------------------------------------------------------------------
 
@@ -180,12 +190,16 @@ class Catalog:
         must equal the state replayed up to its version from the previous one (or from
         version 0), and the log entries present must run without a gap to the newest."""
         problems: list[str] = []
-        logged = sorted(v for v in (version_of(o.key) for o in self.store.list(LOG_PREFIX)) if v)
+        logged = self._logged()
         checkpoints = sorted(
             v for v in (version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX)) if v
         )
-        if logged and logged != list(range(logged[0], logged[-1] + 1)):
-            problems.append(f"the log has gaps between versions {logged[0]} and {logged[-1]}")
+        if gaps := _gaps(logged):
+            problems.append(
+                f"the log has gaps between versions {logged[0]} and {logged[-1]} (missing: "
+                f"{_ranges_text(gaps)}); no object under data/ is judged stray until the "
+                "missing entries are restored, as entries past a gap name committed files"
+            )
         base: Snapshot | None = Snapshot() if logged and logged[0] == 1 else None
         replayed_to = 0
         for c in checkpoints:
@@ -209,14 +223,71 @@ class Catalog:
             base, replayed_to = checkpoint, c
         return problems
 
-    def _refresh(self) -> Snapshot:
+    def log_gaps(self) -> list[tuple[int, int]]:
+        """The versions missing between the oldest and the newest log entry present, as
+        inclusive ranges (one LIST of the whole log)."""
+        return _gaps(self._logged())
+
+    def _logged(self) -> list[int]:
+        return sorted(v for v in (version_of(o.key) for o in self.store.list(LOG_PREFIX)) if v)
+
+    def _refresh(self, *, check_gap: bool = True) -> Snapshot:
+        """The newest state: entries read from the kept (or loaded) one until a GET answers
+        404. With ``check_gap``, at the first read and then at most every
+        ``GAP_CHECK_INTERVAL_MS``, that 404 is told from a gap in the log (CATALOG.md §3
+        step 4, one LIST): a state that later entries exist past is then not returned."""
         if self._state is None or self._format1 is not None:
             self._state = self._load()
         state = self._state
-        while (entry := self._read_entry(state.version + 1)) is not None:
-            state = self._advance(state, entry)
-        self._state = state
-        return state
+        while True:
+            while (entry := self._read_entry(state.version + 1)) is not None:
+                state = self._advance(state, entry)
+            self._state = state
+            now = self.clock()
+            checked = self._gap_checked_ms
+            if not check_gap or (checked is not None and now - checked < GAP_CHECK_INTERVAL_MS):
+                return state
+            later = self._listed_after(state.version)
+            if not later:
+                self._gap_checked_ms = now
+                return state
+            # Committed between the GET's 404 and the LIST (a race, not a gap): read on.
+            # Once an entry is listed, the one before it was written (a committer writes a
+            # version only after reading the one before), so if that is missing still, it
+            # was deleted since.
+            if (entry := self._read_entry(state.version + 1)) is not None:
+                state = self._advance(state, entry)
+                continue
+            # Entries exist past a missing one. A checkpoint past it holds the state the
+            # missing entries made (their log entries were collected, or deleted): go on
+            # from there, as a reader starting afresh would. Else the state is unknowable.
+            checkpoint = self._listed_checkpoint()
+            if checkpoint is None or checkpoint.version <= state.version:
+                raise CorruptCatalog(_gap_message(self.store.url, state.version, later[0]))
+            self._checkpoint_version = max(self._checkpoint_version, checkpoint.version)
+            state = self._state = checkpoint
+
+    def _listed_after(self, version: int) -> list[int]:
+        """The versions above ``version`` among the log entries of the thousand versions
+        holding version + 1 and, when that is in the last ``GAP_WINDOW`` of them, of the
+        next thousand: a LIST by the key prefix they share (at most 1,000 keys, so one
+        request), two for a tenth of the versions. Empty unless the log has a gap at
+        version + 1."""
+        first = version + 1
+        blocks = [first // 1000]
+        if first % 1000 >= 1000 - GAP_WINDOW:
+            blocks.append(first // 1000 + 1)
+        later: list[int] = []
+        for block in blocks:
+            listed = (version_of(o.key) for o in self.store.list(f"{LOG_PREFIX}{block:017d}"))
+            later.extend(v for v in listed if v is not None and v > version)
+        return sorted(later)
+
+    def _listed_checkpoint(self) -> Snapshot | None:
+        """The newest checkpoint by a LIST (the hint is not asked: it may be behind)."""
+        versions = [version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX)]
+        newest = max((v for v in versions if v is not None), default=None)
+        return None if newest is None else self._read_checkpoint(newest)
 
     def _advance(self, state: Snapshot, entry: LogEntry) -> Snapshot:
         """``state`` with another committer's ``entry`` applied."""
@@ -268,9 +339,7 @@ class Catalog:
             return self._read_checkpoint(version)
         except (ObjectNotFound, ValueError, KeyError, TypeError):
             pass  # no hint, a torn one, or its checkpoint collected: list them instead
-        versions = [version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX)]
-        newest = max((v for v in versions if v is not None), default=None)
-        return None if newest is None else self._read_checkpoint(newest)
+        return self._listed_checkpoint()
 
     def _read_checkpoint(self, version: int) -> Snapshot:
         key = checkpoint_key(version)
@@ -300,12 +369,14 @@ class Catalog:
         """
         record = record or CommitRecord("change")
         with self._lock:
-            self._refresh()
+            self._refresh()  # refuses a log with a gap before anything is written
             if self._format1 is not None:
                 self.upgrade()
             for live, sections in (new_files or {}).values():
                 write_manifest(self.store, live.id, live.key, self.clock(), sections)
-            state = self._refresh()
+            # Read on from the state just checked: entries past it were committed since,
+            # each on top of the one before, so the log has no new gap to look for (§3).
+            state = self._refresh(check_gap=False)
             for attempt in range(self.max_attempts):
                 delta = diff(state, change(state))
                 entry = LogEntry(state.version + 1, self.clock(), record, delta)
@@ -315,7 +386,7 @@ class Catalog:
                 except PreconditionFailed:
                     self._lost_to(state, entry.version)
                     _back_off(attempt)
-                    state = self._refresh()
+                    state = self._refresh(check_gap=False)
                     continue
                 state = self._state = apply(state, delta, entry.version)
                 self._maybe_checkpoint(state, entry.time_ms)
@@ -379,3 +450,27 @@ class Catalog:
                 except CommitConflict:
                     return False  # another upgrader recorded it first
                 return True
+
+
+def _gap_message(url: str, version: int, next_present: int) -> str:
+    """One line: the log of ``url`` holds no entry ``version`` + 1 .. ``next_present`` - 1,
+    while ``next_present`` (and maybe more) exists."""
+    first, last = version + 1, next_present - 1
+    missing = f"version {first} is" if first == last else f"versions {first} to {last} are"
+    return (
+        f"the catalog log of {url} has a gap: {missing} missing while version {next_present} "
+        f"exists (log entries deleted by hand or by a lifecycle rule?); nothing after version "
+        f"{version} can be read, and nothing is committed until the missing entries are "
+        f"restored from a backup"
+    )
+
+
+def _gaps(versions: Sequence[int]) -> list[tuple[int, int]]:
+    """The inclusive ranges missing between consecutive ``versions`` (sorted)."""
+    return [(a + 1, b - 1) for a, b in zip(versions, versions[1:], strict=False) if b > a + 1]
+
+
+def _ranges_text(ranges: Sequence[tuple[int, int]]) -> str:
+    parts = [str(a) if a == b else f"{a} to {b}" for a, b in ranges]
+    single = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
+    return ("version " if single else "versions ") + ", ".join(parts)
