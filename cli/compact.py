@@ -7,11 +7,11 @@ import json
 
 from compactor.catalog.garbage import DEFAULT_GRACE_MS, DEFAULT_HISTORY_RETENTION_MS
 from compactor.cli.codec_options import add_codec_options, level_codecs
-from compactor.cli.context import Context, UsageError
+from compactor.cli.context import Context, non_negative_int
+from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
-from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
-from compactor.worker.kernel import ENTRY_BYTES
+from compactor.worker.compactor import Compactor
 from compactor.worker.stats import JobProgress, JobReport
 
 
@@ -42,11 +42,6 @@ def progress_line(p: JobProgress) -> str:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    if args.key_buffer_bytes < ENTRY_BYTES:
-        raise UsageError(
-            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
-            f"got {args.key_buffer_bytes}"
-        )
     config = planner_config(args)
     compactor = Compactor(
         ctx.store,
@@ -94,16 +89,16 @@ def register(
     mode.add_argument(
         "--full", action="store_true", help="every live file into the top level, deduplicated"
     )
-    p.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
+    add_key_buffer_option(p)
     p.add_argument(
         "--grace-ms",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_GRACE_MS,
         help="how long replaced files stay readable before deletion",
     )
     p.add_argument(
         "--history-retention-ms",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_HISTORY_RETENTION_MS,
         help="catalog.history.retention.ms: how long commits stay in `compactor history` "
         "(default 7 days; never less than the grace period)",
@@ -111,4 +106,4 @@ def register(
     add_codec_options(p)
     add_planner_options(p)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

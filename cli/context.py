@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from compactor.catalog import Catalog
-from compactor.objectstore import ObjectStore, open_store
+from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
+ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+"""Where an S3 store finds its endpoint without ``--endpoint-url``, first set first (as
+``objectstore.s3conn`` reads them)."""
 
 
 class UsageError(Exception):
@@ -29,6 +32,44 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (a duration, an offset, a time in ms)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def endpoint_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an S3 endpoint (what botocore would refuse with a ValueError,
+    or a scheme other than http/https), or None if it can."""
+    from urllib.parse import urlsplit
+
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    try:
+        scheme = urlsplit(url).scheme.lower()
+        valid = is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)
+    except ValueError as e:  # urllib: "Invalid IPv6 URL", a bad port
+        return f"{e}"
+    if scheme not in ("http", "https"):
+        return "not an http:// or https:// URL"
+    return None if valid else "no valid host name"
+
+
+def _store_exists_or_fail(store: ObjectStore) -> None:
+    """A local store's directory must exist for a command that reads (or compacts) a
+    store: a mistyped path fails here, rather than reading as an empty, healthy store."""
+    if isinstance(store, LocalStore) and not store.root.is_dir():
+        raise StoreError(
+            f"no store at {store.root}: the directory does not exist "
+            "(`compactor topic create` or `compactor demo --store DIR` makes a new store)"
+        )
+
+
 @dataclass
 class Context:
     store_url: str
@@ -37,6 +78,11 @@ class Context:
     fixed_clock: bool = False
     """Whether ``--now-ms`` (or COMPACTOR_NOW_MS) fixed the clock of the time rules; a
     long-running command otherwise reads the wall clock afresh."""
+    existing_store: bool = False
+    """Whether the command needs a store that exists: a local store's directory that does
+    not exist is then a StoreError, not an empty store (commands that create a store,
+    ``topic create``, ``ingest``, ``demo``, leave this False; a command opts in with
+    ``set_defaults(existing_store=True)``)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Context:
@@ -49,7 +95,19 @@ class Context:
                 now_ms = int(now_text)
             except ValueError:
                 raise UsageError(f"--now-ms must be an integer, got {now_text!r}") from None
-        return cls(store_url, args.endpoint_url, now_ms, fixed_clock=now_text is not None)
+            if now_ms < 0:
+                raise UsageError(f"--now-ms must not be negative, got {now_ms}")
+        if args.endpoint_url:
+            problem = endpoint_url_problem(args.endpoint_url)
+            if problem is not None:
+                raise UsageError(f"--endpoint-url {args.endpoint_url!r}: {problem}")
+        return cls(
+            store_url,
+            args.endpoint_url,
+            now_ms,
+            fixed_clock=now_text is not None,
+            existing_store=getattr(args, "existing_store", False),
+        )
 
     def time_rules_now_ms(self) -> int:
         """The clock of the planner's time rules, now: ``--now-ms`` if given, else the
@@ -58,7 +116,22 @@ class Context:
 
     @cached_property
     def store(self) -> ObjectStore:
-        return open_store(self.store_url, endpoint_url=self.endpoint_url)
+        if not self.endpoint_url and self.store_url.lower().startswith("s3://"):
+            for name in ENDPOINT_ENVS:
+                value = os.environ.get(name)
+                if value:  # the one s3conn uses; a bad one is the store's error
+                    problem = endpoint_url_problem(value)
+                    if problem is not None:
+                        raise StoreError(f"{name}={value!r} is not an S3 endpoint: {problem}")
+                    break
+        store = open_store(self.store_url, endpoint_url=self.endpoint_url)
+        if self.existing_store:
+            try:
+                _store_exists_or_fail(store)
+            except StoreError:
+                store.close()
+                raise
+        return store
 
     @cached_property
     def catalog(self) -> Catalog:

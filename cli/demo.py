@@ -23,12 +23,13 @@ from compactor.cli.codec_options import add_codec_option, add_codec_options, lev
 from compactor.cli.compact import progress_line
 from compactor.cli.context import Context, positive_int
 from compactor.cli.embedded_s3 import embedded_s3
+from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.progress import Progress
 from compactor.cli.stats import stats_json
 from compactor.ingest.agent import L0Ingest
 from compactor.ingest.workload import Workload
 from compactor.planner.codecs import DEFAULT_CODECS
-from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
+from compactor.worker.compactor import Compactor
 from compactor.worker.view import store_views
 
 DEMO_BUCKET = "compactor-demo"
@@ -181,7 +182,7 @@ def register(
     p.add_argument("--agents", type=positive_int, default=4)
     p.add_argument("--keys-per-partition", type=positive_int, default=2000)
     p.add_argument("--max-file-bytes", type=positive_int, default=256 << 10)
-    p.add_argument("--key-buffer-bytes", type=positive_int, default=DEFAULT_KEY_BUFFER_BYTES)
+    add_key_buffer_option(p)
     add_codec_option(
         p, "--compression", DEFAULT_CODECS.for_level(0), "the agents' L0 files (as ingest's)"
     )

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from compactor.catalog.partition_reader import read_partition
-from compactor.cli.context import Context, UsageError
+from compactor.cli.context import Context, UsageError, non_negative_int
 from compactor.fileformat import batch_to_records
 from compactor.ingest.jsonl import format_record
 
@@ -47,7 +47,10 @@ def register(
     p.add_argument("--partition", type=int, required=True)
     start = p.add_mutually_exclusive_group()
     start.add_argument(
-        "--from-offset", type=int, default=None, help="from the next present offset >= O"
+        "--from-offset",
+        type=non_negative_int,
+        default=None,
+        help="from the next present offset >= O",
     )
     start.add_argument(
         "--from-timestamp",

@@ -46,7 +46,7 @@ def register(
     p = sub.add_parser("history", help="the catalog's commits, newest first", parents=[common])
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=positive_int, default=None, help="at most N commits")
-    p.set_defaults(run=history)
+    p.set_defaults(run=history, existing_store=True)
     cat = sub.add_parser("catalog", help="catalog maintenance", parents=[common])
     actions = cat.add_subparsers(dest="catalog_command", required=True, metavar="upgrade")
     u = actions.add_parser(
@@ -54,4 +54,4 @@ def register(
         help="upgrade a format-1 catalog in place (a first commit also does)",
         parents=[common],
     )
-    u.set_defaults(run=upgrade)
+    u.set_defaults(run=upgrade, existing_store=True)

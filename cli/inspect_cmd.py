@@ -160,4 +160,4 @@ def register(
         "--check", action="store_true", help="decode and check every byte; exit 6 on a problem"
     )
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

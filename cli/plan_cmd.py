@@ -61,4 +61,4 @@ def register(
     )
     add_planner_options(p)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

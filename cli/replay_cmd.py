@@ -27,6 +27,7 @@ from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.compact import job_summary, progress_line
 from compactor.cli.context import Context, UsageError, positive_int
 from compactor.cli.exit_codes import ExitCode
+from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.progress import Progress
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
@@ -38,7 +39,6 @@ from compactor.replay.execute import DEFAULT_LEASE_MS, execute_job
 from compactor.replay.preview import COMMITTED, READY, JobPreview, preview_job
 from compactor.replay.verify import VerifyReport, recorded_job, verify_commit
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
-from compactor.worker.kernel import ENTRY_BYTES
 from compactor.worker.runner import StaleJob
 from compactor.worker.stats import JobReport
 
@@ -72,11 +72,6 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("replay: --max goes with --from-queue")
     if args.verify and (args.from_history is None or args.execute):
         raise UsageError("replay: --verify goes with --from-history, without --execute")
-    if args.key_buffer_bytes is not None and args.key_buffer_bytes < ENTRY_BYTES:
-        raise UsageError(
-            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
-            f"got {args.key_buffer_bytes}"
-        )
 
 
 def _load(path: str) -> Job:
@@ -320,9 +315,8 @@ def register(
         help="re-run the commit's job into a scratch prefix and compare with its outputs",
     )
     p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--key-buffer-bytes",
-        type=int,
+    add_key_buffer_option(
+        p,
         default=None,
         help="the key buffer (default 128 MiB; --verify: the size the commit recorded)",
     )
@@ -334,4 +328,4 @@ def register(
     )
     add_codec_options(p)  # --execute; --verify writes in the codec the commit recorded
     p.add_argument("--log-format", choices=FORMATS, default="text", help="--from-queue --execute")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

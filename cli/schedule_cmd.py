@@ -11,7 +11,7 @@ from compactor.catalog.garbage import (
     DEFAULT_HISTORY_RETENTION_MS,
     collect_all_garbage,
 )
-from compactor.cli.context import Context, UsageError
+from compactor.cli.context import Context, UsageError, non_negative_int
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.jobqueue.events import FORMATS, EventLog
 from compactor.jobqueue.scheduler import Pass, Published, Scheduler
@@ -109,17 +109,17 @@ def register(
     )
     p.add_argument(
         "--grace-ms",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_GRACE_MS,
         help="how long replaced files (and abandoned uploads) stay before deletion",
     )
     p.add_argument(
         "--history-retention-ms",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_HISTORY_RETENTION_MS,
         help="catalog.history.retention.ms (default 7 days)",
     )
     p.add_argument("--log-format", choices=FORMATS, default="text")
     add_planner_options(p)
     p.add_argument("--json", action="store_true", help="print the jobs published, as JSON")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

@@ -12,20 +12,15 @@ from typing import Any
 
 from compactor.catalog.garbage import DEFAULT_GRACE_MS, collect_all_garbage
 from compactor.cli.codec_options import add_codec_options
-from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.context import Context, UsageError, non_negative_int, positive_int
+from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
-from compactor.worker.kernel import ENTRY_BYTES
 
 FAULT_ENV = "COMPACTOR_SPARK_INJECT_FAULT"
 
 
 def compact(ctx: Context, args: argparse.Namespace) -> int:
-    if args.key_buffer_bytes < ENTRY_BYTES:
-        raise UsageError(
-            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
-            f"got {args.key_buffer_bytes}"
-        )
     from compactor.spark.driver import (  # pyspark only now
         SparkCompaction,
         compact_on_spark,
@@ -134,18 +129,18 @@ def register(
         default=None,
         help="at most N jobs' tasks at a time (default: the whole wave)",
     )
-    c.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
+    add_key_buffer_option(c)
     c.add_argument(
         "--lease-ms",
         type=positive_int,
         default=30 * 60 * 1000,
         help="each job's lease, taken by the driver, renewed by its task at a third",
     )
-    c.add_argument("--grace-ms", type=int, default=DEFAULT_GRACE_MS)
+    c.add_argument("--grace-ms", type=non_negative_int, default=DEFAULT_GRACE_MS)
     add_codec_options(c)
     add_planner_options(c)
     c.add_argument("--json", action="store_true")
-    c.set_defaults(run=compact)
+    c.set_defaults(run=compact, existing_store=True)
     i = actions.add_parser(
         "index",
         help="write the offset index of every live file that lacks one, one task per file",
@@ -153,7 +148,7 @@ def register(
     )
     _spark_options(i)
     i.add_argument("--json", action="store_true")
-    i.set_defaults(run=index)
+    i.set_defaults(run=index, existing_store=True)
 
 
 def _spark_options(p: argparse.ArgumentParser) -> None:

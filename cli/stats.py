@@ -42,4 +42,4 @@ def register(
 ) -> None:
     p = sub.add_parser("stats", help="files and bytes per level", parents=[common])
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

@@ -66,7 +66,7 @@ def register(
 ) -> None:
     p = sub.add_parser("verify", help="check every live file and partition", parents=[common])
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)
 
 
 def _written(info: ObjectInfo) -> str:

@@ -8,12 +8,12 @@ import argparse
 
 from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
 from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.jobqueue.sqs import JobQueue
-from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES, Compactor
-from compactor.worker.kernel import ENTRY_BYTES
+from compactor.worker.compactor import Compactor
 
 MAX_VISIBILITY_S = 12 * 60 * 60
 """SQS's ceiling on a visibility timeout."""
@@ -21,13 +21,11 @@ MAX_VISIBILITY_S = 12 * 60 * 60
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
     settings = _settings(args)
-    if args.key_buffer_bytes < ENTRY_BYTES:
-        raise UsageError(
-            f"--key-buffer-bytes must hold at least one {ENTRY_BYTES}-byte entry, "
-            f"got {args.key_buffer_bytes}"
-        )
     log = EventLog(args.log_format, source="worker")
     metrics = WorkerMetrics()
+    if args.metrics_port is not None:  # first: a port it cannot have fails before any work
+        _serve_metrics(metrics, args.metrics_port)
+        log("metrics_serving", port=args.metrics_port)
     queue = JobQueue(args.queue_url)
     try:
         queue_timeout_s = queue.visibility_timeout_s()  # the queue answers, before anything
@@ -43,9 +41,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         compactor = Compactor(
             ctx.store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args)
         )
-        if args.metrics_port is not None:
-            metrics.serve(args.metrics_port)
-            log("metrics_serving", port=args.metrics_port)
         worker = QueueWorker(
             compactor, queue, settings, metrics=metrics, log=log, now_ms=ctx.time_rules_now_ms
         )
@@ -56,6 +51,28 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     finally:
         queue.close()
     return 0
+
+
+def _serve_metrics(metrics: WorkerMetrics, port: int) -> None:
+    """Serves ``--metrics-port``; a port that cannot be bound (in use, not permitted) is
+    the command line's to change: a usage error, in one line."""
+    try:
+        metrics.serve(port)
+    except OSError as e:
+        raise UsageError(
+            f"--metrics-port {port}: cannot serve metrics: {e.strerror or e}"
+        ) from None
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0..65535 (0: any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 0..65535, got {value}")
+    return value
 
 
 def _settings(args: argparse.Namespace) -> WorkerSettings:
@@ -83,7 +100,7 @@ def register(
 ) -> None:
     p = sub.add_parser("worker", help="run jobs from an SQS queue, one at a time", parents=[common])
     p.add_argument("--queue-url", required=True, help="the SQS queue jobs come from")
-    p.add_argument("--key-buffer-bytes", type=int, default=DEFAULT_KEY_BUFFER_BYTES)
+    add_key_buffer_option(p)
     p.add_argument(
         "--visibility-timeout-s",
         type=int,
@@ -107,8 +124,11 @@ def register(
         help="throttle the job's reads to R bytes/s (log.cleaner.io.max.bytes.per.second)",
     )
     p.add_argument(
-        "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        help="serve Prometheus metrics on this port",
     )
     add_codec_options(p)
     p.add_argument("--log-format", choices=FORMATS, default="text")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, existing_store=True)

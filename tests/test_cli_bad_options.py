@@ -1,0 +1,310 @@
+"""Bad option values through the command line, as a user types them: one line on stderr,
+the exit status of README.md's "Exit codes" (a usage error: 2; never 70, which is kept
+for bugs), no traceback, and nothing written to the store (or no store made)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clirunner import Result, run_cli
+
+from compactor.cli.exit_codes import ExitCode
+from compactor.cli.key_buffer import MAX_KEY_BUFFER_BYTES
+from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
+
+NOW = "1700000000000"
+
+
+def one_line(r: Result, code: ExitCode, *fragments: str) -> str:
+    """The one line a failure prints; fails unless the status is ``code`` and stderr is
+    exactly that line."""
+    assert r.code == code, r
+    assert r.out == "", r
+    assert "Traceback" not in r.err, r.err
+    assert r.err.count("\n") == 1 and r.err.endswith("\n"), r.err
+    assert r.err.startswith("compactor: "), r.err
+    assert "internal error" not in r.err, r.err
+    for fragment in fragments:
+        assert fragment in r.err, r.err
+    return r.err[:-1]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``: the catalog, the data files, anything left behind."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A local store with one compacted topic and two L0 files: ``compact --full`` has
+    work to do (and files it would delete after the grace period)."""
+    root = tmp_path / "store"
+    s = str(root)
+    create = ["topic", "create", "t", "--partitions", "2", "--config", "cleanup.policy=compact"]
+    assert run_cli("--store", s, *create).code == 0
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"topic": "t", "partition": i % 2, "key": str(i % 17), "value": "v" * 30})
+            + "\n"
+            for i in range(200)
+        )
+    )
+    r = run_cli("--store", s, "--now-ms", NOW, "ingest", str(src), "--max-file-records", "100")
+    assert r.code == 0, r.err
+    return root
+
+
+@pytest.fixture
+def job_file(store: Path, tmp_path: Path) -> Path:
+    """A job document the planner would run on ``store`` now (``replay JOB.json``)."""
+    r = run_cli(
+        "--store", str(store), "--now-ms", NOW, "plan", "--set", "level.trigger.files=2", "--json"
+    )
+    assert r.code == 0, r.err
+    (job,) = json.loads(r.out)["jobs"]
+    del job["input_levels"]
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    return path
+
+
+# --- 1, 6: --key-buffer-bytes ----------------------------------------------------------
+
+
+def test_the_maximum_is_the_kernels() -> None:
+    """The limit the option states is the key buffer's own: 2^32 - 1 entries of
+    ENTRY_BYTES, in bytes; one entry more is what the kernel refuses (before it
+    allocates anything)."""
+    assert MAX_KEY_BUFFER_BYTES == (2**32 - 1) * ENTRY_BYTES
+    with pytest.raises(ValueError, match="2\\^32 - 1 entries"):
+        KeyBuffer(MAX_KEY_BUFFER_BYTES + ENTRY_BYTES)
+
+
+TOO_BIG = ["99999999999999999999", "200000000000", str(MAX_KEY_BUFFER_BYTES + ENTRY_BYTES)]
+
+
+@pytest.mark.parametrize("size", [*TOO_BIG, str(ENTRY_BYTES - 1), "0", "-1", "1e9"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["compact", "--full"],
+        ["compact", "--until-idle"],
+        ["worker", "--queue-url", "http://127.0.0.1:9/000000000000/q"],
+        ["replay", "JOB", "--execute"],
+        ["spark", "compact", "--full"],
+    ],
+    ids=["compact --full", "compact --until-idle", "worker", "replay --execute", "spark"],
+)
+def test_key_buffer_bytes_out_of_range_is_a_usage_error(
+    store: Path, job_file: Path, command: list[str], size: str
+) -> None:
+    before = tree(store)
+    argv = [str(job_file) if word == "JOB" else word for word in command]
+    r = run_cli("--store", str(store), "--now-ms", NOW, *argv, "--key-buffer-bytes", size)
+    line = one_line(r, ExitCode.USAGE, "--key-buffer-bytes")
+    if size in TOO_BIG:
+        assert f"{MAX_KEY_BUFFER_BYTES}" in line  # names the maximum, in bytes
+    assert tree(store) == before
+
+
+def test_demo_checks_the_key_buffer_before_it_writes(tmp_path: Path) -> None:
+    """Item 6: ``demo`` made ``_catalog/`` and L0 files before the key buffer failed."""
+    root = tmp_path / "demo-store"
+    for size in ("200000000000", "40"):
+        r = run_cli("--store", str(root), "demo", "--records", "100", "--key-buffer-bytes", size)
+        one_line(r, ExitCode.USAGE, "--key-buffer-bytes", str(MAX_KEY_BUFFER_BYTES))
+        assert not root.exists()
+
+
+def test_the_largest_and_smallest_sizes_still_parse(store: Path) -> None:
+    from compactor.cli.main import build_parser
+
+    for size in (ENTRY_BYTES, MAX_KEY_BUFFER_BYTES):
+        argv = ["--store", str(store), "compact", "--key-buffer-bytes", str(size)]
+        assert build_parser(argv).parse_args(argv).key_buffer_bytes == size
+    argv = ["--store", str(store), "replay", "j.json"]  # replay: None, the commit's own size
+    assert build_parser(argv).parse_args(argv).key_buffer_bytes is None
+
+
+# --- 2: the S3 endpoint ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["notaurl", "http://[::1", "ftp://host", "http://"])
+def test_a_bad_endpoint_url_option_is_a_usage_error(url: str) -> None:
+    """The option is the command line's: exit 2, before any client is made."""
+    r = run_cli("--endpoint-url", url, "--store", "s3://bucket", "verify")
+    one_line(r, ExitCode.USAGE, "--endpoint-url", repr(url))
+
+
+@pytest.mark.parametrize("name", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+@pytest.mark.parametrize("url", ["notaurl", "http://[::1"])
+def test_a_bad_endpoint_url_in_the_environment_is_a_store_error(
+    monkeypatch: pytest.MonkeyPatch, name: str, url: str
+) -> None:
+    """The environment's endpoint is where the store is: a store error (exit 5), naming
+    the variable, as an unreachable endpoint is."""
+    for other in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, url)
+    r = run_cli("--store", "s3://bucket", "verify")
+    one_line(r, ExitCode.STORE, name, repr(url))
+
+
+def test_a_good_endpoint_url_is_not_refused(tmp_path: Path) -> None:
+    """A well-formed endpoint passes the check; with a local store it is still refused
+    as before (the store's error), not as a malformed URL."""
+    r = run_cli("--endpoint-url", "http://[::1]:9000", "--store", str(tmp_path), "stats")
+    one_line(r, ExitCode.STORE, "--endpoint-url applies to s3:// stores only")
+
+
+# --- 3: --metrics-port -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["70000", "65536", "-1", "http"])
+def test_a_metrics_port_out_of_range_is_a_usage_error(store: Path, port: str) -> None:
+    r = run_cli(
+        "--store",
+        str(store),
+        "worker",
+        "--queue-url",
+        "http://127.0.0.1:9/000000000000/q",
+        "--metrics-port",
+        port,
+    )
+    one_line(r, ExitCode.USAGE, "--metrics-port")
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))  # where the metrics server binds
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_a_metrics_port_in_use_is_one_line(store: Path, busy_port: int) -> None:
+    """A port that cannot be bound is a usage error (exit 2): the fix is the command line's
+    (another --metrics-port), and no other status fits (not the store, not the queue; 70 is
+    for bugs). The port is bound first, so the worker fails before it asks the queue (the
+    queue URL here answers nothing) or touches the store."""
+    before = tree(store)
+    r = run_cli(
+        "--store",
+        str(store),
+        "worker",
+        "--queue-url",
+        "http://127.0.0.1:9/000000000000/q",
+        "--metrics-port",
+        str(busy_port),
+    )
+    one_line(r, ExitCode.USAGE, f"--metrics-port {busy_port}", "in use")
+    assert tree(store) == before
+
+
+# --- 4: a local store that does not exist ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify"],
+        ["compact"],
+        ["compact", "--full"],
+        ["plan"],
+        ["stats"],
+        ["history"],
+        ["catalog", "upgrade"],
+        ["inspect", "data/L0/x.cf"],
+        ["replay", "--from-history", "1"],
+    ],
+    ids=" ".join,
+)
+def test_a_missing_local_store_is_not_an_empty_one(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "no" / "such" / "store"
+    r = run_cli("--store", str(missing), "--now-ms", NOW, *command)
+    one_line(r, ExitCode.STORE, str(missing), "does not exist")
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_empty_existing_store_still_verifies(tmp_path: Path) -> None:
+    """An existing directory is a store (an empty one): only a missing one fails."""
+    r = run_cli("--store", str(tmp_path), "verify")
+    assert r.code == 0, r.err
+    assert r.out.startswith("OK")
+
+
+def test_topic_create_still_makes_a_store(tmp_path: Path) -> None:
+    root = tmp_path / "new" / "store"
+    r = run_cli("--store", str(root), "topic", "create", "t", "--partitions", "1")
+    assert r.code == 0, r.err
+    assert (root / "_catalog").is_dir()
+    assert run_cli("--store", str(root), "verify").code == 0
+
+
+def test_demo_still_makes_a_store(tmp_path: Path) -> None:
+    root = tmp_path / "new" / "store"
+    r = run_cli("--store", str(root), "demo", "--records", "200", "--agents", "1")
+    assert r.code == 0, r.err
+    assert (root / "_catalog").is_dir()
+
+
+# --- 5: negative durations, clocks and offsets -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compact", "--full", "--grace-ms", "-5"],
+        ["compact", "--history-retention-ms", "-1"],
+        ["--now-ms", "-1", "compact"],
+        ["compact", "--now-ms", "-1"],
+        ["schedule", "--queue-url", "http://127.0.0.1:9/000000000000/q", "--grace-ms", "-1"],
+        [
+            "schedule",
+            "--queue-url",
+            "http://127.0.0.1:9/000000000000/q",
+            "--history-retention-ms",
+            "-1",
+            "--once",
+        ],
+        ["spark", "compact", "--full", "--grace-ms", "-1"],
+        ["dump", "--topic", "t", "--partition", "0", "--from-offset", "-7"],
+    ],
+    ids=" ".join,
+)
+def test_a_negative_value_is_a_usage_error(store: Path, argv: list[str]) -> None:
+    before = tree(store)
+    r = run_cli("--store", str(store), *argv)
+    line = one_line(r, ExitCode.USAGE, "negative")
+    (value,) = [w for w in argv if w.startswith("-") and w[1:].isdigit()]
+    assert argv[argv.index(value) - 1] in line  # the option's name
+    assert tree(store) == before  # --grace-ms -5 deleted the replaced inputs at once
+
+
+def test_a_negative_clock_in_the_environment_is_a_usage_error(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMPACTOR_NOW_MS", "-1")
+    one_line(run_cli("--store", str(store), "stats"), ExitCode.USAGE, "negative")
+
+
+def test_zero_is_still_accepted(store: Path) -> None:
+    """The positive control of the negative test: --grace-ms 0 runs (and deletes the
+    replaced inputs at once, which is what --grace-ms -5 must not do)."""
+    before = tree(store)
+    r = run_cli(
+        "--store", str(store), "--now-ms", NOW, "compact", "--full", "--grace-ms", "0",
+        "--history-retention-ms", "0",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert tree(store) != before
+    r = run_cli(
+        "--store", str(store), "dump", "--topic", "t", "--partition", "0", "--from-offset", "0"
+    )
+    assert r.code == 0, r.err
+    assert r.out
