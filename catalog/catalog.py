@@ -185,16 +185,17 @@ class Catalog:
                 continue  # deleted by garbage collection while listing
         return out
 
-    def check_log(self) -> list[str]:
+    def check_log(self, logged: Sequence[int] | None = None) -> list[str]:
         """Problems of the catalog's own objects (``verify``): every checkpoint present
         must equal the state replayed up to its version from the previous one (or from
-        version 0), and the log entries present must run without a gap to the newest."""
+        version 0), and the log entries present must run without a gap to the newest.
+        ``logged``: the versions ``logged_versions`` listed, if the caller has them."""
         problems: list[str] = []
-        logged = self._logged()
+        logged = self.logged_versions() if logged is None else logged
         checkpoints = sorted(
             v for v in (version_of(o.key) for o in self.store.list(CHECKPOINT_PREFIX)) if v
         )
-        if gaps := _gaps(logged):
+        if gaps := log_gaps(logged):
             problems.append(
                 f"the log has gaps between versions {logged[0]} and {logged[-1]} (missing: "
                 f"{_ranges_text(gaps)}); no object under data/ is judged stray until the "
@@ -223,12 +224,8 @@ class Catalog:
             base, replayed_to = checkpoint, c
         return problems
 
-    def log_gaps(self) -> list[tuple[int, int]]:
-        """The versions missing between the oldest and the newest log entry present, as
-        inclusive ranges (one LIST of the whole log)."""
-        return _gaps(self._logged())
-
-    def _logged(self) -> list[int]:
+    def logged_versions(self) -> list[int]:
+        """The versions of the log entries present, in order (one LIST of the whole log)."""
         return sorted(v for v in (version_of(o.key) for o in self.store.list(LOG_PREFIX)) if v)
 
     def _refresh(self, *, check_gap: bool = True) -> Snapshot:
@@ -465,7 +462,7 @@ def _gap_message(url: str, version: int, next_present: int) -> str:
     )
 
 
-def _gaps(versions: Sequence[int]) -> list[tuple[int, int]]:
+def log_gaps(versions: Sequence[int]) -> list[tuple[int, int]]:
     """The inclusive ranges missing between consecutive ``versions`` (sorted)."""
     return [(a + 1, b - 1) for a, b in zip(versions, versions[1:], strict=False) if b > a + 1]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from compactor.catalog.catalog import Catalog
+from compactor.catalog.catalog import Catalog, log_gaps
 from compactor.catalog.errors import CatalogError
 from compactor.catalog.snapshot import LiveFile, Snapshot
 from compactor.catalog.summary import summarize
@@ -61,7 +61,8 @@ def verify_store(
     snapshot: Snapshot,
     on_file: Callable[[LiveFile], None] | None = None,
 ) -> VerifyReport:
-    problems: list[str] = catalog.check_log()
+    logged = catalog.logged_versions()
+    problems: list[str] = catalog.check_log(logged)
     problems.extend(_check_catalog(snapshot))
     sections: Sections = {}
     for live in snapshot.files:
@@ -81,7 +82,7 @@ def verify_store(
     strays: tuple[ObjectInfo, ...] = ()
     # Past a gap in the log, entries name files no readable state holds: they are not
     # strays, and deleting them would lose committed data (check_log reports the gap).
-    if not catalog.log_gaps():
+    if not log_gaps(logged):
         try:
             strays = tuple(_strays(catalog, snapshot))
         except CatalogError as exc:  # a gap since: reported, and nothing judged stray

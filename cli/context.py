@@ -21,12 +21,18 @@ class UsageError(Exception):
     """A mistake in the command line; exits with status 2."""
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
+def integer(text: str) -> int:
+    """An option's text as an integer; argparse's type error, in the options' words, if
+    it is not one (the argparse types below start here)."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -34,10 +40,7 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0 (a duration, an offset, a time in ms)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    value = integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value

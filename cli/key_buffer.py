@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from compactor.cli.context import integer
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
 from compactor.worker.kernel import ENTRY_BYTES
 
@@ -18,10 +19,7 @@ MAX_KEY_BUFFER_BYTES = MAX_KEY_BUFFER_ENTRIES * ENTRY_BYTES
 
 def key_buffer_bytes(text: str) -> int:
     """An argparse type: a key buffer size, one entry to 2^32 - 1 entries, in bytes."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    value = integer(text)
     if not MIN_KEY_BUFFER_BYTES <= value <= MAX_KEY_BUFFER_BYTES:
         raise argparse.ArgumentTypeError(
             f"must be {MIN_KEY_BUFFER_BYTES}..{MAX_KEY_BUFFER_BYTES} bytes "

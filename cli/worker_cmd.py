@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from compactor.cli.codec_options import add_codec_options, level_codecs
-from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.context import Context, UsageError, integer, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
@@ -66,10 +66,7 @@ def _serve_metrics(metrics: WorkerMetrics, port: int) -> None:
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0..65535 (0: any free port)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    value = integer(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port, 0..65535, got {value}")
     return value

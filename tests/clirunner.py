@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from compactor.cli.main import main
 
@@ -37,3 +39,25 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
     assert result.err.count("\n") == 1, result.err
     for fragment in fragments:
         assert fragment in result.err, result.err
+
+
+def two_l0_files(root: Path, now_ms: str) -> Path:
+    """A local store at ``root`` with one compacted topic t of 2 partitions and two L0
+    files of 100 records each, 17 keys overwritten: ``compact --full`` has work to do
+    (and files it would delete after the grace period)."""
+    s = str(root)
+    create = ["topic", "create", "t", "--partitions", "2", "--config", "cleanup.policy=compact"]
+    r = run_cli("--store", s, *create)
+    assert r.code == 0, r.err
+    src = root.parent / f"{root.name}-in.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"topic": "t", "partition": i % 2, "key": str(i % 17), "value": "v" * 30})
+            + "\n"
+            for i in range(200)
+        )
+    )
+    r = run_cli("--store", s, "--now-ms", now_ms, "ingest", str(src), "--max-file-records", "100")
+    assert r.code == 0, r.err
+    assert len(json.loads(r.out)["files"]) == 2
+    return root

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clirunner import Result, run_cli
+from clirunner import Result, run_cli, two_l0_files
 
 from compactor.cli.exit_codes import ExitCode
 from compactor.cli.key_buffer import MAX_KEY_BUFFER_BYTES
@@ -42,21 +42,7 @@ def tree(root: Path) -> dict[str, bytes]:
 def store(tmp_path: Path) -> Path:
     """A local store with one compacted topic and two L0 files: ``compact --full`` has
     work to do (and files it would delete after the grace period)."""
-    root = tmp_path / "store"
-    s = str(root)
-    create = ["topic", "create", "t", "--partitions", "2", "--config", "cleanup.policy=compact"]
-    assert run_cli("--store", s, *create).code == 0
-    src = tmp_path / "in.jsonl"
-    src.write_text(
-        "".join(
-            json.dumps({"topic": "t", "partition": i % 2, "key": str(i % 17), "value": "v" * 30})
-            + "\n"
-            for i in range(200)
-        )
-    )
-    r = run_cli("--store", s, "--now-ms", NOW, "ingest", str(src), "--max-file-records", "100")
-    assert r.code == 0, r.err
-    return root
+    return two_l0_files(tmp_path / "store", NOW)
 
 
 @pytest.fixture
@@ -165,17 +151,15 @@ def test_a_good_endpoint_url_is_not_refused(tmp_path: Path) -> None:
 # --- 3: --metrics-port -----------------------------------------------------------------
 
 
+def _worker_serving_metrics(store: Path, port: str) -> Result:
+    """``worker --metrics-port PORT`` on a queue URL that answers nothing."""
+    queue = "http://127.0.0.1:9/000000000000/q"
+    return run_cli("--store", str(store), "worker", "--queue-url", queue, "--metrics-port", port)
+
+
 @pytest.mark.parametrize("port", ["70000", "65536", "-1", "http"])
 def test_a_metrics_port_out_of_range_is_a_usage_error(store: Path, port: str) -> None:
-    r = run_cli(
-        "--store",
-        str(store),
-        "worker",
-        "--queue-url",
-        "http://127.0.0.1:9/000000000000/q",
-        "--metrics-port",
-        port,
-    )
+    r = _worker_serving_metrics(store, port)
     one_line(r, ExitCode.USAGE, "--metrics-port")
 
 
@@ -193,15 +177,7 @@ def test_a_metrics_port_in_use_is_one_line(store: Path, busy_port: int) -> None:
     for bugs). The port is bound first, so the worker fails before it asks the queue (the
     queue URL here answers nothing) or touches the store."""
     before = tree(store)
-    r = run_cli(
-        "--store",
-        str(store),
-        "worker",
-        "--queue-url",
-        "http://127.0.0.1:9/000000000000/q",
-        "--metrics-port",
-        str(busy_port),
-    )
+    r = _worker_serving_metrics(store, str(busy_port))
     one_line(r, ExitCode.USAGE, f"--metrics-port {busy_port}", "in use")
     assert tree(store) == before
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clirunner import run_cli
+from clirunner import run_cli, two_l0_files
 
 from compactor.catalog import CommitConflict, ConfigError, CorruptCatalog
 from compactor.cli import stats
@@ -60,23 +60,7 @@ def tree(root: Path) -> dict[str, bytes]:
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     """A local store with one compacted topic and two L0 files."""
-    root = tmp_path / "store"
-    s = str(root)
-    create = ["topic", "create", "t", "--partitions", "2", "--config", "cleanup.policy=compact"]
-    r = run_cli("--store", s, *create)
-    assert r.code == 0, r.err
-    src = tmp_path / "in.jsonl"
-    src.write_text(
-        "".join(
-            json.dumps({"topic": "t", "partition": i % 2, "key": str(i % 17), "value": "v" * 30})
-            + "\n"
-            for i in range(200)
-        )
-    )
-    r = run_cli("--store", s, "--now-ms", NOW, "ingest", str(src), "--max-file-records", "100")
-    assert r.code == 0, r.err
-    assert len(json.loads(r.out)["files"]) == 2
-    return root
+    return two_l0_files(tmp_path / "store", NOW)
 
 
 def _first_file(store: Path) -> str:
