@@ -160,9 +160,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def exit_code(exc: BaseException) -> ExitCode:
-    """The exit status of a command that raised ``exc``."""
+    """The exit status of a command that raised ``exc``. An error that stands for one
+    raised elsewhere (``raised_as``: a Spark task's, which reaches the driver as text,
+    ``spark.failures``) exits as that one would have; None there is a bug."""
+    kind = getattr(exc, "raised_as", type(exc))
     for family, code in FAILURES:
-        if isinstance(exc, family):
+        if kind is not None and issubclass(kind, family):
             return code
     return ExitCode.INTERNAL
 

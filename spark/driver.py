@@ -14,19 +14,22 @@ no client crosses the wire (tasks get ``spark.task.TaskSettings``, plain values)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.catalog import Catalog, CommitConflict
+from compactor.catalog import Catalog, CatalogError, CommitConflict
 from compactor.catalog.leases import JobLeases
 from compactor.fileformat.offset_index import index_key
 from compactor.jobqueue.scheduler import process_owner
+from compactor.objectstore import StoreError
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
+from compactor.spark.failures import reported, task_failure
 from compactor.spark.task import TaskSettings, index_task, run_task
 from compactor.worker.errors import WorkerError
 
@@ -95,7 +98,11 @@ def compact_on_spark(
         step = run.max_concurrent_jobs or len(jobs)
         for start in range(0, len(jobs), step):
             wave = [job.dumps() for job in jobs[start : start + step]]
-            reports += _fan_out(sc, broadcast, wave)
+            try:
+                reports += _fan_out(sc, broadcast, wave)
+            except BaseException:
+                _release(leases, jobs[start:])
+                raise
         if run.full or not run.until_idle:
             return reports
 
@@ -119,9 +126,21 @@ def _leased(leases: JobLeases, jobs: list[Job], lease_ms: int) -> list[Job]:
     return taken
 
 
+def _release(leases: JobLeases, jobs: list[Job]) -> None:
+    """Gives back the leases of ``jobs`` that are still held: a failed wave's, and those
+    of the waves it stopped, so that the next run need not wait for them to expire. Its
+    tasks have ended; a commit never depended on a lease (it checks its inputs)."""
+    held = leases.catalog.snapshot().leases
+    for job in jobs:
+        if job.id in held:
+            with contextlib.suppress(CatalogError, StoreError):
+                leases.release(job.id)
+
+
 def _fan_out(sc: Any, broadcast: Any, documents: list[str]) -> list[dict[str, Any]]:
     """One task per job document; each task's report, in the documents' order."""
 
+    @reported
     def task(document: str) -> dict[str, Any]:
         from pyspark import TaskContext
 
@@ -129,9 +148,7 @@ def _fan_out(sc: Any, broadcast: Any, documents: list[str]) -> list[dict[str, An
         attempt = context.attemptNumber() if context is not None else 0
         return run_task(broadcast.value, document, attempt)
 
-    rdd = sc.parallelize(documents, len(documents))
-    result: list[dict[str, Any]] = rdd.map(task).collect()
-    return result
+    return _collected(sc.parallelize(documents, len(documents)).map(task))
 
 
 def index_on_spark(spark: Any, settings: TaskSettings, catalog: Catalog) -> list[dict[str, Any]]:
@@ -143,10 +160,21 @@ def index_on_spark(spark: Any, settings: TaskSettings, catalog: Catalog) -> list
         return []
     broadcast = spark.sparkContext.broadcast(settings.to_json())
 
+    @reported
     def task(file: tuple[str, int]) -> dict[str, Any]:
         return index_task(broadcast.value, file[0], file[1])
 
-    result: list[dict[str, Any]] = (
-        spark.sparkContext.parallelize(todo, len(todo)).map(task).collect()
-    )
+    return _collected(spark.sparkContext.parallelize(todo, len(todo)).map(task))
+
+
+def _collected(rdd: Any) -> list[dict[str, Any]]:
+    """The tasks' reports; if a task failed (after Spark's retries), its own error
+    (``spark.failures``), not the Py4J error around it."""
+    try:
+        result: list[dict[str, Any]] = rdd.collect()
+    except Exception as exc:
+        failed = task_failure(exc)
+        if failed is None:
+            raise
+        raise failed from None
     return result

@@ -5,7 +5,10 @@ for bugs), no traceback, and nothing written to the store (or no store made)."""
 from __future__ import annotations
 
 import json
+import resource
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from compactor.cli.key_buffer import MAX_KEY_BUFFER_BYTES
 from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
 
 NOW = "1700000000000"
+COMPACTOR = Path(sys.executable).parent / "compactor"
 
 
 def one_line(r: Result, code: ExitCode, *fragments: str) -> str:
@@ -105,6 +109,39 @@ def test_demo_checks_the_key_buffer_before_it_writes(tmp_path: Path) -> None:
         r = run_cli("--store", str(root), "demo", "--records", "100", "--key-buffer-bytes", size)
         one_line(r, ExitCode.USAGE, "--key-buffer-bytes", str(MAX_KEY_BUFFER_BYTES))
         assert not root.exists()
+
+
+UNDER_LIMIT = 4 << 30
+"""The address space a command gets below: a key buffer of more cannot be mapped, whatever
+the machine's overcommit policy (RLIMIT_AS caps every mapping)."""
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (UNDER_LIMIT, UNDER_LIMIT))
+
+
+@pytest.mark.parametrize("command", [["compact", "--full"], ["replay", "JOB", "--execute"]])
+def test_a_key_buffer_the_machine_cannot_allocate_is_a_usage_error(
+    store: Path, job_file: Path, command: list[str]
+) -> None:
+    """A size in range that the process cannot map was "internal error: MemoryError (a
+    bug...)", exit 70. It is the worker's error (exit 7), one line naming the option, and
+    nothing read or written."""
+    before = tree(store)
+    argv = [str(job_file) if word == "JOB" else word for word in command]
+    size = str(2 * UNDER_LIMIT)
+    done = subprocess.run(
+        [str(COMPACTOR), "--store", str(store), "--now-ms", NOW, *argv]
+        + ["--key-buffer-bytes", size],
+        capture_output=True,
+        text=True,
+        preexec_fn=_limited,
+        timeout=120,
+    )
+    line = one_line(Result(done.returncode, done.stdout, done.stderr), ExitCode.WORKER)
+    assert f"a key buffer of {int(size):,} bytes cannot be allocated" in line
+    assert "--key-buffer-bytes" in line
+    assert tree(store) == before
 
 
 def test_the_largest_and_smallest_sizes_still_parse(store: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clirunner import run_cli
+from clirunner import run_cli, two_l0_files
 from conftest import S3Url
 from queue_scenarios import NOW, SMALL_LEVELS, TOPICS, populate, views
 
@@ -204,3 +204,41 @@ def test_duplicate_attempts_of_one_job_commit_once(tmp_path: Path) -> None:
     outputs = [f for f in live if f.id.startswith(job.id)]
     assert len(outputs) >= 1 and len({f.key for f in live}) == len(live)
     assert run_cli(*args, "verify").code == 0
+
+
+def _spark_cli(store: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(COMPACTOR), "--store", str(store), "--now-ms", str(NOW), "spark", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_corrupt_input_fails_a_spark_task_as_it_fails_compact(tmp_path: Path) -> None:
+    """A task's FormatError reached the command as a Py4J error: "internal error" and exit
+    70, the JVM's stack in its message. It is the FormatError's own line and exit 6, as
+    ``compact`` gives, for ``spark compact`` and ``spark index``; the live files, their
+    bytes and the leases are as they were (the failed wave's leases are given back; ``spark
+    index`` still indexes the sound file)."""
+    store = two_l0_files(tmp_path / "store", str(NOW))
+    victim = sorted((store / "data" / "L0").glob("*.cf"))[0]
+    data = bytearray(victim.read_bytes())
+    data[300] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    live = Catalog(LocalStore(store)).snapshot()
+    files = {p: p.read_bytes() for p in (store / "data").rglob("*.cf")}
+    compact = run_cli("--store", str(store), "--now-ms", str(NOW), "compact", "--full")
+    assert compact.code == 6, compact
+    for command in (["compact", "--master", "local[2]", "--full"], ["index"]):
+        done = _spark_cli(store, *command)
+        assert done.returncode == 6, done.stderr[-3000:]
+        assert done.stdout == ""
+        last = done.stderr.rstrip("\n").splitlines()[-1]
+        assert last.startswith(f"compactor: data/L0/{victim.name}: byte "), last
+        assert "internal error" not in last and "Py4J" not in last and len(last) < 300
+        after = Catalog(LocalStore(store)).snapshot()
+        assert after.files == live.files
+        assert not after.leases
+        assert {p: p.read_bytes() for p in (store / "data").rglob("*.cf")} == files
+    assert compact.err.startswith(last.split(" byte ")[0]), (compact.err, last)

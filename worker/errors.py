@@ -82,3 +82,13 @@ class InputMismatch(WorkerError):
     ``str(e)`` is ``"job {job_id}: input {id} is {key} ({size} bytes) in the catalog, not
     {key} ({size} bytes)"``.
     """
+
+
+class KeyBufferUnavailable(WorkerError):
+    """The key buffer's table cannot be allocated at the size asked for: the machine (or
+    the process's memory limit) has less than ``--key-buffer-bytes`` to give. Nothing has
+    been read or written; a smaller buffer (more, smaller windows) or a larger machine
+    runs the same jobs to the same outputs.
+
+    ``str(e)`` is ``"a key buffer of {bytes} bytes cannot be allocated here: ..."``.
+    """

@@ -56,6 +56,7 @@ from typing import Literal
 
 import pyarrow as pa
 
+from compactor.worker.errors import KeyBufferUnavailable
 from compactor.worker.kernel import _keybuffer
 
 __all__ = [
@@ -192,9 +193,16 @@ class KeyBuffer:
         hash_impl: str | None = None,
         start_slots: int = START_SLOTS,
     ) -> None:
-        self._kb = _keybuffer.KeyBuffer(
-            capacity_bytes, threads=threads, hash_impl=hash_impl, start_slots=start_slots
-        )
+        try:
+            self._kb = _keybuffer.KeyBuffer(
+                capacity_bytes, threads=threads, hash_impl=hash_impl, start_slots=start_slots
+            )
+        except MemoryError:
+            raise KeyBufferUnavailable(
+                f"a key buffer of {capacity_bytes:,} bytes cannot be allocated here: "
+                "lower --key-buffer-bytes (a smaller buffer compacts the same way, in more "
+                "windows)"
+            ) from None
         self.capacity_bytes = capacity_bytes
 
     @property
