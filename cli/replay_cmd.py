@@ -168,6 +168,7 @@ def _verify_text(r: VerifyReport) -> str:
 
 
 def _from_queue(ctx: Context, args: argparse.Namespace) -> int:
+    catalog = ctx.catalog  # a store that is not there fails before a message is received
     queue = JobQueue(args.from_queue)
     try:
         if args.execute:
@@ -176,10 +177,10 @@ def _from_queue(ctx: Context, args: argparse.Namespace) -> int:
     finally:
         queue.close()
     previews: list[tuple[JobPreview | str, str]] = []
-    now = ctx.catalog.clock()
+    now = catalog.clock()
     for m in messages:
         try:
-            previews.append((preview_job(ctx.catalog, Job.loads(m.body), now), m.message_id))
+            previews.append((preview_job(catalog, Job.loads(m.body), now), m.message_id))
         except Exception as e:  # noqa: BLE001 (a worker would call it poison too)
             previews.append((f"poison: {type(e).__name__}: {e}", m.message_id))
     _print_previews(args, previews)

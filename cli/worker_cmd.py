@@ -26,6 +26,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.metrics_port is not None:  # first: a port it cannot have fails before any work
         _serve_metrics(metrics, args.metrics_port)
         log("metrics_serving", port=args.metrics_port)
+    store = ctx.store  # a store that is not there fails before the queue is asked
     queue = JobQueue(args.queue_url)
     try:
         queue_timeout_s = queue.visibility_timeout_s()  # the queue answers, before anything
@@ -39,7 +40,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 "(a stale duplicate) if it waits longer",
             )
         compactor = Compactor(
-            ctx.store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args)
+            store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args)
         )
         worker = QueueWorker(
             compactor, queue, settings, metrics=metrics, log=log, now_ms=ctx.time_rules_now_ms

@@ -21,6 +21,7 @@ from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
 
 NOW = "1700000000000"
 COMPACTOR = Path(sys.executable).parent / "compactor"
+NO_QUEUE = "http://127.0.0.1:9/000000000000/jobs"
 
 
 def one_line(r: Result, code: ExitCode, *fragments: str) -> str:
@@ -234,6 +235,11 @@ def test_a_metrics_port_in_use_is_one_line(store: Path, busy_port: int) -> None:
         ["catalog", "upgrade"],
         ["inspect", "data/L0/x.cf"],
         ["replay", "--from-history", "1"],
+        # The store before the queue (none answers at this URL): a worker asked it first,
+        # and a preview received its messages, before either found no store.
+        ["worker", "--queue-url", NO_QUEUE],
+        ["replay", "--from-queue", NO_QUEUE],
+        ["replay", "--from-queue", NO_QUEUE, "--execute"],
     ],
     ids=" ".join,
 )
