@@ -105,5 +105,5 @@ def register(
     )
     add_codec_options(p)
     add_planner_options(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="every job's report as one JSON document")
     p.set_defaults(run=run, existing_store=True)

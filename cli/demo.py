@@ -178,10 +178,24 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("demo", help="run a synthetic workload end to end", parents=[common])
-    p.add_argument("--records", type=positive_int, default=200_000)
-    p.add_argument("--agents", type=positive_int, default=4)
-    p.add_argument("--keys-per-partition", type=positive_int, default=2000)
-    p.add_argument("--max-file-bytes", type=positive_int, default=256 << 10)
+    p.add_argument(
+        "--records", type=positive_int, default=200_000, help="records ingested (default 200,000)"
+    )
+    p.add_argument(
+        "--agents", type=positive_int, default=4, help="ingest agents writing L0 files (default 4)"
+    )
+    p.add_argument(
+        "--keys-per-partition",
+        type=positive_int,
+        default=2000,
+        help="distinct keys a partition's records are drawn from (default 2,000)",
+    )
+    p.add_argument(
+        "--max-file-bytes",
+        type=positive_int,
+        default=256 << 10,
+        help="an L0 file's size at most (default 262,144)",
+    )
     add_key_buffer_option(p)
     add_codec_option(
         p, "--compression", DEFAULT_CODECS.for_level(0), "the agents' L0 files (as ingest's)"

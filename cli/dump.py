@@ -43,8 +43,8 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("dump", help="print a partition's records as JSON Lines", parents=[common])
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--topic", required=True, help="the topic to print")
+    p.add_argument("--partition", type=int, required=True, help="its partition to print")
     start = p.add_mutually_exclusive_group()
     start.add_argument(
         "--from-offset",

@@ -44,7 +44,7 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("history", help="the catalog's commits, newest first", parents=[common])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the commits as JSON")
     p.add_argument("--limit", type=positive_int, default=None, help="at most N commits")
     p.set_defaults(run=history, existing_store=True)
     cat = sub.add_parser("catalog", help="catalog maintenance", parents=[common])

@@ -79,8 +79,19 @@ def register(
 ) -> None:
     p = sub.add_parser("ingest", help="write JSON Lines records into L0 files", parents=[common])
     p.add_argument("file", help="a JSON Lines file, or - for stdin")
-    p.add_argument("--max-file-bytes", type=positive_int, default=DEFAULT_MAX_FILE_BYTES)
-    p.add_argument("--max-file-records", type=positive_int, default=None)
+    p.add_argument(
+        "--max-file-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_FILE_BYTES,
+        help=f"cut an L0 file once its records reach this many bytes (default "
+        f"{DEFAULT_MAX_FILE_BYTES:,})",
+    )
+    p.add_argument(
+        "--max-file-records",
+        type=positive_int,
+        default=None,
+        help="also cut an L0 file at this many records (default: no limit)",
+    )
     add_codec_option(
         p, "--compression", DEFAULT_CODECS.for_level(0), "its L0 files, below the top level"
     )

@@ -159,5 +159,5 @@ def register(
     p.add_argument(
         "--check", action="store_true", help="decode and check every byte; exit 6 on a problem"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="what it prints, as JSON")
     p.set_defaults(run=run, existing_store=True)

@@ -60,5 +60,5 @@ def register(
         "plan", help="the compaction jobs the planner would run now", parents=[common]
     )
     add_planner_options(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the jobs (job documents) as JSON")
     p.set_defaults(run=run, existing_store=True)

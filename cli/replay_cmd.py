@@ -315,7 +315,7 @@ def register(
         action="store_true",
         help="re-run the commit's job into a scratch prefix and compare with its outputs",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="previews and reports as JSON")
     add_key_buffer_option(
         p,
         default=None,

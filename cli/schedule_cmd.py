@@ -119,7 +119,12 @@ def register(
         default=DEFAULT_HISTORY_RETENTION_MS,
         help="catalog.history.retention.ms (default 7 days)",
     )
-    p.add_argument("--log-format", choices=FORMATS, default="text")
+    p.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="event log lines on stderr: text, or one JSON object a line (default text)",
+    )
     add_planner_options(p)
     p.add_argument("--json", action="store_true", help="print the jobs published, as JSON")
     p.set_defaults(run=run, existing_store=True)

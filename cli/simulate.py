@@ -203,13 +203,19 @@ def register(
     )
     w = Workload()
     m = WorkerModel()
-    p.add_argument("--agents", type=positive_int, default=w.agents)
+    p.add_argument(
+        "--agents", type=positive_int, default=w.agents, help="ingest agents writing L0 files"
+    )
     p.add_argument(
         "--files-per-second", type=_positive_float, default=w.files_per_second, help="per agent"
     )
-    p.add_argument("--hours", type=_positive_float, default=w.hours)
-    p.add_argument("--records-per-file", type=positive_int, default=w.records_per_file)
-    p.add_argument("--record-bytes", type=positive_int, default=w.record_bytes)
+    p.add_argument("--hours", type=_positive_float, default=w.hours, help="simulated time")
+    p.add_argument(
+        "--records-per-file", type=positive_int, default=w.records_per_file, help="per L0 file"
+    )
+    p.add_argument(
+        "--record-bytes", type=positive_int, default=w.record_bytes, help="a record's size"
+    )
     p.add_argument("--keys", type=positive_int, default=w.keys, help="size of the key space")
     p.add_argument(
         "--key-skew", type=float, default=w.key_skew, help="Zipf exponent of updates (0: uniform)"
@@ -247,16 +253,28 @@ def register(
         metavar="MS",
         help="the topic's delete.retention.ms",
     )
-    p.add_argument("--workers", type=positive_int, default=m.workers)
+    p.add_argument("--workers", type=positive_int, default=m.workers, help="jobs that run at once")
     p.add_argument(
-        "--worker-mib-per-s", type=_positive_float, default=m.worker_bytes_per_s / (1 << 20)
+        "--worker-mib-per-s",
+        type=_positive_float,
+        default=m.worker_bytes_per_s / (1 << 20),
+        help="input a worker compacts a second, MiB",
     )
-    p.add_argument("--job-overhead-s", type=float, default=m.job_overhead_s)
-    p.add_argument("--step-seconds", type=_positive_float, default=m.step_s)
-    p.add_argument("--sample-every-s", type=_positive_float, default=m.sample_every_s)
+    p.add_argument(
+        "--job-overhead-s", type=float, default=m.job_overhead_s, help="a job's fixed cost"
+    )
+    p.add_argument(
+        "--step-seconds", type=_positive_float, default=m.step_s, help="the simulation's time step"
+    )
+    p.add_argument(
+        "--sample-every-s",
+        type=_positive_float,
+        default=m.sample_every_s,
+        help="how often the files per level are sampled",
+    )
     p.add_argument(
         "--compare", action="store_true", help="also run Cassandra's size-tiered strategy"
     )
     add_planner_options(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the result as JSON")
     p.set_defaults(run=run)

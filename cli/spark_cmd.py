@@ -136,10 +136,15 @@ def register(
         default=30 * 60 * 1000,
         help="each job's lease, taken by the driver, renewed by its task at a third",
     )
-    c.add_argument("--grace-ms", type=non_negative_int, default=DEFAULT_GRACE_MS)
+    c.add_argument(
+        "--grace-ms",
+        type=non_negative_int,
+        default=DEFAULT_GRACE_MS,
+        help="how long replaced files (and abandoned uploads) stay before deletion",
+    )
     add_codec_options(c)
     add_planner_options(c)
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="every task's report as JSON")
     c.set_defaults(run=compact, existing_store=True)
     i = actions.add_parser(
         "index",
@@ -147,7 +152,7 @@ def register(
         parents=[common],
     )
     _spark_options(i)
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="every task's report as JSON")
     i.set_defaults(run=index, existing_store=True)
 
 

@@ -41,5 +41,5 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("stats", help="files and bytes per level", parents=[common])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the figures as JSON")
     p.set_defaults(run=run, existing_store=True)

@@ -68,8 +68,10 @@ def register(
     topic = sub.add_parser("topic", help="create or describe topics", parents=[common])
     actions = topic.add_subparsers(dest="topic_command", required=True, metavar="create|describe")
     c = actions.add_parser("create", help="create a topic", parents=[common])
-    c.add_argument("name")
-    c.add_argument("--partitions", type=positive_int, required=True)
+    c.add_argument("name", help="the topic's name")
+    c.add_argument(
+        "--partitions", type=positive_int, required=True, help="how many partitions it has"
+    )
     c.add_argument(
         "--config",
         action="append",
@@ -79,5 +81,5 @@ def register(
     )
     c.set_defaults(run=create)
     d = actions.add_parser("describe", help="print a topic as JSON", parents=[common])
-    d.add_argument("name")
+    d.add_argument("name", help="the topic's name")
     d.set_defaults(run=describe)

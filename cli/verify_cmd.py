@@ -65,7 +65,7 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("verify", help="check every live file and partition", parents=[common])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the report as one JSON document on stdout")
     p.set_defaults(run=run, existing_store=True)
 
 

@@ -128,5 +128,10 @@ def register(
         help="serve Prometheus metrics on this port",
     )
     add_codec_options(p)
-    p.add_argument("--log-format", choices=FORMATS, default="text")
+    p.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="event log lines on stderr: text, or one JSON object a line (default text)",
+    )
     p.set_defaults(run=run, existing_store=True)
