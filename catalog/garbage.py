@@ -6,8 +6,10 @@ before the catalog forgets them: a crash in between leaves entries whose deletio
 simply repeated (deleting a missing key is not an error), never an object nobody tracks.
 
 Multipart uploads that a dead writer left pending (kill -9 mid-job) are aborted once
-older than the grace period, unless their key is the output of a job that holds an
-unexpired lease (a queue worker still running it).
+begun more than the grace period ago and silent as long (no part received), unless their
+key is the output of a job that holds an unexpired lease (a queue worker still running
+it). A running job writes a part every few MiB, with or without a lease (``compact``
+takes none), so however long it runs, its upload is not taken from under it.
 
 Scratch objects (``_scratch/``: what ``replay --verify`` writes and deletes itself) are
 deleted, and their pending uploads aborted, once older than a day: a verify killed before
@@ -16,8 +18,17 @@ one under a verify still running can only make that verify fail.
 
 The catalog's own objects go the same way: checkpoints superseded for longer than the
 grace period, log entries that a checkpoint has folded and that are older than the
-history retention, and manifests of files that never became live (a crash between a
-manifest and its commit) once older than the grace period.
+history retention, and manifests of files that never became live once older than the
+grace period and once the data object each describes is gone.
+
+A manifest is written before its commit's log entry, and a writer may stall between the
+two for any time (a paused process, a commit retrying its entry), then commit. Age alone
+cannot tell such a writer's manifest from a dead one's: a manifest collected under a
+writer that then commits leaves a live file without a manifest, which no reader can
+serve. The data object can: it is written before the manifest and deleted only by
+garbage collection (replaced files, whose entries name their manifests) or by hand (a
+stray, once no writer that could commit it runs: README). So an uncommitted file's
+manifest goes with its stray data object, never before it.
 """
 
 from __future__ import annotations
@@ -34,8 +45,9 @@ from compactor.catalog.log import (
     log_key,
     version_of,
 )
-from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_key, manifest_written_ms
+from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_head, manifest_key
 from compactor.fileformat.offset_index import index_key
+from compactor.objectstore import ObjectNotFound, ObjectStore, PendingUpload
 
 _JOB_OUTPUT = re.compile(r"(data/L\d/)?[0-9a-f]{32}-(compacted|plain)\.cf")
 """A job's output key (``Job.output_key``; a local store's pending upload knows only its
@@ -96,13 +108,24 @@ def collect_abandoned_uploads(catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS
             abandoned = upload.initiated_ms + SCRATCH_MAX_AGE_MS <= now_ms
         elif _JOB_OUTPUT.fullmatch(upload.key):
             job_id = upload.key.rpartition("/")[2].partition("-")[0]
-            abandoned = upload.initiated_ms + grace_ms <= now_ms and job_id not in leased_jobs
+            abandoned = (
+                upload.initiated_ms + grace_ms <= now_ms
+                and job_id not in leased_jobs
+                and _silent(catalog.store, upload, grace_ms, now_ms)
+            )
         else:
             continue  # another writer's upload, not ours to abort
         if abandoned:
             catalog.store.abort_upload(upload)
             aborted.append(upload.key)
     return aborted
+
+
+def _silent(store: ObjectStore, upload: PendingUpload, grace_ms: int, now_ms: int) -> bool:
+    """Whether ``upload`` has had no part for ``grace_ms``: a running job without a lease
+    (``compact``'s) sends one every few MiB of output, however long it has run."""
+    written = store.upload_written_ms(upload)
+    return written is not None and written + grace_ms <= now_ms
 
 
 def collect_scratch(catalog: Catalog, max_age_ms: int = SCRATCH_MAX_AGE_MS) -> list[str]:
@@ -137,13 +160,22 @@ def collect_catalog_garbage(
         file_id = info.key[len(MANIFEST_PREFIX) :].removesuffix(".json")
         if file_id in known:
             continue
-        written = manifest_written_ms(store, file_id)
-        old = written is not None and written + grace_ms <= now_ms
+        head = manifest_head(store, file_id)
+        if head is None or head[0] + grace_ms > now_ms or _exists(store, head[1]):
+            continue
         # Re-read the state: the file may have become live since the snapshot.
-        if old and file_id not in {f.id for f in catalog.snapshot().files}:
+        if file_id not in {f.id for f in catalog.snapshot().files}:
             store.delete(info.key)
             deleted.append(info.key)
     return deleted
+
+
+def _exists(store: ObjectStore, key: str) -> bool:
+    try:
+        store.head(key)
+    except ObjectNotFound:
+        return False
+    return True
 
 
 def _collect_log(

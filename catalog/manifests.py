@@ -96,11 +96,13 @@ def read_manifest(store: ObjectStore, file_id: str) -> tuple[SectionMeta, ...]:
         raise CorruptCatalog(f"{mkey}: {exc}") from None
 
 
-def manifest_written_ms(store: ObjectStore, file_id: str) -> int | None:
-    """When an (orphan candidate) manifest was written, None if it is gone."""
+def manifest_head(store: ObjectStore, file_id: str) -> tuple[int, str] | None:
+    """When an (orphan candidate) manifest was written and the data object it describes,
+    None if it is gone."""
     mkey = manifest_key(file_id)
     try:
         body, _ = store.get(mkey)
     except ObjectNotFound:
         return None
-    return int(need_int(decode(body, mkey), "written_ms"))
+    head = decode(body, mkey)
+    return int(need_int(head, "written_ms")), need_str(head, "key")

@@ -231,5 +231,11 @@ class ObjectStore(ABC):
     def abort_upload(self, upload: PendingUpload) -> None:
         """Discard a pending upload's parts; one already gone is not an error."""
 
+    def upload_written_ms(self, upload: PendingUpload) -> int | None:
+        """When ``upload`` last received a part (its start, before its first), or None if
+        it is gone: how long its writer has been silent. This store's ``initiated_ms`` is
+        that already (a local upload's file is written in place)."""
+        return upload.initiated_ms
+
     def close(self) -> None:  # noqa: B027 (optional: a store without resources keeps it)
         """Release clients and threads."""

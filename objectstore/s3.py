@@ -181,6 +181,24 @@ class S3Store(ObjectStore):
         except Exception as e:
             raise self._conn.error(e, "list multipart uploads in") from e
 
+    def upload_written_ms(self, upload: PendingUpload) -> int | None:
+        """The newest of its parts' LastModified (ListParts), else its start."""
+        pages = self._conn.client.get_paginator("list_parts").paginate(
+            Bucket=self.bucket, Key=self._conn.full_key(upload.key), UploadId=upload.upload_id
+        )
+        newest = upload.initiated_ms
+        try:
+            for page in pages:
+                for part in page.get("Parts", []):
+                    newest = max(newest, epoch_ms(part["LastModified"]))
+        except ClientError as e:
+            if error_code(e)[0] in ("NoSuchUpload", "404"):
+                return None
+            raise self._conn.error(e, "list the parts of an upload of", upload.key) from e
+        except Exception as e:
+            raise self._conn.error(e, "list the parts of an upload of", upload.key) from e
+        return newest
+
     def abort_upload(self, upload: PendingUpload) -> None:
         full = self._conn.full_key(upload.key)
         try:

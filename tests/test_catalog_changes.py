@@ -281,3 +281,29 @@ def test_a_killed_verifys_upload_is_aborted_after_a_day(s3_store: ObjectStore) -
     assert aborted == [scratch.key]
     assert [u.key for u in s3_store.pending_uploads()] == [other.key]
     other.abort()
+
+
+def test_a_long_running_jobs_upload_is_not_taken_while_it_sends_parts(
+    s3_store: ObjectStore,
+) -> None:
+    """``compact`` takes no lease, so collection judged its upload by its start alone: a
+    job running longer than the grace period had its output aborted under it by another
+    process's collection, and failed. An upload is abandoned only once silent (no part
+    received) for the grace period too; its start and its newest part decide, on the
+    store's dates (moto dates every upload's start 2010, and its parts when sent)."""
+    from compactor.catalog.catalog import wall_ms
+    from compactor.catalog.garbage import collect_abandoned_uploads
+
+    grace = 600_000
+    part = s3_store.part_size  # type: ignore[attr-defined]
+    running = s3_store.open_multipart("data/L1/0123456789abcdef0123456789abcdef-compacted.cf")
+    running.write(b"x" * (part + 1))  # a part sent: the upload exists
+    (upload,) = s3_store.pending_uploads()
+    sent = s3_store.upload_written_ms(upload)
+    assert sent is not None and sent >= upload.initiated_ms
+    assert abs(sent - wall_ms()) < 120_000
+    for now, aborted in ((sent + grace - 60_000, []), (sent + grace + 60_000, [running.key])):
+        catalog = Catalog(s3_store, clock=lambda now=now: now)
+        assert collect_abandoned_uploads(catalog, grace_ms=grace) == aborted
+    assert list(s3_store.pending_uploads()) == []
+    assert s3_store.upload_written_ms(upload) is None  # gone
