@@ -1,11 +1,17 @@
 """Topic configuration under Kafka's names, validated on the way in.
 
 A ``TopicConfig`` is only ever built by ``TopicConfig.parse`` (user input) or
-``TopicConfig.from_json`` (the catalog), so every instance is valid.
+``TopicConfig.from_json`` (the catalog), so every instance is valid: each ``*.ms`` value
+within Kafka's range for it, at most ``MAX_MS``.
+
+Times are Kafka's longs. A time-rule sum (now + delete.retention.ms, a timestamp +
+retention.ms or a compaction lag) saturates at ``MAX_MS`` (``add_ms``), which reads as
+never, rather than leaving the 64-bit range that the files and the worker's columns hold.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,6 +21,23 @@ CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 STRATEGIES = ("offset", "timestamp", "header")
 MIN_MAX_COMPACTION_LAG_MS = 2 * 60 * 60 * 1000
 """``max.compaction.lag.ms`` values below two hours are raised to two hours."""
+MAX_MS = (1 << 63) - 1
+"""Kafka's Long.MAX_VALUE: the largest value of a ``*.ms`` config and, as a time, never
+(a delete horizon this late is never reached; the files write "no horizon" as it)."""
+MIN_MS = -(1 << 63)
+"""Kafka's Long.MIN_VALUE, where a time-rule difference saturates."""
+MS_RANGES: dict[str, int] = {
+    "retention.ms": -1,
+    "delete.retention.ms": 0,
+    "min.compaction.lag.ms": 0,
+    "max.compaction.lag.ms": 0,
+}
+"""Each ``*.ms`` config's least value, as Kafka's broker validates it (``LogConfig``),
+except max.compaction.lag.ms, whose least is 1 there: 0 has always been taken here, and
+like any value below two hours it is raised to two hours. The greatest is ``MAX_MS``."""
+_INTEGER = re.compile(r"-?[0-9]+")
+"""A ``*.ms`` value's text: ASCII digits with an optional leading minus (``int`` alone
+would take other scripts' digits, underscores and spaces)."""
 
 DEFAULTS: dict[str, str] = {
     "cleanup.policy": "delete",
@@ -27,18 +50,32 @@ DEFAULTS: dict[str, str] = {
 }
 
 
-def _non_negative_ms(name: str, text: str, *, allow_infinite: bool = False) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(
-            f"{name} must be an integer number of milliseconds, got {text!r}"
-        ) from None
-    if allow_infinite and value == -1:
-        return value
-    if value < 0:
-        hint = " (or -1 for no limit)" if allow_infinite else ""
-        raise ConfigError(f"{name} must be >= 0{hint}, got {value}")
+def add_ms(a: int, b: int) -> int:
+    """``a + b`` for times and durations in ms, saturated to the 64-bit range: at
+    ``MAX_MS`` (never) above it, at ``MIN_MS`` below."""
+    return max(MIN_MS, min(MAX_MS, a + b))
+
+
+def _ms(name: str, text: str, *, stored: bool) -> int:
+    """A ``*.ms`` config's value. From the user (not ``stored``) it must be within Kafka's
+    range (``MS_RANGES``, ``MAX_MS``). From the catalog (``stored``), as an earlier version
+    may have accepted it: a value past ``MAX_MS`` reads as ``MAX_MS`` (forever either
+    way)."""
+    if not isinstance(text, str) or _INTEGER.fullmatch(text) is None:
+        raise ConfigError(f"{name} must be an integer number of milliseconds, got {text!r}")
+    digits = text.lstrip("-").lstrip("0")
+    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(digits)} digits)"
+    sign = -1 if text.startswith("-") else 1
+    # more than 19 digits: past the 64-bit range (and perhaps past int()'s digit limit)
+    value = int(text) if len(digits) <= 19 else sign * (MAX_MS + 2)
+    least = MS_RANGES[name]
+    if value < least:
+        hint = " (-1 keeps records forever)" if least == -1 else ""
+        raise ConfigError(f"{name} must be >= {least}{hint}, got {shown}")
+    if value > MAX_MS:
+        if stored:
+            return MAX_MS
+        raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown}")
     return value
 
 
@@ -68,13 +105,14 @@ class TopicConfig:
         has too (docs/ARCHITECTURE.md §4, invariant 1(c))."""
         if not self.deletes_by_retention or self.retention_ms < 0:
             return None
-        return now_ms - self.retention_ms
+        return add_ms(now_ms, -self.retention_ms)
 
     def delete_horizon_ms(self, now_ms: int) -> int:
         """The delete horizon a compaction at ``now_ms`` gives a tombstone: now +
         delete.retention.ms, at least 1 ms ahead, so that the job that sets a horizon never
-        finds it passed."""
-        return now_ms + max(1, self.delete_retention_ms)
+        finds it passed; saturated at ``MAX_MS``, never (so the clock must stay below it:
+        ``--now-ms`` does)."""
+        return add_ms(now_ms, max(1, self.delete_retention_ms))
 
     @property
     def effective_max_compaction_lag_ms(self) -> int | None:
@@ -84,7 +122,16 @@ class TopicConfig:
 
     @classmethod
     def parse(cls, settings: Mapping[str, str]) -> TopicConfig:
-        """Validate user settings (Kafka names, string values); unknown keys are errors."""
+        """Validate user settings (Kafka names, string values) as Kafka's broker does:
+        unknown keys, values out of Kafka's range and min.compaction.lag.ms above
+        max.compaction.lag.ms are errors."""
+        return cls._parse(settings, stored=False)
+
+    @classmethod
+    def _parse(cls, settings: Mapping[str, str], *, stored: bool) -> TopicConfig:
+        """``parse``; ``stored``: settings from the catalog, which an earlier version
+        may have written with looser bounds (see ``_ms``; nor is min.compaction.lag.ms
+        above max.compaction.lag.ms an error: both rules still apply)."""
         unknown = sorted(set(settings) - set(DEFAULTS))
         if unknown:
             known = ", ".join(DEFAULTS)
@@ -110,18 +157,22 @@ class TopicConfig:
                 "compaction.strategy.header is only valid with compaction.strategy=header"
             )
         max_lag_text = merged["max.compaction.lag.ms"]
-        max_lag = _non_negative_ms("max.compaction.lag.ms", max_lag_text) if max_lag_text else None
+        max_lag = None
+        if max_lag_text:
+            max_lag = _ms("max.compaction.lag.ms", max_lag_text, stored=stored)
+        min_lag = _ms("min.compaction.lag.ms", merged["min.compaction.lag.ms"], stored=stored)
+        if not stored and max_lag is not None and min_lag > max_lag:
+            raise ConfigError(
+                f"min.compaction.lag.ms ({min_lag}) must not be greater than "
+                f"max.compaction.lag.ms ({max_lag})"
+            )
         return cls(
             cleanup_policy=policy,
-            retention_ms=_non_negative_ms(
-                "retention.ms", merged["retention.ms"], allow_infinite=True
+            retention_ms=_ms("retention.ms", merged["retention.ms"], stored=stored),
+            delete_retention_ms=_ms(
+                "delete.retention.ms", merged["delete.retention.ms"], stored=stored
             ),
-            delete_retention_ms=_non_negative_ms(
-                "delete.retention.ms", merged["delete.retention.ms"]
-            ),
-            min_compaction_lag_ms=_non_negative_ms(
-                "min.compaction.lag.ms", merged["min.compaction.lag.ms"]
-            ),
+            min_compaction_lag_ms=min_lag,
             max_compaction_lag_ms=max_lag,
             compaction_strategy=strategy,
             compaction_strategy_header=header,
@@ -144,4 +195,6 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, str]) -> TopicConfig:
-        return cls.parse(data)
+        """A topic config as the catalog holds it (``to_json``): validated as ``parse``
+        does, but a store written before Kafka's bounds were enforced still loads."""
+        return cls._parse(data, stored=True)

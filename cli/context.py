@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from compactor.catalog import Catalog
+from compactor.catalog.config import MAX_MS
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
@@ -63,6 +64,28 @@ def endpoint_url_problem(url: str) -> str | None:
     return None if valid else "no valid host name"
 
 
+def _clock(text: str) -> int:
+    """``--now-ms`` (or COMPACTOR_NOW_MS): a time in ms from 0 to below ``MAX_MS``, the
+    time a saturated delete horizon or lag reads as (never), which a clock must not
+    reach."""
+    try:
+        now_ms = int(text)
+    except ValueError:
+        body = text.strip()
+        sign = body[:1] if body[:1] in ("+", "-") else ""
+        if not body[len(sign) :].isdigit():
+            raise UsageError(f"--now-ms must be an integer, got {text!r}") from None
+        now_ms = -1 if sign == "-" else MAX_MS  # digits past int()'s limit: far out of range
+    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+    if now_ms < 0:
+        raise UsageError(f"--now-ms must not be negative, got {shown}")
+    if now_ms >= MAX_MS:
+        raise UsageError(
+            f"--now-ms must be below {MAX_MS} (2^63 - 1, the time that reads as never), got {shown}"
+        )
+    return now_ms
+
+
 def _store_exists_or_fail(store: ObjectStore) -> None:
     """A local store's directory must exist for a command that reads (or compacts) a
     store: a mistyped path fails here, rather than reading as an empty, healthy store."""
@@ -91,15 +114,7 @@ class Context:
     def from_args(cls, args: argparse.Namespace) -> Context:
         store_url = args.store or os.environ.get("COMPACTOR_STORE") or DEFAULT_STORE
         now_text = args.now_ms if args.now_ms is not None else os.environ.get("COMPACTOR_NOW_MS")
-        if now_text is None:
-            now_ms = int(time.time() * 1000)
-        else:
-            try:
-                now_ms = int(now_text)
-            except ValueError:
-                raise UsageError(f"--now-ms must be an integer, got {now_text!r}") from None
-            if now_ms < 0:
-                raise UsageError(f"--now-ms must not be negative, got {now_ms}")
+        now_ms = int(time.time() * 1000) if now_text is None else _clock(now_text)
         if args.endpoint_url:
             problem = endpoint_url_problem(args.endpoint_url)
             if problem is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from compactor.catalog import LiveFile, Snapshot
+from compactor.catalog.config import add_ms
 from compactor.planner.config import HOUR_MS, PlannerConfig
 from compactor.planner.job import MAX_LEVEL, Job, Numbers
 from compactor.planner.maxlag import left_young_since
@@ -76,7 +77,7 @@ def daily_due_ms(snap: Snapshot, config: PlannerConfig) -> int | None:
     """When the next daily compaction is due; None for a store that never held data."""
     if snap.last_full_compaction_ms is None:
         return None
-    return snap.last_full_compaction_ms + config.full_compaction_interval_ms
+    return add_ms(snap.last_full_compaction_ms, config.full_compaction_interval_ms)
 
 
 def daily_jobs(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from compactor.catalog import LiveFile, Snapshot, Topic, TopicSummary
+from compactor.catalog.config import add_ms
 from compactor.planner.config import MINUTE_MS, PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.sequence import Run, make_job, runs
@@ -58,7 +59,7 @@ def dirty_since_ms(f: LiveFile, topics: Mapping[str, Topic]) -> int | None:
                 continue
         else:
             oldest = summary.min_timestamp
-        due = oldest + max(lag, min_lag)
+        due = add_ms(oldest, max(lag, min_lag))  # MAX_MS: never
         since = due if since is None else min(since, due)
     return since
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from compactor.catalog import Snapshot
+from compactor.catalog.config import add_ms
 from compactor.planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
 from compactor.planner.full import daily_due_ms, daily_jobs, full_jobs
 from compactor.planner.job import MAX_LEVEL, Job
@@ -129,7 +130,9 @@ def _time_rule_notes(snap: Snapshot, now_ms: int, config: PlannerConfig) -> list
             f"{len(state.rewrites)} holding some expired records"
         )
         if waiting:
-            soonest = min(r.expired_since_ms for r in waiting) + config.retention_max_delay_ms
+            soonest = add_ms(
+                min(r.expired_since_ms for r in waiting), config.retention_max_delay_ms
+            )
             line += (
                 f"; {len(waiting)} wait (under retention.min.expired.ratio "
                 f"{config.retention_min_expired_ratio}, or dropped unread soon), "

@@ -32,6 +32,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from compactor.catalog import LiveFile, Snapshot, TopicSummary
+from compactor.catalog.config import add_ms
 from compactor.catalog.summary import PartitionRanges, ranges_cover, ranges_overlap, union_ranges
 from compactor.planner.config import MINUTE_MS, PlannerConfig
 from compactor.planner.job import Job
@@ -56,8 +57,8 @@ def removable_if_oldest(f: LiveFile, s: TopicSummary, cutoff: int, now_ms: int) 
     tried, and the record sits behind a younger one)."""
     if s.min_timestamp >= cutoff:
         return False
-    return s.min_section_max_timestamp < cutoff or f.created_ms <= s.min_timestamp + (
-        now_ms - cutoff
+    return s.min_section_max_timestamp < cutoff or f.created_ms <= add_ms(
+        s.min_timestamp, now_ms - cutoff
     )
 
 
@@ -152,11 +153,13 @@ def _rewrite(
     wholly = -(1 << 62)
     for s in f.topics:
         cutoff = cuts.get(s.topic)
-        wholly = max(wholly, 1 << 62 if cutoff is None else s.max_timestamp + now_ms - cutoff)
+        wholly = max(
+            wholly, 1 << 62 if cutoff is None else add_ms(s.max_timestamp, now_ms - cutoff)
+        )
         if cutoff is None or s.min_timestamp >= cutoff:
             continue
         retention_ms = now_ms - cutoff
-        expiry = s.min_timestamp + retention_ms
+        expiry = add_ms(s.min_timestamp, retention_ms)
         since = expiry if since is None else min(since, expiry)
         if s.max_timestamp < cutoff:
             expired_bytes += s.uncompressed_bytes
@@ -168,7 +171,7 @@ def _rewrite(
     if since is None:
         return None
     share = expired_bytes / max(1, f.uncompressed_bytes)
-    return Rewrite(f, removes, min(1.0, share), since, wholly + 1)
+    return Rewrite(f, removes, min(1.0, share), since, add_ms(wholly, 1))
 
 
 def why_not_droppable(snap: Snapshot, now_ms: int, ids: Collection[str]) -> str | None:

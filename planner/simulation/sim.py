@@ -33,7 +33,7 @@ from typing import Any
 
 from compactor.catalog import LiveFile, Snapshot, TopicConfig
 from compactor.catalog.changes import append_files, create_topic, replace_files
-from compactor.catalog.config import CLEANUP_POLICIES
+from compactor.catalog.config import CLEANUP_POLICIES, add_ms
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import MAX_LEVEL, Job
 from compactor.planner.maxlag import dirty_files, dirty_since_ms
@@ -195,7 +195,7 @@ class TombstoneReport:
             "max_past_horizon_ms": past,
             "max_past_horizon_at_s": self.max_past_horizon_at_s,
             "max_since_horizon_set_ms": None if past is None else past + self.delete_retention_ms,
-            "bound_ms": self.delete_retention_ms + self.buffer_ms,
+            "bound_ms": add_ms(self.delete_retention_ms, self.buffer_ms),  # MAX_MS: never
             "delete_retention_ms": self.delete_retention_ms,
             "tombstone_buffer_ms": self.buffer_ms,
             "max_unstamped_age_ms": self.max_unstamped_age_ms,
