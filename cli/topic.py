@@ -4,18 +4,40 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 from compactor.catalog import CommitRecord, TopicConfig
 from compactor.catalog.changes import create_topic
 from compactor.cli.context import Context, UsageError, positive_int
 
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""Kafka's rule for a topic name (``Topic.validate``), applied when a topic is created;
+a catalog holding another name still loads."""
+
+
+def topic_name(text: str) -> str:
+    """An argparse type: a name Kafka would accept for a new topic."""
+    if not TOPIC_NAME.fullmatch(text) or text in (".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a topic name: as in Kafka, 1 to 249 ASCII letters, digits, "
+            "'.', '_' or '-', and not '.' or '..'"
+        )
+    return text
+
 
 def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """The ``--config KEY=VALUE`` options as a dict; a key given twice is a usage error
+    (even with the same value: the later one would silently win)."""
     settings: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--config takes KEY=VALUE, got {pair!r}")
+        if key in settings:
+            raise UsageError(
+                f"--config {key} given twice ({settings[key]!r}, then {value!r}): "
+                "give each topic config once"
+            )
         settings[key] = value
     return settings
 
@@ -68,7 +90,9 @@ def register(
     topic = sub.add_parser("topic", help="create or describe topics", parents=[common])
     actions = topic.add_subparsers(dest="topic_command", required=True, metavar="create|describe")
     c = actions.add_parser("create", help="create a topic", parents=[common])
-    c.add_argument("name", help="the topic's name")
+    c.add_argument(
+        "name", type=topic_name, help="the topic's name (Kafka's rule: [A-Za-z0-9._-]{1,249})"
+    )
     c.add_argument(
         "--partitions", type=positive_int, required=True, help="how many partitions it has"
     )
@@ -77,7 +101,7 @@ def register(
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a Kafka topic config, e.g. cleanup.policy=compact (repeatable)",
+        help="a Kafka topic config, e.g. cleanup.policy=compact (repeatable, each key once)",
     )
     c.set_defaults(run=create)
     d = actions.add_parser("describe", help="print a topic as JSON", parents=[common])

@@ -27,7 +27,7 @@ from compactor.catalog.log import LogEntry
 from compactor.fileformat import FormatError
 from compactor.fileformat.offset_index import index_key
 from compactor.objectstore import ObjectNotFound
-from compactor.planner.job import Job
+from compactor.planner.job import Job, JobDocumentError
 from compactor.planner.retention import why_not_droppable
 from compactor.replay.compare import first_difference
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
@@ -67,11 +67,20 @@ class VerifyReport:
 
 def recorded_job(catalog: Catalog, version: int) -> tuple[Job, LogEntry]:
     """The job document commit ``version`` ran, and that commit; CatalogError if the
-    commit is not a compaction."""
+    commit is not a compaction, or its document is not one this version runs (a job no
+    planner makes: ``planner.job``)."""
     entry = catalog.entry(version)
     if entry.record.kind != "compaction":
         raise CatalogError(f"commit {version} is a {entry.record.kind} commit, not a compaction")
-    return Job.from_json(dict(entry.record.details["job"])), entry
+    document = entry.record.details.get("job")
+    if not isinstance(document, dict):
+        raise CatalogError(f"commit {version} recorded no job document")
+    try:
+        return Job.from_json(document), entry
+    except JobDocumentError as e:
+        raise CatalogError(
+            f"commit {version} recorded a job that cannot be replayed: {e}"
+        ) from None
 
 
 def verify_commit(
@@ -98,16 +107,22 @@ def verify_commit(
     scratch = f"{SCRATCH_PREFIX}-{version}-{uuid.uuid4().hex[:12]}/"
     written = None
     try:
-        written = write_outputs(
-            catalog.store,
-            snap,
-            job,
-            KeyBuffer(run.key_buffer_bytes),
-            now_ms=run.now_ms,
-            compression=run.compression,
-            on_progress=on_progress,
-            output_key=lambda group: scratch + job.output_key(group),
-        )
+        try:
+            written = write_outputs(
+                catalog.store,
+                snap,
+                job,
+                KeyBuffer(run.key_buffer_bytes),
+                now_ms=run.now_ms,
+                compression=run.compression,
+                on_progress=on_progress,
+                output_key=lambda group: scratch + job.output_key(group),
+            )
+        except ObjectNotFound:
+            # Garbage collection may delete the inputs while the re-run reads them (their
+            # grace period ran out): the same answer as when they were gone before it.
+            _check_inputs_exist(catalog, job, version)
+            raise
         report.records = written.stats.records_out
         committed = [str(k) for k in details.get("outputs", [])]
         rerun = [f.key.removeprefix(scratch) for f in written.produced]
