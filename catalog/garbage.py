@@ -47,7 +47,7 @@ from compactor.catalog.log import (
 )
 from compactor.catalog.manifests import MANIFEST_PREFIX, manifest_head, manifest_key
 from compactor.fileformat.offset_index import index_key
-from compactor.objectstore import ObjectNotFound, ObjectStore, PendingUpload
+from compactor.objectstore import ObjectStore, PendingUpload
 
 _JOB_OUTPUT = re.compile(r"(data/L\d/)?[0-9a-f]{32}-(compacted|plain)\.cf")
 """A job's output key (``Job.output_key``; a local store's pending upload knows only its
@@ -161,21 +161,13 @@ def collect_catalog_garbage(
         if file_id in known:
             continue
         head = manifest_head(store, file_id)
-        if head is None or head[0] + grace_ms > now_ms or _exists(store, head[1]):
+        if head is None or head[0] + grace_ms > now_ms or store.exists(head[1]):
             continue
         # Re-read the state: the file may have become live since the snapshot.
         if file_id not in {f.id for f in catalog.snapshot().files}:
             store.delete(info.key)
             deleted.append(info.key)
     return deleted
-
-
-def _exists(store: ObjectStore, key: str) -> bool:
-    try:
-        store.head(key)
-    except ObjectNotFound:
-        return False
-    return True
 
 
 def _collect_log(

@@ -180,6 +180,14 @@ class ObjectStore(ABC):
     @abstractmethod
     def head(self, key: str) -> ObjectInfo: ...
 
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is there (a HEAD request)."""
+        try:
+            self.head(key)
+        except ObjectNotFound:
+            return False
+        return True
+
     @abstractmethod
     def get(self, key: str) -> tuple[bytes, str]:
         """The whole object and its ETag, by one GET."""

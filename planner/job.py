@@ -27,8 +27,9 @@ from typing import Any
 MAX_LEVEL = 4
 
 CLEAN_LEVEL = 2
-"""The lowest level every file of which was written by a deduplicating job (the same as
-``planner.maxlag.CLEAN_LEVEL``): a job writing at or above it deduplicates."""
+"""The lowest level every file of which was written by a deduplicating job: a job writing
+at or above it deduplicates (``Job``), and max.compaction.lag.ms counts such files clean
+(``planner.maxlag``)."""
 
 SCHEMA_VERSION = 1
 """The job document's version (``schema_version``): what ``plan --json`` prints, what

@@ -20,11 +20,8 @@ from collections.abc import Collection, Mapping
 from compactor.catalog import LiveFile, Snapshot, Topic, TopicSummary
 from compactor.catalog.config import add_ms
 from compactor.planner.config import MINUTE_MS, PlannerConfig
-from compactor.planner.job import Job
+from compactor.planner.job import CLEAN_LEVEL, Job
 from compactor.planner.sequence import Run, make_job, runs
-
-CLEAN_LEVEL = 2
-"""The lowest level every file of which was written by a deduplicating compaction."""
 
 
 def clean_level(files: Run) -> int:

@@ -35,8 +35,7 @@ from compactor.catalog import LiveFile, Snapshot, TopicSummary
 from compactor.catalog.config import add_ms
 from compactor.catalog.summary import PartitionRanges, ranges_cover, ranges_overlap, union_ranges
 from compactor.planner.config import MINUTE_MS, PlannerConfig
-from compactor.planner.job import Job
-from compactor.planner.maxlag import CLEAN_LEVEL
+from compactor.planner.job import CLEAN_LEVEL, Job
 from compactor.planner.sequence import make_job
 
 

@@ -154,13 +154,11 @@ def _run_settings(
 
 def _check_inputs_exist(catalog: Catalog, job: Job, version: int) -> None:
     for i in job.inputs:
-        try:
-            catalog.store.head(i.key)
-        except ObjectNotFound:
+        if not catalog.store.exists(i.key):
             raise CatalogError(
                 f"commit {version} cannot be re-run: its input {i.key} was deleted (replaced "
                 "files are kept only for the grace period after the commit)"
-            ) from None
+            )
 
 
 def _compare(

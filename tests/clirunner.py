@@ -32,6 +32,25 @@ def run_cli(*args: str, stdin: bytes | None = None) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
+def one_line(r: Result, code: int, *fragments: str) -> str:
+    """The one line a failure prints; fails unless the status is ``code`` and stderr is
+    exactly that line, without a traceback or an internal error."""
+    assert r.code == code, r
+    assert r.out == "", r
+    assert "Traceback" not in r.err, r.err
+    assert r.err.count("\n") == 1 and r.err.endswith("\n"), r.err
+    assert r.err.startswith("compactor: "), r.err
+    assert "internal error" not in r.err, r.err
+    for fragment in fragments:
+        assert fragment in r.err, r.err
+    return r.err[:-1]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``: the catalog, the data files, anything left behind."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
 def assert_one_line_error(result: Result, *fragments: str) -> None:
     assert result.code != 0, result
     assert result.out == "", result

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clirunner import Result, run_cli, two_l0_files
+from clirunner import Result, one_line, run_cli, tree, two_l0_files
 
 from compactor.cli.exit_codes import ExitCode
 from compactor.cli.key_buffer import MAX_KEY_BUFFER_BYTES
@@ -22,25 +22,6 @@ from compactor.worker.kernel import ENTRY_BYTES, KeyBuffer
 NOW = "1700000000000"
 COMPACTOR = Path(sys.executable).parent / "compactor"
 NO_QUEUE = "http://127.0.0.1:9/000000000000/jobs"
-
-
-def one_line(r: Result, code: ExitCode, *fragments: str) -> str:
-    """The one line a failure prints; fails unless the status is ``code`` and stderr is
-    exactly that line."""
-    assert r.code == code, r
-    assert r.out == "", r
-    assert "Traceback" not in r.err, r.err
-    assert r.err.count("\n") == 1 and r.err.endswith("\n"), r.err
-    assert r.err.startswith("compactor: "), r.err
-    assert "internal error" not in r.err, r.err
-    for fragment in fragments:
-        assert fragment in r.err, r.err
-    return r.err[:-1]
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root``: the catalog, the data files, anything left behind."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clirunner import run_cli, two_l0_files
+from clirunner import run_cli, tree, two_l0_files
 
 from compactor.catalog import CommitConflict, ConfigError, CorruptCatalog
 from compactor.cli import stats
@@ -50,11 +50,6 @@ def one_line(stderr: str) -> str:
     assert stderr.count("\n") == 1 and stderr.endswith("\n"), stderr
     assert stderr.startswith("compactor: "), stderr
     return stderr[:-1]
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (the catalog, the data files, anything left behind)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.fixture

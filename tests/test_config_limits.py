@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from clirunner import Result, run_cli, two_l0_files
+from clirunner import Result, one_line, run_cli, tree, two_l0_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_model import TopicRules, compact
@@ -36,24 +36,6 @@ from compactor.objectstore import LocalStore
 
 NOW = 1_700_000_000_000
 TOO_BIG = str(MAX_MS + 1)
-
-
-def one_line(r: Result, code: ExitCode, *fragments: str) -> str:
-    """The one line a failure prints; fails unless the status is ``code`` and stderr is
-    exactly that line, without a traceback."""
-    assert r.code == code, r
-    assert r.out == "", r
-    assert "Traceback" not in r.err, r.err
-    assert r.err.count("\n") == 1 and r.err.endswith("\n"), r.err
-    assert r.err.startswith("compactor: "), r.err
-    assert "internal error" not in r.err, r.err
-    for fragment in fragments:
-        assert fragment in r.err, r.err
-    return r.err[:-1]
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clirunner import assert_one_line_error, run_cli
+from clirunner import assert_one_line_error, run_cli, tree
 from conftest import JobQueues
 from hypothesis import HealthCheck, given, settings
 from planner_catalogs import NOW_MS, Case, cases, live_file, section, snapshot, topic
@@ -29,7 +29,6 @@ from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.jobqueue.sqs import JobQueue
 from compactor.objectstore import LocalStore
 from compactor.objectstore.s3 import S3Store
-from compactor.planner import maxlag
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import (
     CLEAN_LEVEL,
@@ -271,10 +270,6 @@ def test_a_retention_rewrite_fits_its_rule_at_each_level() -> None:
     assert Job.loads(json.dumps(drop)).drop
 
 
-def test_the_job_module_and_the_planner_agree_on_the_clean_level() -> None:
-    assert CLEAN_LEVEL == maxlag.CLEAN_LEVEL
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cases())
 def test_every_job_a_planner_makes_reads_back_as_itself(case: Case) -> None:
@@ -338,10 +333,6 @@ def test_every_time_rule_job_reads_back_as_itself() -> None:
 
 
 # --- through the command line ---------------------------------------------------------------
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.fixture

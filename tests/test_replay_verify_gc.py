@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clirunner import assert_one_line_error, run_cli, two_l0_files
+from clirunner import assert_one_line_error, run_cli, tree, two_l0_files
 
 from compactor.catalog import Catalog, CatalogError
 from compactor.catalog.garbage import SCRATCH_PREFIX, collect_garbage
@@ -21,10 +21,6 @@ from compactor.replay import verify
 from compactor.replay.verify import verify_commit
 
 NOW = "1700000000000"
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def _compacted(root: Path) -> tuple[int, list[str]]:

@@ -9,17 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from clirunner import assert_one_line_error, run_cli
+from clirunner import assert_one_line_error, run_cli, tree
 
 from compactor.catalog import Catalog, TopicConfig
 from compactor.catalog.changes import create_topic
 from compactor.objectstore import LocalStore
 
 RULE = "as in Kafka, 1 to 249 ASCII letters, digits, '.', '_' or '-', and not '.' or '..'"
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.mark.parametrize(
