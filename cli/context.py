@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,6 +14,8 @@ from compactor.catalog.config import MAX_MS
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
+DECIMAL = re.compile(r"[+-]?[0-9]+")
+"""An integer as the command line takes one: ASCII digits, an optional sign."""
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 """Where an S3 store finds its endpoint without ``--endpoint-url``, first set first (as
 ``objectstore.s3conn`` reads them)."""
@@ -24,8 +27,11 @@ class UsageError(Exception):
 
 def integer(text: str) -> int:
     """An option's text as an integer; argparse's type error, in the options' words, if
-    it is not one (the argparse types below start here)."""
+    it is not one (the argparse types below start here). ASCII digits only, as Kafka
+    reads a number: ``int`` alone also takes other scripts' digits and underscores."""
     try:
+        if not DECIMAL.fullmatch(text.strip()):
+            raise ValueError(text)
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
@@ -68,14 +74,13 @@ def _clock(text: str) -> int:
     """``--now-ms`` (or COMPACTOR_NOW_MS): a time in ms from 0 to below ``MAX_MS``, the
     time a saturated delete horizon or lag reads as (never), which a clock must not
     reach."""
+    body = text.strip()
+    if not DECIMAL.fullmatch(body):
+        raise UsageError(f"--now-ms must be an integer, got {text!r}")
     try:
-        now_ms = int(text)
-    except ValueError:
-        body = text.strip()
-        sign = body[:1] if body[:1] in ("+", "-") else ""
-        if not body[len(sign) :].isdigit():
-            raise UsageError(f"--now-ms must be an integer, got {text!r}") from None
-        now_ms = -1 if sign == "-" else MAX_MS  # digits past int()'s limit: far out of range
+        now_ms = int(body)
+    except ValueError:  # digits past int()'s limit: far out of range
+        now_ms = -1 if body.startswith("-") else MAX_MS
     shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
     if now_ms < 0:
         raise UsageError(f"--now-ms must not be negative, got {shown}")

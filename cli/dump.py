@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from compactor.catalog.partition_reader import read_partition
-from compactor.cli.context import Context, UsageError, non_negative_int
+from compactor.cli.context import Context, UsageError, integer, non_negative_int
 from compactor.fileformat import batch_to_records
 from compactor.ingest.jsonl import format_record
 
@@ -44,7 +44,7 @@ def register(
 ) -> None:
     p = sub.add_parser("dump", help="print a partition's records as JSON Lines", parents=[common])
     p.add_argument("--topic", required=True, help="the topic to print")
-    p.add_argument("--partition", type=int, required=True, help="its partition to print")
+    p.add_argument("--partition", type=integer, required=True, help="its partition to print")
     start = p.add_mutually_exclusive_group()
     start.add_argument(
         "--from-offset",
@@ -54,7 +54,7 @@ def register(
     )
     start.add_argument(
         "--from-timestamp",
-        type=int,
+        type=integer,
         default=None,
         metavar="T",
         help="from the first record whose timestamp >= T (ms), as offsetsForTimes",

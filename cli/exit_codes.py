@@ -27,6 +27,9 @@ class ExitCode(IntEnum):
     """A compaction job found one of its own invariants broken (WorkerError)."""
     QUEUE = 8
     """The job queue: unreachable, missing, or refusing a request (QueueError)."""
+    SPARK = 9
+    """Spark did not start: no Java, a bad JAVA_HOME, a master URL it refuses
+    (SparkUnavailable)."""
     INTERNAL = 70
     """An unexpected error: a bug (EX_SOFTWARE); ``--debug`` shows the traceback."""
     INTERRUPTED = 130

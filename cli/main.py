@@ -24,6 +24,7 @@ from compactor.cli.exit_codes import ExitCode
 from compactor.fileformat import FormatError
 from compactor.jobqueue.errors import QueueError
 from compactor.objectstore import StoreError
+from compactor.spark.failures import SparkUnavailable
 from compactor.worker.errors import WorkerError
 
 FAILURES: tuple[tuple[type[Exception], ExitCode], ...] = (
@@ -34,6 +35,7 @@ FAILURES: tuple[tuple[type[Exception], ExitCode], ...] = (
     (FormatError, ExitCode.FORMAT),
     (WorkerError, ExitCode.WORKER),
     (QueueError, ExitCode.QUEUE),
+    (SparkUnavailable, ExitCode.SPARK),
 )
 """Each error family a user can act on, and its exit status; anything else is a bug
 (ExitCode.INTERNAL)."""
@@ -137,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _sigterm_unwinds():
             args = build_parser(argv).parse_args(argv)
-            debug = debug or args.debug
+            debug = args.debug = debug or args.debug  # the spark commands read it too
             ctx = Context.from_args(args)
             try:
                 return int(args.run(ctx, args))

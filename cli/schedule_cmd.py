@@ -11,7 +11,7 @@ from compactor.catalog.garbage import (
     DEFAULT_HISTORY_RETENTION_MS,
     collect_all_garbage,
 )
-from compactor.cli.context import Context, UsageError, non_negative_int
+from compactor.cli.context import Context, UsageError, integer, non_negative_int
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.jobqueue.events import FORMATS, EventLog
 from compactor.jobqueue.scheduler import Pass, Published, Scheduler
@@ -102,7 +102,7 @@ def register(
     )
     p.add_argument(
         "--lease-ms",
-        type=int,
+        type=integer,
         default=None,
         help="how long a published job's lease lasts until a worker renews it "
         "(default: the queue's visibility timeout)",

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from compactor.catalog.config import CLEANUP_POLICIES
-from compactor.cli.context import Context, UsageError, positive_int
+from compactor.cli.context import Context, UsageError, integer, positive_int
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
 from compactor.planner.plan import plan
@@ -222,7 +222,7 @@ def register(
     )
     p.add_argument(
         "--max-compaction-lag-ms",
-        type=int,
+        type=integer,
         default=None,
         help="the simulated topic's max.compaction.lag.ms (raised to 2 h when lower)",
     )
@@ -234,7 +234,7 @@ def register(
     )
     p.add_argument(
         "--retention-ms",
-        type=int,
+        type=integer,
         default=w.retention_ms,
         metavar="MS",
         help="the topic's retention.ms (-1: forever; only with a delete policy)",
@@ -248,7 +248,7 @@ def register(
     )
     p.add_argument(
         "--delete-retention-ms",
-        type=int,
+        type=integer,
         default=w.delete_retention_ms,
         metavar="MS",
         help="the topic's delete.retention.ms",

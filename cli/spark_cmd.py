@@ -15,17 +15,14 @@ from compactor.cli.codec_options import add_codec_options
 from compactor.cli.context import Context, UsageError, non_negative_int, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.planner_options import add_planner_options, planner_config
+from compactor.cli.spark_log import spark_log
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
 
 FAULT_ENV = "COMPACTOR_SPARK_INJECT_FAULT"
 
 
 def compact(ctx: Context, args: argparse.Namespace) -> int:
-    from compactor.spark.driver import (  # pyspark only now
-        SparkCompaction,
-        compact_on_spark,
-        spark_session,
-    )
+    from compactor.spark.driver import SparkCompaction, compact_on_spark  # pyspark only now
     from compactor.spark.task import FAULTS, TaskSettings
 
     fault = os.environ.get(FAULT_ENV) or None
@@ -48,8 +45,7 @@ def compact(ctx: Context, args: argparse.Namespace) -> int:
         full=args.full,
         max_concurrent_jobs=args.max_concurrent_jobs,
     )
-    conf = dict(_spark_setting(item) for item in args.conf)
-    spark = spark_session(args.master, conf)
+    spark = _session(args)
     try:
         reports = compact_on_spark(spark, run, ctx.catalog)
     finally:
@@ -66,7 +62,7 @@ def compact(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def index(ctx: Context, args: argparse.Namespace) -> int:
-    from compactor.spark.driver import index_on_spark, spark_session  # pyspark only now
+    from compactor.spark.driver import index_on_spark  # pyspark only now
     from compactor.spark.task import TaskSettings
 
     settings = TaskSettings(
@@ -76,7 +72,7 @@ def index(ctx: Context, args: argparse.Namespace) -> int:
         now_ms=ctx.now_ms,
         lease_ms=1,
     )
-    spark = spark_session(args.master, dict(_spark_setting(item) for item in args.conf))
+    spark = _session(args)
     try:
         reports = index_on_spark(spark, settings, ctx.catalog)
     finally:
@@ -89,6 +85,15 @@ def index(ctx: Context, args: argparse.Namespace) -> int:
             print(f"{r['index']}: {r['sections']} sections, {r['gets']} GET; {state}")
         print(f"{sum(r['written'] for r in reports)} indexes written")
     return 0
+
+
+def _session(args: argparse.Namespace) -> Any:
+    """The command's SparkSession, its JVM's log on ``--spark-log`` (``cli.spark_log``)."""
+    from compactor.spark.driver import spark_session
+
+    conf = dict(_spark_setting(item) for item in args.conf)
+    with spark_log(args.spark_log, on_stderr=args.debug):
+        return spark_session(args.master, conf)
 
 
 def _spark_setting(item: str) -> tuple[str, str]:
@@ -166,4 +171,11 @@ def _spark_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="spark.NAME=VALUE",
         help="a Spark setting, as spark-submit --conf takes it (repeatable)",
+    )
+    p.add_argument(
+        "--spark-log",
+        default=None,
+        metavar="FILE",
+        help="append Spark's own log (its JVM's stderr) to FILE (default: kept off stderr "
+        "and discarded; --debug leaves it on stderr)",
     )

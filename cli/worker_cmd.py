@@ -101,7 +101,7 @@ def register(
     add_key_buffer_option(p)
     p.add_argument(
         "--visibility-timeout-s",
-        type=int,
+        type=integer,
         default=300,
         help="how long a received job stays invisible to other workers, renewed at a third "
         "of it while the job runs; also the job lease's duration (default 300)",

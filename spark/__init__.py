@@ -2,10 +2,11 @@
 leases, one task per job runs it as a queue worker would. And ``read_topic``: a topic as a
 DataFrame (``spark.read``).
 
-Nothing here is imported by the base command line until a ``spark`` command runs, and
-only the driver sides (``spark.driver``, and ``spark.read`` when called) import pyspark:
-the task side (``spark.task``, ``spark.read.section_rows``) is plain Python that an
-executor's worker process imports.
+The base command line imports only ``spark.failures`` (plain Python: the errors whose
+exit statuses it maps) until a ``spark`` command runs, and only the driver sides
+(``spark.driver``, and ``spark.read`` when called) import pyspark: the task side
+(``spark.task``, ``spark.read.section_rows``) is plain Python that an executor's worker
+process imports.
 """
 
 from __future__ import annotations

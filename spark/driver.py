@@ -29,7 +29,7 @@ from compactor.objectstore import StoreError
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
-from compactor.spark.failures import reported, task_failure
+from compactor.spark.failures import SparkUnavailable, reported, task_failure
 from compactor.spark.task import TaskSettings, index_task, run_task
 from compactor.worker.errors import WorkerError
 
@@ -55,7 +55,9 @@ def use_this_python() -> None:
 def spark_session(master: str | None, conf: Mapping[str, str] | None = None) -> Any:
     """A SparkSession whose executors run this Python: ``master``, else spark-submit's,
     else ``local[*]``; ``conf``: more Spark settings."""
+    from py4j.protocol import Py4JJavaError
     from pyspark import SparkConf
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
     use_this_python()
@@ -68,7 +70,15 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None) -> 
         builder = builder.master(master)
     elif not SparkConf().contains("spark.master"):  # not under spark-submit
         builder = builder.master("local[*]")
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except PySparkRuntimeError as exc:  # the JVM exited: no Java, a master URL it refuses
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        raise SparkUnavailable("the Spark driver's JVM exited before it started") from exc
+    except Py4JJavaError as exc:  # the JVM runs, Spark gave up: no master answered
+        first = str(exc.java_exception).strip().splitlines()[0]
+        raise SparkUnavailable(f"Spark did not start: {first}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -44,6 +44,12 @@ class SparkTaskFailed(Exception):
         self.raised_as = raised_as
 
 
+class SparkUnavailable(Exception):
+    """Spark did not start: the driver's JVM exited before pyspark could reach it (no
+    Java, a bad JAVA_HOME, a master URL Spark refuses). ``str(e)`` is the JVM's own
+    words where they were kept (``cli.spark_log``), else pyspark's."""
+
+
 def reported(task: Callable[P, R]) -> Callable[P, R]:
     """``task``, raising any error as a ``TaskError`` the driver can read back."""
 

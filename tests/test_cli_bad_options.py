@@ -308,3 +308,30 @@ def test_zero_is_still_accepted(store: Path) -> None:
     )
     assert r.code == 0, r.err
     assert r.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--now-ms", "١٧٠٠٠٠٠٠٠٠٠٠٠", "compact"], "--now-ms must be an integer"),
+        (["--now-ms", "1_700_000_000_000", "compact"], "--now-ms must be an integer"),
+        (["compact", "--full", "--grace-ms", "٥"], "--grace-ms: expected an integer"),
+        (["compact", "--full", "--grace-ms", "1_000"], "--grace-ms: expected an integer"),
+        (["dump", "--topic", "t", "--partition", "٠"], "--partition: expected an integer"),
+    ],
+    ids=" ".join,
+)
+def test_digits_other_than_ascii_are_a_usage_error(
+    store: Path, argv: list[str], words: str
+) -> None:
+    """``int`` takes Arabic-Indic digits and underscores; a number on the command line is
+    ASCII digits, as in a topic config (``catalog.config``), and the store is untouched."""
+    before = tree(store)
+    one_line(run_cli("--store", str(store), *argv), ExitCode.USAGE, words)
+    assert tree(store) == before
+
+
+def test_ascii_numbers_with_a_sign_or_spaces_still_parse(store: Path) -> None:
+    """The positive control: what the check lets through still runs."""
+    r = run_cli("--store", str(store), "--now-ms", f" +{NOW} ", "plan", "--json")
+    assert r.code == 0, r.err

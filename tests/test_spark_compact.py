@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +33,29 @@ BUFFER = str(1 << 20)
 
 def _spark_compact(
     store_args: list[str], master: str = "local[2]", env: dict[str, str] | None = None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], str]:
     """``spark compact --until-idle --json`` by the virtualenv's full path, not activated:
-    its report and its stderr."""
+    its report and Spark's log (``--spark-log``). Its own stderr is empty: Spark's log
+    goes only to that file."""
     base = {k: v for k, v in (env or os.environ).items() if k != "VIRTUAL_ENV"}
     venv_bin = str(COMPACTOR.parent)
     base["PATH"] = os.pathsep.join(
         p for p in base.get("PATH", "").split(os.pathsep) if p != venv_bin
     )
-    done = subprocess.run(
-        [str(COMPACTOR), *store_args, "--now-ms", str(NOW), "spark", "compact"]
-        + ["--master", master, "--until-idle", "--key-buffer-bytes", BUFFER, "--json"]
-        + list(SMALL_LEVELS),
-        capture_output=True,
-        env=base,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result, done.stderr.decode()
+    with tempfile.TemporaryDirectory() as logs:
+        log = Path(logs) / "spark.log"
+        done = subprocess.run(
+            [str(COMPACTOR), *store_args, "--now-ms", str(NOW), "spark", "compact"]
+            + ["--master", master, "--until-idle", "--key-buffer-bytes", BUFFER, "--json"]
+            + ["--spark-log", str(log), *SMALL_LEVELS],
+            capture_output=True,
+            env=base,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        assert done.stderr == b""
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result, log.read_text()
 
 
 def _compaction_commits(store_args: list[str]) -> list[dict[str, Any]]:
@@ -158,8 +163,8 @@ def test_a_failed_first_attempt_ends_in_one_output_and_one_commit(
     assert compact.code == 0, compact.err
     env = {**os.environ, "COMPACTOR_SPARK_INJECT_FAULT": fault}
     # local[2,2]: two threads, and a task may fail twice (spark.task.maxFailures).
-    result, stderr = _spark_compact(args, "local[2,2]", env=env)
-    assert stderr.count("injected fault") >= 1  # first attempts did fail
+    result, spark_log = _spark_compact(args, "local[2,2]", env=env)
+    assert spark_log.count("injected fault") >= 1  # first attempts did fail
     commits = _compactions(args)
     assert len(commits) == len(set(commits)) > 3
     reports = result["jobs"]
@@ -234,7 +239,9 @@ def test_a_corrupt_input_fails_a_spark_task_as_it_fails_compact(tmp_path: Path) 
         done = _spark_cli(store, *command)
         assert done.returncode == 6, done.stderr[-3000:]
         assert done.stdout == ""
-        last = done.stderr.rstrip("\n").splitlines()[-1]
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, done.stderr[-3000:]  # Spark's own log is not on stderr
+        last = lines[0]
         assert last.startswith(f"compactor: data/L0/{victim.name}: byte "), last
         assert "internal error" not in last and "Py4J" not in last and len(last) < 300
         after = Catalog(LocalStore(store)).snapshot()

@@ -1,0 +1,126 @@
+"""A ``spark`` command's stderr is its own (cli.spark_log): nothing of Spark's log on a
+success, one line on a failure, and a Spark that does not start is exit 9 with the JVM's
+own words, the store untouched. Each case runs the command as a user does, a real JVM."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from clirunner import tree, two_l0_files
+
+from compactor.cli.exit_codes import ExitCode
+from compactor.cli.spark_log import jvm_words
+
+COMPACTOR = Path(sys.executable).parent / "compactor"
+NOW = "1700000000000"
+
+
+def _spark(
+    store: Path, *command: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(COMPACTOR), "--store", str(store), "--now-ms", NOW, "spark", *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
+
+
+def _one_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    assert done.returncode == code, done.stderr[-3000:]
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("compactor: ") and "internal error" not in lines[0]
+    return lines[0]
+
+
+def test_a_success_prints_nothing_of_spark_and_keeps_its_log_where_asked(
+    tmp_path: Path,
+) -> None:
+    store = two_l0_files(tmp_path / "store", NOW)
+    log = tmp_path / "spark.log"
+    done = _spark(store, "index", "--master", "local[1]", "--spark-log", str(log))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ""
+    assert done.stdout.splitlines()[-1] == "2 indexes written"
+    assert "log4j" in log.read_text()  # Spark's start-up lines went to the file
+    again = _spark(store, "index", "--master", "local[1]")  # no file asked: none kept
+    assert again.returncode == 0 and again.stderr == "", again.stderr[-3000:]
+    assert again.stdout.splitlines()[-1] == "0 indexes written"
+
+
+def test_no_java_is_exit_9_with_the_launchers_words_and_the_store_untouched(
+    tmp_path: Path,
+) -> None:
+    store = two_l0_files(tmp_path / "store", NOW)
+    before = tree(store)
+    missing = tmp_path / "no-jre"
+    for command in (["compact", "--full"], ["index"]):
+        done = _spark(store, *command, env={"JAVA_HOME": str(missing)})
+        line = _one_line(done, ExitCode.SPARK)
+        assert line.startswith("compactor: Spark did not start: "), line
+        assert f"{missing}/bin/java: No such file or directory" in line, line
+        assert tree(store) == before
+
+
+def test_a_master_spark_refuses_is_exit_9_in_its_words(tmp_path: Path) -> None:
+    store = two_l0_files(tmp_path / "store", NOW)
+    before = tree(store)
+    done = _spark(store, "compact", "--master", "nowhere", "--full")
+    line = _one_line(done, ExitCode.SPARK)
+    assert line == (
+        "compactor: Spark did not start: "
+        "Master must either be yarn or start with spark, k8s, or local"
+    ), line
+    assert tree(store) == before
+    debug = _spark(store, "index", "--master", "nowhere", "--debug")
+    assert debug.returncode == ExitCode.SPARK
+    assert "Master must either be yarn" in debug.stderr  # --debug leaves Spark's log
+    assert "Traceback" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("compactor: ")
+
+
+def test_a_spark_log_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
+    store = two_l0_files(tmp_path / "store", NOW)
+    target = tmp_path / "missing-dir" / "spark.log"
+    line = _one_line(_spark(store, "index", "--spark-log", str(target)), ExitCode.USAGE)
+    assert line == f"compactor: --spark-log {target}: No such file or directory", line
+
+
+def test_the_words_of_a_jvm_that_did_not_start() -> None:
+    """From the three ways Spark's JVM was seen to stop here: the exception its main
+    thread died of, a launcher that found no java, a standalone master that never
+    answered (Spark's last ERROR line); start-up chatter and stack frames are never
+    the words."""
+    start = (
+        "WARNING: Using incubator modules: jdk.incubator.vector\n"
+        "Using Spark's default log4j profile: org/apache/spark/log4j2-defaults.properties\n"
+        "26/12/01 18:49:30 WARN Utils: Your hostname, vm, resolves to a loopback address\n"
+    )
+    thrown = (
+        start + 'Exception in thread "main" org.apache.spark.SparkException: Master must '
+        "either be yarn or start with spark, k8s, or local\n"
+        "\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)\n"
+    )
+    assert jvm_words(thrown) == "Master must either be yarn or start with spark, k8s, or local"
+    launcher = (
+        ".../spark-class: line 71: /x/bin/java: No such file or directory\n"
+        ".../spark-class: line 97: CMD: bad array subscript\n"
+    )
+    assert jvm_words(launcher) == ".../spark-class: line 71: /x/bin/java: No such file or directory"
+    unanswered = (
+        start + "26/12/01 18:49:31 WARN StandaloneAppClient$ClientEndpoint: Failed to connect\n"
+        "org.apache.spark.SparkException: Exception thrown in awaitResult: \n"
+        "\t... 4 more\n"
+        "26/12/01 18:50:31 ERROR StandaloneSchedulerBackend: Application has been killed. "
+        "Reason: All masters are unresponsive! Giving up.\n"
+    )
+    assert jvm_words(unanswered) == (
+        "Application has been killed. Reason: All masters are unresponsive! Giving up."
+    )
+    assert jvm_words(start) is None
