@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import time
 from dataclasses import dataclass
 from functools import cached_property
 
 from compactor.catalog import Catalog
 from compactor.catalog.config import MAX_MS
+from compactor.catalog.numbers import INTEGER, parse_float, parse_int
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
-DECIMAL = re.compile(r"[+-]?[0-9]+")
-"""An integer as the command line takes one: ASCII digits, an optional sign."""
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 """Where an S3 store finds its endpoint without ``--endpoint-url``, first set first (as
 ``objectstore.s3conn`` reads them)."""
@@ -28,13 +26,19 @@ class UsageError(Exception):
 def integer(text: str) -> int:
     """An option's text as an integer; argparse's type error, in the options' words, if
     it is not one (the argparse types below start here). ASCII digits only, as Kafka
-    reads a number: ``int`` alone also takes other scripts' digits and underscores."""
+    reads a number (``catalog.numbers``)."""
     try:
-        if not DECIMAL.fullmatch(text.strip()):
-            raise ValueError(text)
-        return int(text)
+        return parse_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def number(text: str) -> float:
+    """An argparse type: a finite number, in ASCII digits (``catalog.numbers``)."""
+    try:
+        return parse_float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
@@ -75,7 +79,7 @@ def _clock(text: str) -> int:
     time a saturated delete horizon or lag reads as (never), which a clock must not
     reach."""
     body = text.strip()
-    if not DECIMAL.fullmatch(body):
+    if not INTEGER.fullmatch(body):
         raise UsageError(f"--now-ms must be an integer, got {text!r}")
     try:
         now_ms = int(body)

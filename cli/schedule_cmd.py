@@ -11,7 +11,7 @@ from compactor.catalog.garbage import (
     DEFAULT_HISTORY_RETENTION_MS,
     collect_all_garbage,
 )
-from compactor.cli.context import Context, UsageError, integer, non_negative_int
+from compactor.cli.context import Context, UsageError, integer, non_negative_int, number
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.jobqueue.events import FORMATS, EventLog
 from compactor.jobqueue.scheduler import Pass, Published, Scheduler
@@ -98,7 +98,7 @@ def register(
         "--once", action="store_true", help="publish what is due now and exit (the default)"
     )
     mode.add_argument(
-        "--interval-s", type=float, default=None, help="plan and publish every S seconds"
+        "--interval-s", type=number, default=None, help="plan and publish every S seconds"
     )
     p.add_argument(
         "--lease-ms",

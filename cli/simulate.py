@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from compactor.catalog.config import CLEANUP_POLICIES
-from compactor.cli.context import Context, UsageError, integer, positive_int
+from compactor.cli.context import Context, UsageError, integer, number, positive_int
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
 from compactor.planner.plan import plan
@@ -21,10 +21,7 @@ from compactor.planner.stcs import stcs_plan
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
@@ -218,7 +215,7 @@ def register(
     )
     p.add_argument("--keys", type=positive_int, default=w.keys, help="size of the key space")
     p.add_argument(
-        "--key-skew", type=float, default=w.key_skew, help="Zipf exponent of updates (0: uniform)"
+        "--key-skew", type=number, default=w.key_skew, help="Zipf exponent of updates (0: uniform)"
     )
     p.add_argument(
         "--max-compaction-lag-ms",
@@ -241,7 +238,7 @@ def register(
     )
     p.add_argument(
         "--tombstone-ratio",
-        type=float,
+        type=number,
         default=w.tombstone_ratio,
         metavar="R",
         help="share of ingested records that are tombstones",
@@ -261,7 +258,7 @@ def register(
         help="input a worker compacts a second, MiB",
     )
     p.add_argument(
-        "--job-overhead-s", type=float, default=m.job_overhead_s, help="a job's fixed cost"
+        "--job-overhead-s", type=number, default=m.job_overhead_s, help="a job's fixed cost"
     )
     p.add_argument(
         "--step-seconds", type=_positive_float, default=m.step_s, help="the simulation's time step"

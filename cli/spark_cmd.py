@@ -177,5 +177,5 @@ def _spark_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="append Spark's own log (its JVM's stderr) to FILE (default: kept off stderr "
-        "and discarded; --debug leaves it on stderr)",
+        "and discarded; with --debug it stays on stderr and FILE is not written)",
     )

@@ -5,12 +5,13 @@ driver's JVM writes Spark's log to the stderr it inherits, and in local mode so 
 executors' Python workers under it: eight lines of warnings on every run, and a page of
 Java and Python stack above the command's line when a task fails. So the JVM is started
 with its stderr on another file: ``--spark-log FILE`` (appended to), else an unnamed
-temporary file that goes with the command. ``--debug`` leaves it on stderr, as before.
-Under spark-submit the JVM is already running when the command starts, and its log is
-spark-submit's.
+temporary file that goes with the command (Spark logs only its errors once started, so
+it stays small). ``--debug`` leaves it on stderr instead. Under spark-submit the JVM is
+already running when the command starts, and its log is spark-submit's.
 
-When the JVM exits before Spark starts, pyspark says only that it exited; the error the
-command reports is the JVM's own line from that file instead (``jvm_words``).
+When Spark does not start, pyspark says only that its JVM exited, or that the context
+it made was stopped; the error the command reports carries the JVM's own words from
+that file instead (``jvm_words``).
 """
 
 from __future__ import annotations
@@ -26,32 +27,44 @@ from typing import BinaryIO
 from compactor.cli.context import UsageError
 from compactor.spark.failures import SparkUnavailable
 
-_NOISE = re.compile(
+_LOGGED = re.compile(r"^[\d/:\-T,. ]+ (TRACE|DEBUG|INFO|WARN|ERROR) [\w.$]+: (.*)$")
+"""A log4j line in Spark's default layout (``26/12/01 18:49:30 WARN Utils: ...``) or an
+ISO-8601 one (``2026-12-01T19:05:49,650 WARN ...``): its level and message."""
+_STARTUP = re.compile(
     r"^(WARNING: Using incubator modules|Using Spark's default log4j profile"
-    r"|Setting default log level|To adjust logging level"
-    r"|\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) )"
+    r"|Setting default log level|To adjust logging level)"
 )
-_STACK = re.compile(r"^\s+(at |\.\.\. \d+ more)")
+_STACK = re.compile(r"^(at |\.\.\. \d+ more|Caused by: )")
 _THROWN = re.compile(r"^Exception in thread \"[^\"]*\" [\w.$]+: (.+)$")
-_ERROR = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ERROR [\w.$]+: (.+)$")
+_EXCEPTION = re.compile(r"^[\w.$]+(Exception|Error): (.+)$")
 
 
-def jvm_words(log: str) -> str | None:
-    """The line of a JVM's log that says why it exited: the message of the exception its
-    main thread died of, else the first line that is neither Spark's routine start-up
-    chatter nor a stack frame (a launcher's "java: No such file or directory"), else
-    Spark's last ERROR ("All masters are unresponsive! Giving up.")."""
+def jvm_words(log: str, *, exited: bool) -> str | None:
+    """The words of a JVM's log that say why Spark did not start, or None:
+    - the message of the exception a thread of it died of;
+    - else its last ERROR: the message of the exception logged with it ("Asked to run
+      locally with 0 threads" under "Error initializing SparkContext."), or the ERROR's
+      own ("All masters are unresponsive! Giving up.");
+    - else, where the JVM ``exited``, its first line that is neither a log line, start-up
+      chatter nor a stack frame (the launcher's "java: No such file or directory")."""
     lines = [line.strip() for line in log.splitlines()]
     for line in lines:
         thrown = _THROWN.match(line)
         if thrown:
             return thrown.group(1)
-    errors = [m.group(1) for m in map(_ERROR.match, lines) if m]
+    errors = [
+        i for i, line in enumerate(lines) if (m := _LOGGED.match(line)) and m.group(1) == "ERROR"
+    ]
     if errors:
-        return errors[-1]
-    for line in lines:
-        if line and not _NOISE.match(line) and not _STACK.match(line):
-            return line
+        last = errors[-1]
+        after = _EXCEPTION.match(lines[last + 1]) if last + 1 < len(lines) else None
+        logged = _LOGGED.match(lines[last])
+        assert logged is not None
+        return after.group(2) if after else logged.group(2)
+    if exited:
+        for line in lines:
+            if line and not (_LOGGED.match(line) or _STARTUP.match(line) or _STACK.match(line)):
+                return line
     return None
 
 
@@ -64,27 +77,47 @@ def spark_log(path: str | None, *, on_stderr: bool) -> Iterator[None]:
         yield
         return
     try:
-        sink: BinaryIO = open(path, "a+b") if path else tempfile.TemporaryFile()  # noqa: SIM115
+        sink: BinaryIO = open(path, "ab") if path else tempfile.TemporaryFile()  # noqa: SIM115
     except OSError as exc:
-        raise UsageError(f"--spark-log {path}: {exc.strerror}") from None
+        where = f"--spark-log {path}" if path else "a temporary file for Spark's log"
+        raise UsageError(f"{where}: {exc.strerror or exc}") from None
     with sink:
-        start = sink.tell()
+        start = _position(sink)
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
         try:
             yield
         except SparkUnavailable as exc:
-            sink.flush()
             os.dup2(saved, 2)
-            words = jvm_words(_read_from(sink.fileno(), start))
+            words = jvm_words(_written(sink, path, start), exited=exc.jvm_exited)
             if words is None:
                 raise
-            raise SparkUnavailable(f"Spark did not start: {words}") from exc
+            raise SparkUnavailable(f"Spark did not start: {words}", exc.jvm_exited) from exc
         finally:
             os.dup2(saved, 2)
             os.close(saved)
 
 
-def _read_from(fd: int, start: int) -> str:
-    return os.pread(fd, 1 << 20, start).decode("utf-8", "replace")
+def _position(sink: BinaryIO) -> int | None:
+    try:
+        return os.lseek(sink.fileno(), 0, os.SEEK_END)
+    except OSError:  # a pipe, a terminal, /dev/stderr: not read back
+        return None
+
+
+def _written(sink: BinaryIO, path: str | None, start: int | None) -> str:
+    """What the JVM wrote to ``sink`` since ``start`` (its first MiB), or "" where it
+    cannot be read back."""
+    if start is None:
+        return ""
+    try:
+        if path is None:  # the temporary file, opened for reading too
+            data = os.pread(sink.fileno(), 1 << 20, start)
+        else:  # opened to append only
+            with open(path, "rb") as again:
+                again.seek(start)
+                data = again.read(1 << 20)
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from compactor.cli.codec_options import add_codec_options, level_codecs
-from compactor.cli.context import Context, UsageError, integer, positive_int
+from compactor.cli.context import Context, UsageError, integer, number, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
@@ -108,7 +108,7 @@ def register(
     )
     p.add_argument(
         "--exit-when-idle",
-        type=float,
+        type=number,
         default=None,
         metavar="S",
         help="exit 0 after S seconds without a message",
@@ -116,7 +116,7 @@ def register(
     p.add_argument("--max-jobs", type=positive_int, default=None, help="exit after N messages")
     p.add_argument(
         "--max-bytes-per-second",
-        type=float,
+        type=number,
         default=None,
         metavar="R",
         help="throttle the job's reads to R bytes/s (log.cleaner.io.max.bytes.per.second)",

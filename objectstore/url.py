@@ -65,10 +65,8 @@ def _part_size() -> int:
     text = os.environ.get(PART_SIZE_ENV)
     if not text:
         return DEFAULT_PART_SIZE
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
+    digits = text.strip()
+    size = int(digits) if digits.isascii() and digits.isdigit() else 0
     if size < 1:
         raise StoreError(f"{PART_SIZE_ENV} must be a positive number of bytes, got {text!r}")
     return size

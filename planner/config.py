@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from compactor.catalog.errors import ConfigError
+from compactor.catalog.numbers import parse_float, parse_int
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -83,7 +84,7 @@ class PlannerConfig:
             if f is None:
                 raise ConfigError(f"unknown planner setting {name!r} (known: {', '.join(by_name)})")
             try:
-                changes[f.name] = float(text) if f.type == "float" else int(text)
+                changes[f.name] = parse_float(text) if f.type == "float" else parse_int(text)
             except ValueError:
                 raise ConfigError(f"{name} must be a number, got {text!r}") from None
         return replace(cls(), **changes)  # type: ignore[arg-type]

@@ -46,8 +46,14 @@ class SparkTaskFailed(Exception):
 
 class SparkUnavailable(Exception):
     """Spark did not start: the driver's JVM exited before pyspark could reach it (no
-    Java, a bad JAVA_HOME, a master URL Spark refuses). ``str(e)`` is the JVM's own
-    words where they were kept (``cli.spark_log``), else pyspark's."""
+    Java, a bad JAVA_HOME, a master URL Spark refuses; ``jvm_exited``), or its context
+    failed to start (a standalone master that never answered, a setting it refuses).
+    ``str(e)`` is the JVM's own words where they were kept (``cli.spark_log``), else
+    pyspark's."""
+
+    def __init__(self, message: str, jvm_exited: bool) -> None:
+        super().__init__(message)
+        self.jvm_exited = jvm_exited
 
 
 def reported(task: Callable[P, R]) -> Callable[P, R]:

@@ -318,6 +318,9 @@ def test_zero_is_still_accepted(store: Path) -> None:
         (["compact", "--full", "--grace-ms", "٥"], "--grace-ms: expected an integer"),
         (["compact", "--full", "--grace-ms", "1_000"], "--grace-ms: expected an integer"),
         (["dump", "--topic", "t", "--partition", "٠"], "--partition: expected an integer"),
+        (["simulate", "--hours", "١"], "--hours: expected a number"),
+        (["simulate", "--hours", "nan"], "--hours: expected a number"),
+        (["simulate", "--key-skew", "1e999"], "--key-skew: expected a number"),
     ],
     ids=" ".join,
 )
@@ -334,4 +337,22 @@ def test_digits_other_than_ascii_are_a_usage_error(
 def test_ascii_numbers_with_a_sign_or_spaces_still_parse(store: Path) -> None:
     """The positive control: what the check lets through still runs."""
     r = run_cli("--store", str(store), "--now-ms", f" +{NOW} ", "plan", "--json")
+    assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("value", ["٥", "1_0", "nan", "+", ""])
+def test_a_planner_setting_in_other_digits_is_a_config_error(store: Path, value: str) -> None:
+    before = tree(store)
+    r = run_cli("--store", str(store), "plan", "--set", f"level.trigger.files={value}")
+    one_line(r, ExitCode.CONFIG, "level.trigger.files must be a number")
+    r = run_cli("--store", str(store), "plan", "--set", f"top.run.size.ratio={value}")
+    one_line(r, ExitCode.CONFIG, "top.run.size.ratio must be a number")
+    assert tree(store) == before
+
+
+def test_planner_settings_in_ascii_still_parse(store: Path) -> None:
+    r = run_cli(
+        "--store", str(store), "plan", "--json",
+        "--set", "level.trigger.files= 4 ", "--set", "top.run.size.ratio=1.5e0",
+    )  # fmt: skip
     assert r.code == 0, r.err

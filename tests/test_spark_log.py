@@ -85,6 +85,26 @@ def test_a_master_spark_refuses_is_exit_9_in_its_words(tmp_path: Path) -> None:
     assert debug.stderr.splitlines()[-1].startswith("compactor: ")
 
 
+def test_a_setting_spark_refuses_at_start_is_exit_9_in_its_words(tmp_path: Path) -> None:
+    """The JVM runs, but Spark's context does not start (pyspark's Py4J error): the words
+    are those of the exception Spark logged, not its "Error initializing SparkContext."."""
+    store = two_l0_files(tmp_path / "store", NOW)
+    before = tree(store)
+    line = _one_line(_spark(store, "index", "--master", "local[0]"), ExitCode.SPARK)
+    assert line == "compactor: Spark did not start: Asked to run locally with 0 threads", line
+    assert tree(store) == before
+
+
+def test_spark_log_may_be_a_stream(tmp_path: Path) -> None:
+    """``--spark-log /dev/stderr`` puts Spark's log back on stderr; a file that cannot
+    be read back is written all the same."""
+    store = two_l0_files(tmp_path / "store", NOW)
+    done = _spark(store, "index", "--master", "local[1]", "--spark-log", "/dev/stderr")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "log4j" in done.stderr
+    assert done.stdout.splitlines()[-1] == "2 indexes written"
+
+
 def test_a_spark_log_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
     store = two_l0_files(tmp_path / "store", NOW)
     target = tmp_path / "missing-dir" / "spark.log"
@@ -107,12 +127,18 @@ def test_the_words_of_a_jvm_that_did_not_start() -> None:
         "either be yarn or start with spark, k8s, or local\n"
         "\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)\n"
     )
-    assert jvm_words(thrown) == "Master must either be yarn or start with spark, k8s, or local"
+    assert (
+        jvm_words(thrown, exited=True)
+        == "Master must either be yarn or start with spark, k8s, or local"
+    )
     launcher = (
         ".../spark-class: line 71: /x/bin/java: No such file or directory\n"
         ".../spark-class: line 97: CMD: bad array subscript\n"
     )
-    assert jvm_words(launcher) == ".../spark-class: line 71: /x/bin/java: No such file or directory"
+    assert (
+        jvm_words(launcher, exited=True)
+        == ".../spark-class: line 71: /x/bin/java: No such file or directory"
+    )
     unanswered = (
         start + "26/12/01 18:49:31 WARN StandaloneAppClient$ClientEndpoint: Failed to connect\n"
         "org.apache.spark.SparkException: Exception thrown in awaitResult: \n"
@@ -120,7 +146,15 @@ def test_the_words_of_a_jvm_that_did_not_start() -> None:
         "26/12/01 18:50:31 ERROR StandaloneSchedulerBackend: Application has been killed. "
         "Reason: All masters are unresponsive! Giving up.\n"
     )
-    assert jvm_words(unanswered) == (
+    assert jvm_words(unanswered, exited=False) == (
         "Application has been killed. Reason: All masters are unresponsive! Giving up."
     )
-    assert jvm_words(start) is None
+    refused = (
+        start.replace("26/12/01 18:49:30", "2026-12-01T19:05:49,650")  # an ISO-8601 layout
+        + "2026-12-01T19:05:50,001 ERROR SparkContext: Error initializing SparkContext.\n"
+        "org.apache.spark.SparkException: Asked to run locally with 0 threads\n"
+        "\tat org.apache.spark.SparkContext$.createTaskScheduler(SparkContext.scala)\n"
+    )
+    assert jvm_words(refused, exited=False) == "Asked to run locally with 0 threads"
+    assert jvm_words(start, exited=True) is None
+    assert jvm_words(launcher, exited=False) is None  # a running JVM: pyspark's words

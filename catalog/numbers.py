@@ -1,0 +1,29 @@
+"""Numbers as a user writes them to this system, on the command line or in a setting:
+ASCII digits, an optional sign, and for a fraction a point and an exponent. ``int`` and
+``float`` alone also take other scripts' digits (``١٢``), underscores (``1_000``), and
+``nan`` and ``inf``, which no setting means."""
+
+from __future__ import annotations
+
+import re
+
+INTEGER = re.compile(r"[+-]?[0-9]+")
+FRACTION = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def parse_int(text: str) -> int:
+    """``text`` (surrounding spaces allowed) as an integer; ValueError if it is not one."""
+    if INTEGER.fullmatch(text.strip()) is None:
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
+
+
+def parse_float(text: str) -> float:
+    """``text`` (surrounding spaces allowed) as a finite number; ValueError if it is not
+    one."""
+    if FRACTION.fullmatch(text.strip()) is None:
+        raise ValueError(f"not a number: {text!r}")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # 1e999
+        raise ValueError(f"not a finite number: {text!r}")
+    return value
