@@ -53,14 +53,12 @@ def jvm_words(log: str, *, exited: bool) -> str | None:
         if thrown:
             return thrown.group(1)
     errors = [
-        i for i, line in enumerate(lines) if (m := _LOGGED.match(line)) and m.group(1) == "ERROR"
+        (i, m) for i, line in enumerate(lines) if (m := _LOGGED.match(line)) and m[1] == "ERROR"
     ]
     if errors:
-        last = errors[-1]
+        last, logged = errors[-1]
         after = _EXCEPTION.match(lines[last + 1]) if last + 1 < len(lines) else None
-        logged = _LOGGED.match(lines[last])
-        assert logged is not None
-        return after.group(2) if after else logged.group(2)
+        return after[2] if after else logged[2]
     if exited:
         for line in lines:
             if line and not (_LOGGED.match(line) or _STARTUP.match(line) or _STACK.match(line)):
@@ -89,11 +87,10 @@ def spark_log(path: str | None, *, on_stderr: bool) -> Iterator[None]:
         try:
             yield
         except SparkUnavailable as exc:
-            os.dup2(saved, 2)
             words = jvm_words(_written(sink, path, start), exited=exc.jvm_exited)
             if words is None:
                 raise
-            raise SparkUnavailable(f"Spark did not start: {words}", exc.jvm_exited) from exc
+            raise SparkUnavailable(words, exc.jvm_exited) from exc
         finally:
             os.dup2(saved, 2)
             os.close(saved)

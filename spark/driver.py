@@ -75,10 +75,10 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None) -> 
     except PySparkRuntimeError as exc:  # the JVM exited: no Java, a master URL it refuses
         if exc.getCondition() != "JAVA_GATEWAY_EXITED":
             raise
-        raise SparkUnavailable("the Spark driver's JVM exited before it started", True) from exc
+        raise SparkUnavailable("its driver's JVM exited before it started", True) from exc
     except Py4JJavaError as exc:  # the JVM runs, Spark gave up: no master answered
         first = str(exc.java_exception).strip().splitlines()[0]
-        raise SparkUnavailable(f"Spark did not start: {first}", False) from exc
+        raise SparkUnavailable(first, False) from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

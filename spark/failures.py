@@ -48,11 +48,12 @@ class SparkUnavailable(Exception):
     """Spark did not start: the driver's JVM exited before pyspark could reach it (no
     Java, a bad JAVA_HOME, a master URL Spark refuses; ``jvm_exited``), or its context
     failed to start (a standalone master that never answered, a setting it refuses).
-    ``str(e)`` is the JVM's own words where they were kept (``cli.spark_log``), else
+    ``reason`` is the JVM's own words where they were kept (``cli.spark_log``), else
     pyspark's."""
 
-    def __init__(self, message: str, jvm_exited: bool) -> None:
-        super().__init__(message)
+    def __init__(self, reason: str, jvm_exited: bool) -> None:
+        super().__init__(f"Spark did not start: {reason}")
+        self.reason = reason
         self.jvm_exited = jvm_exited
 
 

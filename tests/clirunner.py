@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,21 @@ def run_cli(*args: str, stdin: bytes | None = None) -> Result:
     finally:
         sys.stdin = old_stdin
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def spark_cli(store: Path, now_ms: str, *command: str, env: dict[str, str] | None = None) -> Result:
+    """``compactor --store STORE --now-ms NOW spark COMMAND...`` as a user runs it: the
+    virtualenv's script in its own process (a real JVM under it), ``env`` added to this
+    one's."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "compactor"), "--store", str(store)]
+        + ["--now-ms", now_ms, "spark", *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
+    return Result(done.returncode, done.stdout, done.stderr)
 
 
 def one_line(r: Result, code: int, *fragments: str) -> str:

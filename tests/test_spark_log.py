@@ -4,39 +4,14 @@ own words, the store untouched. Each case runs the command as a user does, a rea
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from clirunner import tree, two_l0_files
+from clirunner import one_line, spark_cli, tree, two_l0_files
 
 from compactor.cli.exit_codes import ExitCode
 from compactor.cli.spark_log import jvm_words
 
-COMPACTOR = Path(sys.executable).parent / "compactor"
 NOW = "1700000000000"
-
-
-def _spark(
-    store: Path, *command: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(COMPACTOR), "--store", str(store), "--now-ms", NOW, "spark", *command],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=600,
-    )
-
-
-def _one_line(done: subprocess.CompletedProcess[str], code: int) -> str:
-    assert done.returncode == code, done.stderr[-3000:]
-    assert done.stdout == ""
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr[-3000:]
-    assert lines[0].startswith("compactor: ") and "internal error" not in lines[0]
-    return lines[0]
 
 
 def test_a_success_prints_nothing_of_spark_and_keeps_its_log_where_asked(
@@ -44,14 +19,14 @@ def test_a_success_prints_nothing_of_spark_and_keeps_its_log_where_asked(
 ) -> None:
     store = two_l0_files(tmp_path / "store", NOW)
     log = tmp_path / "spark.log"
-    done = _spark(store, "index", "--master", "local[1]", "--spark-log", str(log))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stderr == ""
-    assert done.stdout.splitlines()[-1] == "2 indexes written"
+    done = spark_cli(store, NOW, "index", "--master", "local[1]", "--spark-log", str(log))
+    assert done.code == 0, done.err[-3000:]
+    assert done.err == ""
+    assert done.out.splitlines()[-1] == "2 indexes written"
     assert "log4j" in log.read_text()  # Spark's start-up lines went to the file
-    again = _spark(store, "index", "--master", "local[1]")  # no file asked: none kept
-    assert again.returncode == 0 and again.stderr == "", again.stderr[-3000:]
-    assert again.stdout.splitlines()[-1] == "0 indexes written"
+    again = spark_cli(store, NOW, "index", "--master", "local[1]")  # no file asked: none kept
+    assert again.code == 0 and again.err == "", again.err[-3000:]
+    assert again.out.splitlines()[-1] == "0 indexes written"
 
 
 def test_no_java_is_exit_9_with_the_launchers_words_and_the_store_untouched(
@@ -61,8 +36,8 @@ def test_no_java_is_exit_9_with_the_launchers_words_and_the_store_untouched(
     before = tree(store)
     missing = tmp_path / "no-jre"
     for command in (["compact", "--full"], ["index"]):
-        done = _spark(store, *command, env={"JAVA_HOME": str(missing)})
-        line = _one_line(done, ExitCode.SPARK)
+        done = spark_cli(store, NOW, *command, env={"JAVA_HOME": str(missing)})
+        line = one_line(done, ExitCode.SPARK)
         assert line.startswith("compactor: Spark did not start: "), line
         assert f"{missing}/bin/java: No such file or directory" in line, line
         assert tree(store) == before
@@ -71,18 +46,18 @@ def test_no_java_is_exit_9_with_the_launchers_words_and_the_store_untouched(
 def test_a_master_spark_refuses_is_exit_9_in_its_words(tmp_path: Path) -> None:
     store = two_l0_files(tmp_path / "store", NOW)
     before = tree(store)
-    done = _spark(store, "compact", "--master", "nowhere", "--full")
-    line = _one_line(done, ExitCode.SPARK)
+    done = spark_cli(store, NOW, "compact", "--master", "nowhere", "--full")
+    line = one_line(done, ExitCode.SPARK)
     assert line == (
         "compactor: Spark did not start: "
         "Master must either be yarn or start with spark, k8s, or local"
     ), line
     assert tree(store) == before
-    debug = _spark(store, "index", "--master", "nowhere", "--debug")
-    assert debug.returncode == ExitCode.SPARK
-    assert "Master must either be yarn" in debug.stderr  # --debug leaves Spark's log
-    assert "Traceback" in debug.stderr
-    assert debug.stderr.splitlines()[-1].startswith("compactor: ")
+    debug = spark_cli(store, NOW, "index", "--master", "nowhere", "--debug")
+    assert debug.code == ExitCode.SPARK
+    assert "Master must either be yarn" in debug.err  # --debug leaves Spark's log
+    assert "Traceback" in debug.err
+    assert debug.err.splitlines()[-1].startswith("compactor: ")
 
 
 def test_a_setting_spark_refuses_at_start_is_exit_9_in_its_words(tmp_path: Path) -> None:
@@ -90,7 +65,7 @@ def test_a_setting_spark_refuses_at_start_is_exit_9_in_its_words(tmp_path: Path)
     are those of the exception Spark logged, not its "Error initializing SparkContext."."""
     store = two_l0_files(tmp_path / "store", NOW)
     before = tree(store)
-    line = _one_line(_spark(store, "index", "--master", "local[0]"), ExitCode.SPARK)
+    line = one_line(spark_cli(store, NOW, "index", "--master", "local[0]"), ExitCode.SPARK)
     assert line == "compactor: Spark did not start: Asked to run locally with 0 threads", line
     assert tree(store) == before
 
@@ -99,16 +74,16 @@ def test_spark_log_may_be_a_stream(tmp_path: Path) -> None:
     """``--spark-log /dev/stderr`` puts Spark's log back on stderr; a file that cannot
     be read back is written all the same."""
     store = two_l0_files(tmp_path / "store", NOW)
-    done = _spark(store, "index", "--master", "local[1]", "--spark-log", "/dev/stderr")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "log4j" in done.stderr
-    assert done.stdout.splitlines()[-1] == "2 indexes written"
+    done = spark_cli(store, NOW, "index", "--master", "local[1]", "--spark-log", "/dev/stderr")
+    assert done.code == 0, done.err[-3000:]
+    assert "log4j" in done.err
+    assert done.out.splitlines()[-1] == "2 indexes written"
 
 
 def test_a_spark_log_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
     store = two_l0_files(tmp_path / "store", NOW)
     target = tmp_path / "missing-dir" / "spark.log"
-    line = _one_line(_spark(store, "index", "--spark-log", str(target)), ExitCode.USAGE)
+    line = one_line(spark_cli(store, NOW, "index", "--spark-log", str(target)), ExitCode.USAGE)
     assert line == f"compactor: --spark-log {target}: No such file or directory", line
 
 
