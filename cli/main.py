@@ -24,6 +24,7 @@ from compactor.cli.exit_codes import ExitCode
 from compactor.fileformat import FormatError
 from compactor.jobqueue.errors import QueueError
 from compactor.objectstore import StoreError
+from compactor.objectstore.secrets import masked
 from compactor.spark.failures import SparkUnavailable
 from compactor.worker.errors import WorkerError
 
@@ -183,9 +184,9 @@ def failure_message(exc: BaseException, code: ExitCode) -> str:
 
 def _failed(exc: BaseException, message: str, code: ExitCode, debug: bool) -> int:
     if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+        print(masked("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    print(f"compactor: {line}", file=sys.stderr)
+    print(f"compactor: {masked(line)}", file=sys.stderr)
     return int(code)
 
 

@@ -226,8 +226,11 @@ def register(
     p.add_argument(
         "--cleanup-policy",
         choices=CLEANUP_POLICIES,
+        metavar="POLICY",
         default=w.cleanup_policy,
-        help="the simulated topic's cleanup.policy",
+        help="the simulated topic's cleanup.policy: "
+        + ", ".join(repr(p) for p in CLEANUP_POLICIES[:-1])
+        + f" or {CLEANUP_POLICIES[-1]!r}",
     )
     p.add_argument(
         "--retention-ms",

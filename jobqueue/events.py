@@ -7,13 +7,13 @@ they would appear (an error message that quotes a request, say)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any, TextIO
 
+from compactor.objectstore.secrets import environment_secrets, masked
+
 FORMATS = ("text", "json")
-_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
 class EventLog:
@@ -22,7 +22,7 @@ class EventLog:
             raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         self.fmt, self.source = fmt, source
         self._stream = stream
-        self._secrets = [v for v in (os.environ.get(n) for n in _SECRET_ENV) if v and len(v) > 3]
+        self._secrets = environment_secrets()
 
     def __call__(self, event: str, **fields: Any) -> None:
         now = time.time()
@@ -34,8 +34,7 @@ class EventLog:
         else:
             rest = " ".join(f"{k}={_text(v)}" for k, v in fields.items())
             line = f"{stamp} {self.source} {event} {rest}".rstrip()
-        for secret in self._secrets:
-            line = line.replace(secret, "***")
+        line = masked(line, self._secrets)
         stream = self._stream if self._stream is not None else sys.stderr
         print(line, file=stream, flush=True)
 

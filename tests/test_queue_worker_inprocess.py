@@ -273,6 +273,25 @@ def test_a_queue_that_does_not_exist_is_named(s3_url: S3Url, job_queues: JobQueu
     assert result.code == 8
 
 
+def test_a_failed_commands_last_line_never_prints_a_credential(
+    s3_url: S3Url, job_queues: JobQueues, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's promise holds for the command's own last line and for --debug's
+    traceback, not just the event log: a queue URL pasted with a secret in it."""
+    secret = "s3cr3t-Value-xyz"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    missing = f"{job_queues.url}-{secret}"
+    worker = ("worker", "--queue-url", missing, "--exit-when-idle", "0")
+    result = run_cli(*s3_url.cli_args, *worker)
+    assert_one_line_error(result, f"{job_queues.url}-***", "does not exist")
+    assert result.code == 8
+    debugged = run_cli("--debug", *s3_url.cli_args, *worker)
+    assert debugged.code == 8
+    assert "Traceback" in debugged.err  # the traceback was printed, masked
+    assert secret not in debugged.err
+    assert debugged.err.count("***") >= 2
+
+
 def test_a_worker_outlives_its_queue_going_away(s3_store: S3Store, job_queues: JobQueues) -> None:
     """Receives that fail are logged and retried after a pause, counted as idle time."""
     queue = JobQueue(job_queues.url)
