@@ -65,7 +65,9 @@ def endpoint_url_problem(url: str) -> str | None:
     from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
 
     try:
-        scheme = urlsplit(url).scheme.lower()
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        parts.port  # noqa: B018 (a port that is not a number from 0 to 65535 raises)
         valid = is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)
     except ValueError as e:  # urllib: "Invalid IPv6 URL", a bad port
         return f"{e}"
@@ -103,6 +105,14 @@ def _store_exists_or_fail(store: ObjectStore) -> None:
             f"no store at {store.root}: the directory does not exist "
             "(`compactor topic create` or `compactor demo --store DIR` makes a new store)"
         )
+
+
+def unknown_topic(name: str, store: ObjectStore) -> UsageError:
+    """The usage error of a topic the catalog does not hold, saying so where the reason is
+    a local store's directory that does not exist (a mistyped ``--store``)."""
+    missing = isinstance(store, LocalStore) and not store.root.is_dir()
+    where = f" (no store at {store.root}: the directory does not exist)" if missing else ""
+    return UsageError(f"unknown topic {name!r}{where}")
 
 
 @dataclass

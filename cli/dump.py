@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from compactor.catalog.partition_reader import read_partition
-from compactor.cli.context import Context, UsageError, integer, non_negative_int
+from compactor.cli.context import Context, UsageError, integer, non_negative_int, unknown_topic
 from compactor.fileformat import batch_to_records
 from compactor.ingest.jsonl import format_record
 
@@ -18,7 +18,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     snap = ctx.catalog.snapshot()
     topic = snap.topics.get(args.topic)
     if topic is None:
-        raise UsageError(f"unknown topic {args.topic!r}")
+        raise unknown_topic(args.topic, ctx.store)
     if not 0 <= args.partition < topic.partitions:
         raise UsageError(
             f"topic {args.topic!r} has partitions 0..{topic.partitions - 1}, not {args.partition}"

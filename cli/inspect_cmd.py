@@ -38,6 +38,8 @@ from compactor.fileformat import (
 )
 from compactor.fileformat.framing import FILE_HEADER, FILE_TAIL
 from compactor.fileformat.ranged import ReadRange
+from compactor.objectstore import StoreError
+from compactor.objectstore.keys import check_key
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -150,11 +152,20 @@ def _print_text(
         )
 
 
+def object_key(text: str) -> str:
+    """An argparse type: a key the store's rules allow (``objectstore.keys``), such as
+    ``data/L0/....cf``; a local path or an empty key is a usage error."""
+    try:
+        return check_key(text, "inspect")
+    except StoreError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("inspect", help="one data file: footer, sections, checks", parents=[common])
-    p.add_argument("key", metavar="KEY", help="the object's key in the store")
+    p.add_argument("key", metavar="KEY", type=object_key, help="the object's key in the store")
     p.add_argument("--sections", action="store_true", help="every section, with its offset bitmap")
     p.add_argument(
         "--check", action="store_true", help="decode and check every byte; exit 6 on a problem"

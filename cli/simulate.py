@@ -27,6 +27,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
 def _series(r: Result, rows: int = 12) -> None:
     step = max(1, len(r.samples) // rows)
     picked = r.samples[::step]
@@ -261,7 +268,10 @@ def register(
         help="input a worker compacts a second, MiB",
     )
     p.add_argument(
-        "--job-overhead-s", type=number, default=m.job_overhead_s, help="a job's fixed cost"
+        "--job-overhead-s",
+        type=_non_negative_float,
+        default=m.job_overhead_s,
+        help="a job's fixed cost",
     )
     p.add_argument(
         "--step-seconds", type=_positive_float, default=m.step_s, help="the simulation's time step"

@@ -7,8 +7,8 @@ import json
 import re
 
 from compactor.catalog import CommitRecord, TopicConfig
-from compactor.catalog.changes import create_topic
-from compactor.cli.context import Context, UsageError, positive_int
+from compactor.catalog.changes import MAX_PARTITIONS, create_topic
+from compactor.cli.context import Context, UsageError, positive_int, unknown_topic
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 """Kafka's rule for a topic name (``Topic.validate``), applied when a topic is created;
@@ -23,6 +23,14 @@ def topic_name(text: str) -> str:
             "'.', '_' or '-', and not '.' or '..'"
         )
     return text
+
+
+def partition_count(text: str) -> int:
+    """An argparse type: a topic's partition count, 1 to ``MAX_PARTITIONS``."""
+    value = positive_int(text)
+    if value > MAX_PARTITIONS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PARTITIONS}, got {value}")
+    return value
 
 
 def parse_settings(pairs: list[str]) -> dict[str, str]:
@@ -56,7 +64,7 @@ def describe(ctx: Context, args: argparse.Namespace) -> int:
     snap = ctx.catalog.snapshot()
     topic = snap.topics.get(args.name)
     if topic is None:
-        raise UsageError(f"unknown topic {args.name!r}")
+        raise unknown_topic(args.name, ctx.store)
     files: dict[int, int] = {}
     records: dict[int, int] = {}
     for live in snap.files:
@@ -94,7 +102,10 @@ def register(
         "name", type=topic_name, help="the topic's name (Kafka's rule: [A-Za-z0-9._-]{1,249})"
     )
     c.add_argument(
-        "--partitions", type=positive_int, required=True, help="how many partitions it has"
+        "--partitions",
+        type=partition_count,
+        required=True,
+        help=f"how many partitions it has (1 to {MAX_PARTITIONS})",
     )
     c.add_argument(
         "--config",

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
+from compactor.catalog.config import MAX_MS
 from compactor.catalog.errors import ConfigError
 from compactor.catalog.numbers import parse_float, parse_int
 
@@ -87,6 +88,8 @@ class PlannerConfig:
                 changes[f.name] = parse_float(text) if f.type == "float" else parse_int(text)
             except ValueError:
                 raise ConfigError(f"{name} must be a number, got {text!r}") from None
+            if f.type == "int" and changes[f.name] > MAX_MS:
+                raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {text.strip()}")
         return replace(cls(), **changes)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, int | float]:

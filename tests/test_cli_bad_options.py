@@ -139,7 +139,18 @@ def test_the_largest_and_smallest_sizes_still_parse(store: Path) -> None:
 # --- 2: the S3 endpoint ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["notaurl", "http://[::1", "ftp://host", "http://"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "notaurl",
+        "http://[::1",
+        "ftp://host",
+        "http://",
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1:abc",
+        "http://127.0.0.1:-1",
+    ],
+)
 def test_a_bad_endpoint_url_option_is_a_usage_error(url: str) -> None:
     """The option is the command line's: exit 2, before any client is made."""
     r = run_cli("--endpoint-url", url, "--store", "s3://bucket", "verify")
@@ -229,6 +240,21 @@ def test_a_missing_local_store_is_not_an_empty_one(tmp_path: Path, command: list
     r = run_cli("--store", str(missing), "--now-ms", NOW, *command)
     one_line(r, ExitCode.STORE, str(missing), "does not exist")
     assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["dump", "--topic", "t", "--partition", "0"], ["topic", "describe", "t"]],
+    ids=" ".join,
+)
+def test_an_unknown_topic_of_a_missing_store_says_why(tmp_path: Path, command: list[str]) -> None:
+    """Still a usage error (exit 2, "unknown topic"), naming the store that is not there."""
+    missing = tmp_path / "no" / "such" / "store"
+    r = run_cli("--store", str(missing), *command)
+    one_line(r, ExitCode.USAGE, "unknown topic 't'", f"no store at {missing}")
+    assert not (tmp_path / "no").exists()
+    r = run_cli("--store", str(tmp_path), *command)
+    assert one_line(r, ExitCode.USAGE) == "compactor: unknown topic 't'"
 
 
 def test_an_empty_existing_store_still_verifies(tmp_path: Path) -> None:
@@ -356,3 +382,72 @@ def test_planner_settings_in_ascii_still_parse(store: Path) -> None:
         "--set", "level.trigger.files= 4 ", "--set", "top.run.size.ratio=1.5e0",
     )  # fmt: skip
     assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "full.compaction.interval.ms=9223372036854775808",
+        "tombstone.buffer.ms=99999999999999999999999",
+        "level.trigger.files=9223372036854775808",
+        "max.partition.uncompressed.bytes=18446744073709551616",
+    ],
+)
+def test_a_planner_setting_past_2_63_is_a_config_error(store: Path, setting: str) -> None:
+    """As a topic's ``*.ms`` is (Kafka's Long.MAX_VALUE): no setting is larger."""
+    before = tree(store)
+    r = run_cli("--store", str(store), "plan", "--set", setting)
+    one_line(r, ExitCode.CONFIG, setting.partition("=")[0], "at most 9223372036854775807")
+    assert tree(store) == before
+
+
+def test_a_planner_setting_of_2_63_less_1_still_parses(store: Path) -> None:
+    r = run_cli(
+        "--store", str(store), "plan", "--set", "full.compaction.interval.ms=9223372036854775807"
+    )
+    assert r.code == 0, r.err
+
+
+def test_a_partition_count_past_the_catalogs_is_a_usage_error(tmp_path: Path) -> None:
+    """Refused as an option (exit 2) before a store is made, as 0 is."""
+    root = tmp_path / "store"
+    for count in ("100001", "0"):
+        r = run_cli("--store", str(root), "topic", "create", "t", "--partitions", count)
+        one_line(r, ExitCode.USAGE, "--partitions")
+    assert not root.exists()
+    r = run_cli("--store", str(root), "topic", "create", "t", "--partitions", "100000")
+    assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("key", ["/tmp/a.cf", "", "../x", "data//x.cf"])
+def test_inspect_of_a_key_no_store_has_is_a_usage_error(store: Path, key: str) -> None:
+    """A local path given where a key goes is the command line's mistake (exit 2); a
+    well-formed key that is not there stays the store's (exit 5)."""
+    r = run_cli("--store", str(store), "inspect", key)
+    one_line(r, ExitCode.USAGE, "invalid key")
+    r = run_cli("--store", str(store), "inspect", "data/L0/none.cf")
+    one_line(r, ExitCode.STORE, "not found")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--key-skew", "-1"],
+        ["--key-skew", "nan"],
+        ["--job-overhead-s", "-1000"],
+    ],
+    ids=" ".join,
+)
+def test_a_simulation_option_out_of_range_is_a_usage_error(tmp_path: Path, argv: list[str]) -> None:
+    r = run_cli("--store", str(tmp_path), "simulate", "--hours", "0.01", *argv)
+    one_line(r, ExitCode.USAGE, argv[0])
+
+
+@pytest.mark.parametrize("skew", ["0", "60", "1e308"])
+def test_any_key_skew_simulates(tmp_path: Path, skew: str) -> None:
+    """A skew so steep that the first key takes every update is a model, not a bug."""
+    r = run_cli(
+        "--store", str(tmp_path), "simulate", "--hours", "0.01", "--key-skew", skew, "--json"
+    )
+    assert r.code == 0, r.err
+    assert json.loads(r.out)

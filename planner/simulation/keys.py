@@ -35,7 +35,7 @@ class KeyModel:
             lo = hi + 1
         total = sum(m for _, m in weights)
         self._buckets = tuple(
-            (count, math.log1p(-mass / total / count)) for count, mass in weights if count
+            (count, _log_miss(mass / total / count)) for count, mass in weights if count
         )
 
     @lru_cache(maxsize=1 << 16)  # noqa: B019 (one model per simulation, kept for its life)
@@ -47,3 +47,10 @@ class KeyModel:
             for count, log_miss in self._buckets
         )
         return min(records, max(1, round(expected)))
+
+
+def _log_miss(p: float) -> float:
+    """log(1 - p): the log of the chance that a record misses a key drawn with chance
+    ``p``; -inf where the key takes every record (a skew so steep that the first key's
+    share rounds to 1)."""
+    return math.log1p(-p) if p < 1.0 else -math.inf

@@ -68,6 +68,8 @@ class Workload:
     def __post_init__(self) -> None:
         if self.agents < 1 or self.files_per_second <= 0 or self.hours <= 0:
             raise ValueError("agents, files per second and hours must be positive")
+        if not self.key_skew >= 0:
+            raise ValueError(f"--key-skew must be >= 0, got {self.key_skew}")
         if self.records_per_file < 1 or self.record_bytes < 1:
             raise ValueError("records per file and record bytes must be positive")
         if self.cleanup_policy not in CLEANUP_POLICIES:
