@@ -172,17 +172,37 @@ class Catalog:
         return state
 
     def history(self, limit: int | None = None) -> list[LogEntry]:
-        """The commits still in the log, newest first (at most ``limit``)."""
-        versions = sorted(
-            (v for v in (version_of(o.key) for o in self.store.list(LOG_PREFIX)) if v is not None),
-            reverse=True,
-        )
+        """The commits still in the log, newest first (at most ``limit``): one LIST, then a
+        GET of each entry shown, none of the older ones. Each is read as a snapshot's
+        reader reads it (``_read_entry``), so one it cannot parse is refused
+        (CorruptCatalog); so is a gap among the versions shown, which would leave a commit
+        out. An empty log (a format-1 or empty store, or a history all folded into a
+        checkpoint) is read as ``snapshot`` reads it, refusing a corrupt format-1 object."""
+        listed = self.logged_versions()
+        if not listed:
+            self.snapshot()
+            return []
+        shown = listed[::-1] if limit is None else listed[::-1][:limit]
+        if gaps := log_gaps(shown[::-1]):
+            first, last = gaps[-1]  # the newest gap: listing newest first stops there
+            newer = sum(1 for v in shown if v > last)
+            raise CorruptCatalog(
+                _gap_message(
+                    self.store.url,
+                    first - 1,
+                    last + 1,
+                    f"history lists nothing that spans it until the missing entries are "
+                    f"restored from a backup (--limit {newer} lists the newer commits)",
+                )
+            )
         out = []
-        for v in versions[:limit] if limit is not None else versions:
-            try:
-                out.append(self.entry(v))
-            except CatalogError:
-                continue  # deleted by garbage collection while listing
+        for v in shown:
+            entry = self._read_entry(v)
+            if entry is None:
+                # Deleted since the LIST: garbage collection deletes the oldest entries
+                # first, so the older ones listed are gone too.
+                break
+            out.append(entry)
         return out
 
     def check_log(self, logged: Sequence[int] | None = None) -> list[str]:
@@ -449,16 +469,20 @@ class Catalog:
                 return True
 
 
-def _gap_message(url: str, version: int, next_present: int) -> str:
+def _gap_message(url: str, version: int, next_present: int, consequence: str | None = None) -> str:
     """One line: the log of ``url`` holds no entry ``version`` + 1 .. ``next_present`` - 1,
-    while ``next_present`` (and maybe more) exists."""
+    while ``next_present`` (and maybe more) exists; then ``consequence``, by default a
+    reader's (the state past ``version`` is unknowable)."""
     first, last = version + 1, next_present - 1
     missing = f"version {first} is" if first == last else f"versions {first} to {last} are"
+    if consequence is None:
+        consequence = (
+            f"nothing after version {version} can be read, and nothing is committed until the "
+            f"missing entries are restored from a backup"
+        )
     return (
         f"the catalog log of {url} has a gap: {missing} missing while version {next_present} "
-        f"exists (log entries deleted by hand or by a lifecycle rule?); nothing after version "
-        f"{version} can be read, and nothing is committed until the missing entries are "
-        f"restored from a backup"
+        f"exists (log entries deleted by hand or by a lifecycle rule?); {consequence}"
     )
 
 

@@ -110,9 +110,11 @@ def _store_exists_or_fail(store: ObjectStore) -> None:
 def unknown_topic(name: str, store: ObjectStore) -> UsageError:
     """The usage error of a topic the catalog does not hold, saying so where the reason is
     a local store's directory that does not exist (a mistyped ``--store``)."""
-    missing = isinstance(store, LocalStore) and not store.root.is_dir()
-    where = f" (no store at {store.root}: the directory does not exist)" if missing else ""
-    return UsageError(f"unknown topic {name!r}{where}")
+    if isinstance(store, LocalStore) and not store.root.is_dir():
+        return UsageError(
+            f"unknown topic {name!r} (no store at {store.root}: the directory does not exist)"
+        )
+    return UsageError(f"unknown topic {name!r}")
 
 
 @dataclass
