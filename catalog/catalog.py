@@ -185,6 +185,11 @@ class Catalog:
         shown = listed[::-1] if limit is None else listed[::-1][:limit]
         if gaps := log_gaps(shown[::-1]):
             first, last = gaps[-1]  # the newest gap: listing newest first stops there
+            if not self.store.exists(log_key(first - 1)):
+                # The entry below it is gone too: garbage collection, which deletes the
+                # oldest entries first, took the missing ones while the LIST went on
+                # (a local listing checks its files one by one; S3's pages).
+                return self._entries([v for v in shown if v > last])
             newer = sum(1 for v in shown if v > last)
             raise CorruptCatalog(
                 _gap_message(
@@ -195,12 +200,16 @@ class Catalog:
                     f"restored from a backup (--limit {newer} lists the newer commits)",
                 )
             )
+        return self._entries(shown)
+
+    def _entries(self, versions: Sequence[int]) -> list[LogEntry]:
+        """The entries of ``versions``, newest first, up to the first one gone: deleted
+        since the LIST by garbage collection, which deletes the oldest entries first, so
+        the older ones listed are gone too."""
         out = []
-        for v in shown:
+        for v in versions:
             entry = self._read_entry(v)
             if entry is None:
-                # Deleted since the LIST: garbage collection deletes the oldest entries
-                # first, so the older ones listed are gone too.
                 break
             out.append(entry)
         return out

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 MASK = "***"
-_SHORTEST = 4
-"""Shorter values are not masked: masking "ab" would mangle every word holding it."""
+_SHORTEST = 16
+"""Shorter values are not masked. AWS's key ids are 20 characters and its secrets 40;
+shorter ones are a development setup's placeholders (LocalStack's and moto's ``test``,
+MinIO's ``minioadmin``), and masking them would cut them out of every topic name and
+path that holds them (``unknown topic 'la***-***s'``)."""
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 
 from compactor.catalog.config import MAX_MS
 from compactor.catalog.errors import ConfigError
-from compactor.catalog.numbers import parse_float, parse_int
+from compactor.catalog.numbers import INTEGER, parse_float, parse_int
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -84,13 +84,24 @@ class PlannerConfig:
             f = by_name.get(name)
             if f is None:
                 raise ConfigError(f"unknown planner setting {name!r} (known: {', '.join(by_name)})")
+            shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+            if f.type == "int" and _past_int64(text):
+                raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown}")
             try:
                 changes[f.name] = parse_float(text) if f.type == "float" else parse_int(text)
             except ValueError:
-                raise ConfigError(f"{name} must be a number, got {text!r}") from None
-            if f.type == "int" and changes[f.name] > MAX_MS:
-                raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {text.strip()}")
+                raise ConfigError(f"{name} must be a number, got {shown!r}") from None
         return replace(cls(), **changes)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, int | float]:
         return {self.setting_name(f.name): getattr(self, f.name) for f in fields(self)}
+
+
+def _past_int64(text: str) -> bool:
+    """Whether ``text`` is an integer above 2^63 - 1, told from its digits (``int`` refuses
+    more than 4,300 of them)."""
+    body = text.strip()
+    if INTEGER.fullmatch(body) is None or body.startswith("-"):
+        return False
+    digits = body.lstrip("+").lstrip("0")
+    return len(digits) > 19 or (len(digits) == 19 and digits > str(MAX_MS))

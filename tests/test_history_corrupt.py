@@ -110,3 +110,32 @@ def test_entries_collected_while_listing_end_the_history(store: Path) -> None:
     it, without a gap, and without an error."""
     entries = Catalog(_CollectedAfterList(store)).history()
     assert [e.version for e in entries] == [5, 4, 3]
+
+
+class _CollectedWhileListing(LocalStore):
+    """A store whose log loses versions 1 to 3 while a LIST of it goes on, after the LIST
+    has returned version 1: the listing shows 1, 4, 5, a gap that is no gap."""
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        listed = list(super().list(prefix))
+        if prefix != LOG_PREFIX:
+            return iter(listed)
+        for v in (1, 2, 3):
+            self.delete(f"{LOG_PREFIX}{v:020d}.json")
+        return iter([listed[0], *listed[3:]])
+
+
+def test_entries_collected_while_listing_are_not_a_gap(store: Path) -> None:
+    entries = Catalog(_CollectedWhileListing(store)).history()
+    assert [e.version for e in entries] == [5, 4]
+
+
+def test_a_gap_whose_older_side_is_still_there_is_refused_under_a_listing_race(
+    store: Path,
+) -> None:
+    """The positive control of the test above: the same listing, its older side present,
+    is a gap."""
+    _entry(store, 2).unlink()
+    _entry(store, 3).unlink()
+    with pytest.raises(Exception, match="has a gap"):
+        Catalog(LocalStore(store)).history()

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from clirunner import assert_one_line_error, run_cli
@@ -271,6 +272,16 @@ def test_a_queue_that_does_not_exist_is_named(s3_url: S3Url, job_queues: JobQueu
     result = run_cli(*s3_url.cli_args, "worker", "--queue-url", missing, "--exit-when-idle", "0")
     assert_one_line_error(result, missing, "does not exist")
     assert result.code == 8
+
+
+def test_a_development_placeholder_credential_is_not_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LocalStack's ``test``: masking it would cut it out of every name that holds it."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    result = run_cli("--store", str(tmp_path), "topic", "describe", "latest-tests")
+    assert_one_line_error(result, "unknown topic 'latest-tests'")
 
 
 def test_a_failed_commands_last_line_never_prints_a_credential(
