@@ -27,3 +27,9 @@ def parse_float(text: str) -> float:
     if value in (float("inf"), float("-inf")):  # 1e999
         raise ValueError(f"not a finite number: {text!r}")
     return value
+
+
+def shown(text: str) -> str:
+    """``text`` as an error quotes it: whole up to 40 characters, else its first 20 and
+    its length (a value of thousands of digits stays one short line)."""
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"

@@ -10,7 +10,7 @@ from functools import cached_property
 
 from compactor.catalog import Catalog
 from compactor.catalog.config import MAX_MS
-from compactor.catalog.numbers import INTEGER, parse_float, parse_int
+from compactor.catalog.numbers import INTEGER, parse_float, parse_int, shown
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
@@ -87,34 +87,40 @@ def _clock(text: str) -> int:
         now_ms = int(body)
     except ValueError:  # digits past int()'s limit: far out of range
         now_ms = -1 if body.startswith("-") else MAX_MS
-    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
     if now_ms < 0:
-        raise UsageError(f"--now-ms must not be negative, got {shown}")
+        raise UsageError(f"--now-ms must not be negative, got {shown(text)}")
     if now_ms >= MAX_MS:
         raise UsageError(
-            f"--now-ms must be below {MAX_MS} (2^63 - 1, the time that reads as never), got {shown}"
+            f"--now-ms must be below {MAX_MS} (2^63 - 1, the time that reads as never), "
+            f"got {shown(text)}"
         )
     return now_ms
+
+
+def _missing_store(store: ObjectStore) -> str | None:
+    """Where ``store`` is a local store whose directory does not exist (a mistyped
+    ``--store``), the words that say so; else None."""
+    if isinstance(store, LocalStore) and not store.root.is_dir():
+        return f"no store at {store.root}: the directory does not exist"
+    return None
 
 
 def _store_exists_or_fail(store: ObjectStore) -> None:
     """A local store's directory must exist for a command that reads (or compacts) a
     store: a mistyped path fails here, rather than reading as an empty, healthy store."""
-    if isinstance(store, LocalStore) and not store.root.is_dir():
+    missing = _missing_store(store)
+    if missing is not None:
         raise StoreError(
-            f"no store at {store.root}: the directory does not exist "
-            "(`compactor topic create` or `compactor demo --store DIR` makes a new store)"
+            f"{missing} (`compactor topic create` or `compactor demo --store DIR` makes a new "
+            "store)"
         )
 
 
 def unknown_topic(name: str, store: ObjectStore) -> UsageError:
     """The usage error of a topic the catalog does not hold, saying so where the reason is
-    a local store's directory that does not exist (a mistyped ``--store``)."""
-    if isinstance(store, LocalStore) and not store.root.is_dir():
-        return UsageError(
-            f"unknown topic {name!r} (no store at {store.root}: the directory does not exist)"
-        )
-    return UsageError(f"unknown topic {name!r}")
+    a local store's directory that does not exist (``_missing_store``)."""
+    missing = _missing_store(store)
+    return UsageError(f"unknown topic {name!r}" + (f" ({missing})" if missing else ""))
 
 
 @dataclass

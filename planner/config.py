@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 
 from compactor.catalog.config import MAX_MS
 from compactor.catalog.errors import ConfigError
-from compactor.catalog.numbers import INTEGER, parse_float, parse_int
+from compactor.catalog.numbers import INTEGER, parse_float, parse_int, shown
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -84,13 +84,12 @@ class PlannerConfig:
             f = by_name.get(name)
             if f is None:
                 raise ConfigError(f"unknown planner setting {name!r} (known: {', '.join(by_name)})")
-            shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
             if f.type == "int" and _past_int64(text):
-                raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown}")
+                raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown(text)}")
             try:
                 changes[f.name] = parse_float(text) if f.type == "float" else parse_int(text)
             except ValueError:
-                raise ConfigError(f"{name} must be a number, got {shown!r}") from None
+                raise ConfigError(f"{name} must be a number, got {shown(text)!r}") from None
         return replace(cls(), **changes)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, int | float]:
