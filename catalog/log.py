@@ -60,14 +60,20 @@ class LogEntry:
     delta: Delta
 
     def history_json(self) -> Json:
-        """The entry as ``compactor history --json`` prints it."""
-        return {
+        """The entry as ``compactor history --json`` prints it: its own ``id``,
+        ``version``, ``kind`` and ``time_ms``, which no detail may hide, then its details. An
+        upgrade's ``version`` detail (the format-1 version it upgraded from, CATALOG.md
+        §5) is shown as ``from_version``."""
+        shown: Json = {
             "id": str(self.version),
             "version": self.version,
             "kind": self.record.kind,
             "time_ms": self.time_ms,
-            **self.record.details,
         }
+        for name, value in self.record.details.items():
+            name = "from_version" if name == "version" else name
+            shown.setdefault(name, value)
+        return shown
 
 
 def encode(data: Json) -> bytes:

@@ -327,6 +327,27 @@ def test_an_interrupted_upgrade_is_finished_from_the_fence(tmp_path: Path) -> No
     assert not Catalog(LocalStore(tmp_path)).upgrade()
 
 
+def test_history_shows_an_upgrade_under_its_own_version_and_the_old_one_beside_it(
+    tmp_path: Path,
+) -> None:
+    store = LocalStore(tmp_path)
+    _format1(store)
+    c = Catalog(store)
+    assert c.upgrade()
+    (entry,) = [e.history_json() for e in c.history()]
+    assert entry == {
+        "id": "8",
+        "version": 8,
+        "kind": "upgrade",
+        "time_ms": entry["time_ms"],
+        "from_format": 1,
+        "from_version": 7,
+    }
+    assert list(entry)[:4] == ["id", "version", "kind", "time_ms"]
+    stored = json.loads(store.get(log_key(8))[0])["commit"]
+    assert stored == {"kind": "upgrade", "from_format": 1, "version": 7}  # CATALOG.md §5
+
+
 # --- history ----------------------------------------------------------------------------
 
 
