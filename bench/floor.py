@@ -4,12 +4,12 @@ a run at 3x DuckDB's speed may spend.
     .venv/bin/python -m bench.floor --shape ingest-64p [--repeat 3] [--codec lz4]
 
 What every full compaction of a store does, whatever its code:
-- reads every input file twice (DESIGN.md: two GET streams per input, one a pointer);
+- reads every input file twice (docs/ARCHITECTURE.md: two GET streams per input, one a pointer);
 - checks every frame's CRC on both reads (FORMAT.md 5: a reader verifies a frame's CRC
   before it interprets its payload; 9.1: both streams of a compaction check every CRC);
 - decodes every batch twice, phase 1 its offsets and keys, phase 2 whole records (each
   pointer reads what it uses; the key buffer holds hashes, not records);
-- hashes every key with SHA-512/256 (DESIGN.md);
+- hashes every key with SHA-512/256 (docs/ARCHITECTURE.md);
 - encodes the survivors in the output's codec (zstd at the top level by default).
 
 This times each step alone, on the shape's own files, with the least machinery this
