@@ -26,7 +26,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.metrics_port is not None:  # first: a port it cannot have fails before any work
         _serve_metrics(metrics, args.metrics_port)
         log("metrics_serving", port=args.metrics_port)
-    store = ctx.store  # a store that is not there fails before the queue is asked
+    store = ctx.store  # a store that is not there fails before the queue is asked:
+    ctx.catalog.snapshot()  # a missing bucket, an unreachable endpoint, a corrupt catalog
     queue = JobQueue(args.queue_url)
     try:
         queue_timeout_s = queue.visibility_timeout_s()  # the queue answers, before anything

@@ -267,6 +267,26 @@ def test_worker_and_schedule_fail_in_one_line_on_a_bad_queue(
         assert result.code == 8
 
 
+@pytest.mark.parametrize("store", ["missing-bucket", "unreachable"])
+def test_a_worker_whose_store_is_not_there_fails_at_start_and_leaves_its_queue(
+    s3_url: S3Url, job_queues: JobQueues, store: str
+) -> None:
+    """Before, it idled and failed every job it received; now it exits before it asks the
+    queue, and the message waiting there is not received."""
+    job_queues.client().send_message(QueueUrl=job_queues.url, MessageBody="{}")
+    if store == "missing-bucket":
+        args = ["--store", f"s3://{s3_url.bucket}-missing", "--endpoint-url", s3_url.endpoint_url]
+    else:
+        args = ["--store", "s3://b", "--endpoint-url", "http://127.0.0.1:9"]
+    result = run_cli(*args, "worker", "--queue-url", job_queues.url, "--exit-when-idle", "0")
+    assert result.code == 5
+    assert_one_line_error(result)
+    attrs = job_queues.client().get_queue_attributes(
+        QueueUrl=job_queues.url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "1"
+
+
 def test_a_queue_that_does_not_exist_is_named(s3_url: S3Url, job_queues: JobQueues) -> None:
     missing = job_queues.url + "-missing"
     result = run_cli(*s3_url.cli_args, "worker", "--queue-url", missing, "--exit-when-idle", "0")
