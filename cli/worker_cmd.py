@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from compactor.catalog import Catalog
 from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.context import Context, UsageError, integer, number, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
@@ -26,8 +27,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.metrics_port is not None:  # first: a port it cannot have fails before any work
         _serve_metrics(metrics, args.metrics_port)
         log("metrics_serving", port=args.metrics_port)
-    store = ctx.store  # a store that is not there fails before the queue is asked:
-    ctx.catalog.snapshot()  # a missing bucket, an unreachable endpoint, a corrupt catalog
+    store = ctx.store
+    # Read once before the queue is asked, so a missing bucket, an unreachable endpoint or
+    # a corrupt catalog fails here; a throwaway reader, since the Compactor keeps its own.
+    Catalog(store).snapshot()
     queue = JobQueue(args.queue_url)
     try:
         queue_timeout_s = queue.visibility_timeout_s()  # the queue answers, before anything

@@ -14,7 +14,8 @@ the buffer (``KeyIndex.winners``) with what else deciding about its records take
 the buffer is free for the next window while phase 2 still works on this one (the runner
 runs phase 1 on its own thread, a window ahead: worker.pipeline).
 
-A key may survive in two windows (one copy each); the next compaction removes the older.
+A key may survive in two windows (one copy each); a later compaction that sees both in
+one window removes the older (docs/ARCHITECTURE.md §3.5).
 A tombstone past its delete horizon is dropped only in the first window of a partition
 whose oldest live data is among the inputs (all of its data, under the timestamp and
 header strategies): an older value of its key can then only be in this same window,
