@@ -182,7 +182,7 @@ class Catalog:
         if not listed:
             self.snapshot()
             return []
-        shown = listed[::-1] if limit is None else listed[::-1][:limit]
+        shown = listed[::-1][:limit]  # newest first
         if gaps := log_gaps(shown[::-1]):
             first, last = gaps[-1]  # the newest gap: listing newest first stops there
             if not self.store.exists(log_key(first - 1)):
