@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from compactor.catalog.errors import ConfigError
+from compactor.catalog.numbers import INT64_MAX, saturated_int, shown
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 STRATEGIES = ("offset", "timestamp", "header")
 MIN_MAX_COMPACTION_LAG_MS = 2 * 60 * 60 * 1000
 """``max.compaction.lag.ms`` values below two hours are raised to two hours."""
-MAX_MS = (1 << 63) - 1
+MAX_MS = INT64_MAX
 """Kafka's Long.MAX_VALUE: the largest value of a ``*.ms`` config and, as a time, never
 (a delete horizon this late is never reached; the files write "no horizon" as it)."""
 MIN_MS = -(1 << 63)
@@ -63,19 +64,15 @@ def _ms(name: str, text: str, *, stored: bool) -> int:
     way)."""
     if not isinstance(text, str) or _INTEGER.fullmatch(text) is None:
         raise ConfigError(f"{name} must be an integer number of milliseconds, got {text!r}")
-    digits = text.lstrip("-").lstrip("0")
-    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(digits)} digits)"
-    sign = -1 if text.startswith("-") else 1
-    # more than 19 digits: past the 64-bit range (and perhaps past int()'s digit limit)
-    value = int(text) if len(digits) <= 19 else sign * (MAX_MS + 2)
+    value = saturated_int(text)
     least = MS_RANGES[name]
     if value < least:
         hint = " (-1 keeps records forever)" if least == -1 else ""
-        raise ConfigError(f"{name} must be >= {least}{hint}, got {shown}")
+        raise ConfigError(f"{name} must be >= {least}{hint}, got {shown(text)}")
     if value > MAX_MS:
         if stored:
             return MAX_MS
-        raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown}")
+        raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown(text)}")
     return value
 
 

@@ -10,7 +10,7 @@ from functools import cached_property
 
 from compactor.catalog import Catalog
 from compactor.catalog.config import MAX_MS
-from compactor.catalog.numbers import INTEGER, parse_float, parse_int, shown
+from compactor.catalog.numbers import parse_float, parse_int, saturated_int, shown
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
@@ -80,13 +80,10 @@ def _clock(text: str) -> int:
     """``--now-ms`` (or COMPACTOR_NOW_MS): a time in ms from 0 to below ``MAX_MS``, the
     time a saturated delete horizon or lag reads as (never), which a clock must not
     reach."""
-    body = text.strip()
-    if not INTEGER.fullmatch(body):
-        raise UsageError(f"--now-ms must be an integer, got {text!r}")
     try:
-        now_ms = int(body)
-    except ValueError:  # digits past int()'s limit: far out of range
-        now_ms = -1 if body.startswith("-") else MAX_MS
+        now_ms = saturated_int(text)
+    except ValueError:
+        raise UsageError(f"--now-ms must be an integer, got {text!r}") from None
     if now_ms < 0:
         raise UsageError(f"--now-ms must not be negative, got {shown(text)}")
     if now_ms >= MAX_MS:

@@ -11,9 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from compactor.catalog.config import MAX_MS
 from compactor.catalog.errors import ConfigError
-from compactor.catalog.numbers import INTEGER, parse_float, parse_int, shown
+from compactor.catalog.numbers import INT64_MAX, parse_float, saturated_int, shown
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -84,23 +83,16 @@ class PlannerConfig:
             f = by_name.get(name)
             if f is None:
                 raise ConfigError(f"unknown planner setting {name!r} (known: {', '.join(by_name)})")
-            if f.type == "int" and _past_int64(text):
-                raise ConfigError(f"{name} must be at most {MAX_MS} (2^63 - 1), got {shown(text)}")
             try:
-                changes[f.name] = parse_float(text) if f.type == "float" else parse_int(text)
+                value = parse_float(text) if f.type == "float" else saturated_int(text)
             except ValueError:
                 raise ConfigError(f"{name} must be a number, got {shown(text)!r}") from None
+            if f.type == "int" and value > INT64_MAX:
+                raise ConfigError(
+                    f"{name} must be at most {INT64_MAX} (2^63 - 1), got {shown(text)}"
+                )
+            changes[f.name] = value
         return replace(cls(), **changes)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, int | float]:
         return {self.setting_name(f.name): getattr(self, f.name) for f in fields(self)}
-
-
-def _past_int64(text: str) -> bool:
-    """Whether ``text`` is an integer above 2^63 - 1, told from its digits (``int`` refuses
-    more than 4,300 of them)."""
-    body = text.strip()
-    if INTEGER.fullmatch(body) is None or body.startswith("-"):
-        return False
-    digits = body.lstrip("+").lstrip("0")
-    return len(digits) > 19 or (len(digits) == 19 and digits > str(MAX_MS))

@@ -1,0 +1,121 @@
+"""Integers past the 64-bit range, read one way (``catalog.numbers.saturated_int``) by
+every place a user writes one: a topic's ``*.ms`` config, a planner setting and the clock.
+
+- The parse agrees with ``int`` on every integer of at most 19 significant digits, and
+  reads one of more as just past 2^63 - 1 (or its negative), however many digits it has:
+  ``int`` refuses more than 4,300, leading zeros included.
+- Through the command line, the same too-long values get each place's own one line and
+  exit status, with the store untouched; a value padded with thousands of zeros is its
+  value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirunner import Result, one_line, run_cli, tree, two_l0_files
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactor.catalog.numbers import INT64_MAX, saturated_int
+from compactor.cli.exit_codes import ExitCode
+
+NOW = "1700000000000"
+
+
+@given(st.integers(min_value=-(10**19) + 1, max_value=10**19 - 1), st.integers(0, 30))
+def test_within_19_digits_it_is_int(value: int, zeros: int) -> None:
+    sign = "-" if value < 0 else ""
+    assert saturated_int(f"{sign}{'0' * zeros}{abs(value)}") == value
+    assert saturated_int(f" +{value} " if value >= 0 else f" {value} ") == value
+
+
+@given(st.integers(20, 6000), st.booleans())
+def test_past_19_digits_it_is_just_past_the_64_bit_range(digits: int, negative: bool) -> None:
+    text = ("-" if negative else "") + "1" + "0" * (digits - 1)
+    assert saturated_int(text) == (-1 if negative else 1) * (INT64_MAX + 1)
+
+
+def test_leading_zeros_do_not_count_toward_int_s_limit() -> None:
+    assert saturated_int("0" * 5000 + "7") == 7
+    assert saturated_int("-" + "0" * 5000) == 0
+
+
+@pytest.mark.parametrize("text", ["", " ", "+", "-", "1_000", "٥", "1.0", "1e3", "--1", "0x10"])
+def test_anything_but_ascii_digits_and_one_sign_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        saturated_int(text)
+
+
+# --- the three places, as a user types them --------------------------------------------------
+
+HUGE = "9" * 5000
+HUGE_NEGATIVE = "-" + "9" * 5000
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return two_l0_files(tmp_path / "store", NOW)
+
+
+def _now_ms(store: Path, value: str) -> Result:
+    return run_cli("--store", str(store), "--now-ms", value, "plan", "--json")
+
+
+def _setting(store: Path, value: str) -> Result:
+    return run_cli("--store", str(store), "plan", "--json", "--set", f"tombstone.buffer.ms={value}")
+
+
+def _topic_config(store: Path, value: str) -> Result:
+    return run_cli(
+        "--store", str(store), "--now-ms", NOW, "topic", "create", "c", "--partitions", "1",
+        "--config", "cleanup.policy=compact", "--config", f"delete.retention.ms={value}",
+    )  # fmt: skip
+
+
+PLACES = {
+    "now-ms": (_now_ms, ExitCode.USAGE, "--now-ms must be below", "--now-ms must not be negative"),
+    "setting": (
+        _setting,
+        ExitCode.CONFIG,
+        "tombstone.buffer.ms must be at most 9223372036854775807",
+        "tombstone.buffer.ms must be >= 0",
+    ),
+    "topic config": (
+        _topic_config,
+        ExitCode.CONFIG,
+        "delete.retention.ms must be at most 9223372036854775807",
+        "delete.retention.ms must be >= 0",
+    ),
+}
+
+
+OUT_OF_RANGE = [
+    ("9223372036854775808", 2),
+    ("99999999999999999999", 2),
+    (HUGE, 2),
+    ("-9223372036854775809", 3),
+    (HUGE_NEGATIVE, 3),
+]
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize(("value", "words"), OUT_OF_RANGE, ids=[v[:24] for v, _ in OUT_OF_RANGE])
+def test_a_value_past_the_64_bit_range_is_refused_in_one_short_line(
+    store: Path, place: str, value: str, words: int
+) -> None:
+    """Too big is "at most" (below the clock's never), far negative is "negative" (below
+    the least), however many digits: never "not a number", never a traceback."""
+    command, code = PLACES[place][:2]
+    before = tree(store)
+    line = one_line(command(store, value), code, PLACES[place][words])
+    assert len(line) < 200, line
+    assert tree(store) == before
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_value_padded_with_thousands_of_zeros_is_its_value(store: Path, place: str) -> None:
+    command = PLACES[place][0]
+    r = command(store, "0" * 5000 + "1700000000000")
+    assert r.code == 0, r
