@@ -119,3 +119,16 @@ def test_a_value_padded_with_thousands_of_zeros_is_its_value(store: Path, place:
     command = PLACES[place][0]
     r = command(store, "0" * 5000 + "1700000000000")
     assert r.code == 0, r
+
+
+LARGEST = {"now-ms": str(INT64_MAX - 1), "setting": str(INT64_MAX), "topic config": str(INT64_MAX)}
+"""The largest value each place takes: a clock stays below never; a setting and a topic's
+``*.ms`` config reach Kafka's Long.MAX_VALUE."""
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_the_largest_value_each_place_takes_runs(store: Path, place: str) -> None:
+    command, code, too_big = PLACES[place][:3]
+    r = command(store, LARGEST[place])
+    assert r.code == 0, r
+    one_line(command(store, str(int(LARGEST[place]) + 1)), code, too_big.split(" 9")[0])
