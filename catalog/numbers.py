@@ -24,15 +24,15 @@ INT64_MAX = (1 << 63) - 1
 
 def saturated_int(text: str) -> int:
     """``text`` (surrounding spaces allowed) as an integer, where one of more than 19
-    significant digits, past the 64-bit range, reads as ``INT64_MAX + 1`` or its negative,
-    so that a range check refuses it without ``int`` reading it (``int`` refuses more than
-    4,300 digits, leading zeros included); ValueError if it is not an integer."""
+    significant digits reads as ``±(INT64_MAX + 2)``, outside the 64-bit range at either
+    end, so that a range check refuses it without ``int`` reading it (``int`` refuses more
+    than 4,300 digits, leading zeros included); ValueError if it is not an integer."""
     body = text.strip()
     if INTEGER.fullmatch(body) is None:
         raise ValueError(f"not an integer: {text!r}")
     sign = -1 if body.startswith("-") else 1
     digits = body.lstrip("+-").lstrip("0")
-    return sign * (INT64_MAX + 1 if len(digits) > 19 else int(digits or "0"))
+    return sign * (INT64_MAX + 2 if len(digits) > 19 else int(digits or "0"))
 
 
 def parse_float(text: str) -> float:

@@ -2,7 +2,7 @@
 every place a user writes one: a topic's ``*.ms`` config, a planner setting and the clock.
 
 - The parse agrees with ``int`` on every integer of at most 19 significant digits, and
-  reads one of more as just past 2^63 - 1 (or its negative), however many digits it has:
+  reads one of more as just outside the 64-bit range, however many digits it has:
   ``int`` refuses more than 4,300, leading zeros included.
 - Through the command line, the same too-long values get each place's own one line and
   exit status, with the store untouched; a value padded with thousands of zeros is its
@@ -33,8 +33,10 @@ def test_within_19_digits_it_is_int(value: int, zeros: int) -> None:
 
 @given(st.integers(20, 6000), st.booleans())
 def test_past_19_digits_it_is_just_past_the_64_bit_range(digits: int, negative: bool) -> None:
+    """At either end: -2^63 is a 64-bit value, so the negative side is one further."""
     text = ("-" if negative else "") + "1" + "0" * (digits - 1)
-    assert saturated_int(text) == (-1 if negative else 1) * (INT64_MAX + 1)
+    assert saturated_int(text) == (-1 if negative else 1) * (INT64_MAX + 2)
+    assert not -(INT64_MAX + 1) <= saturated_int(text) <= INT64_MAX
 
 
 def test_leading_zeros_do_not_count_toward_int_s_limit() -> None:
