@@ -11,15 +11,10 @@ INTEGER = re.compile(r"[+-]?[0-9]+")
 FRACTION = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
-def parse_int(text: str) -> int:
-    """``text`` (surrounding spaces allowed) as an integer; ValueError if it is not one."""
-    if INTEGER.fullmatch(text.strip()) is None:
-        raise ValueError(f"not an integer: {text!r}")
-    return int(text)
-
-
 INT64_MAX = (1 << 63) - 1
 """Kafka's Long.MAX_VALUE: no number this system takes is larger."""
+INT64_MIN = -(1 << 63)
+"""Kafka's Long.MIN_VALUE: no number this system takes is smaller."""
 
 
 def saturated_int(text: str) -> int:

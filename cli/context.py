@@ -10,7 +10,7 @@ from functools import cached_property
 
 from compactor.catalog import Catalog
 from compactor.catalog.config import MAX_MS
-from compactor.catalog.numbers import parse_float, parse_int, saturated_int, shown
+from compactor.catalog.numbers import INT64_MAX, INT64_MIN, parse_float, saturated_int, shown
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
 
 DEFAULT_STORE = "./compactor-data"
@@ -24,13 +24,27 @@ class UsageError(Exception):
 
 
 def integer(text: str) -> int:
-    """An option's text as an integer; argparse's type error, in the options' words, if
-    it is not one (the argparse types below start here). ASCII digits only, as Kafka
-    reads a number (``catalog.numbers``)."""
+    """An option's text as an integer in the signed 64-bit range, as Kafka reads a number
+    (ASCII digits and one sign, ``catalog.numbers``); argparse's type error, in the
+    options' words, if it is not one (the argparse types below start here)."""
+    return _integer_from(text, INT64_MIN)
+
+
+def _integer_from(text: str, least: int) -> int:
+    """``text`` as an integer from ``least`` to ``INT64_MAX``. Read by the saturating
+    parse, so a value of thousands of digits is refused as out of range in one short
+    line, as a ``*.ms`` config or a planner setting is, not read by ``int``."""
     try:
-        return parse_int(text)
+        value = saturated_int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)!r}") from None
+    got = str(value) if INT64_MIN <= value <= INT64_MAX else shown(text.strip())
+    if value < least:
+        words = "must not be negative" if least == 0 else f"must be at least {least}"
+        raise argparse.ArgumentTypeError(f"{words}, got {got}")
+    if value > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {INT64_MAX} (2^63 - 1), got {got}")
+    return value
 
 
 def number(text: str) -> float:
@@ -38,23 +52,17 @@ def number(text: str) -> float:
     try:
         return parse_float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)!r}") from None
 
 
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1."""
-    value = integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return _integer_from(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0 (a duration, an offset, a time in ms)."""
-    value = integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
+    return _integer_from(text, 0)
 
 
 def endpoint_url_problem(url: str) -> str | None:
@@ -83,7 +91,7 @@ def _clock(text: str) -> int:
     try:
         now_ms = saturated_int(text)
     except ValueError:
-        raise UsageError(f"--now-ms must be an integer, got {text!r}") from None
+        raise UsageError(f"--now-ms must be an integer, got {shown(text)!r}") from None
     if now_ms < 0:
         raise UsageError(f"--now-ms must not be negative, got {shown(text)}")
     if now_ms >= MAX_MS:

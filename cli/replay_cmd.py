@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from compactor.catalog import CatalogError
+from compactor.catalog.numbers import shown
 from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.compact import job_summary, progress_line
 from compactor.cli.context import Context, UsageError, positive_int
@@ -286,7 +287,7 @@ def _commit_id(text: str) -> int:
         return positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"a commit id is a positive integer (compactor history shows them), got {text!r}"
+            f"a commit id is a positive integer (compactor history shows them), got {shown(text)!r}"
         ) from None
 
 

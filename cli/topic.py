@@ -8,6 +8,7 @@ import re
 
 from compactor.catalog import CommitRecord, TopicConfig
 from compactor.catalog.changes import MAX_PARTITIONS, create_topic
+from compactor.catalog.numbers import shown
 from compactor.cli.context import Context, UsageError, positive_int, unknown_topic
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -19,7 +20,7 @@ def topic_name(text: str) -> str:
     """An argparse type: a name Kafka would accept for a new topic."""
     if not TOPIC_NAME.fullmatch(text) or text in (".", ".."):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a topic name: as in Kafka, 1 to 249 ASCII letters, digits, "
+            f"{shown(text)!r} is not a topic name: as in Kafka, 1 to 249 ASCII letters, digits, "
             "'.', '_' or '-', and not '.' or '..'"
         )
     return text
@@ -43,7 +44,7 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--config takes KEY=VALUE, got {pair!r}")
         if key in settings:
             raise UsageError(
-                f"--config {key} given twice ({settings[key]!r}, then {value!r}): "
+                f"--config {key} given twice ({shown(settings[key])!r}, then {shown(value)!r}): "
                 "give each topic config once"
             )
         settings[key] = value

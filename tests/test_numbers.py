@@ -11,6 +11,8 @@ every place a user writes one: a topic's ``*.ms`` config, a planner setting and 
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,11 @@ from clirunner import Result, one_line, run_cli, tree, two_l0_files
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.catalog.numbers import INT64_MAX, saturated_int
+from compactor.catalog.numbers import INT64_MAX, INT64_MIN, saturated_int
+from compactor.cli.context import integer, non_negative_int, positive_int
 from compactor.cli.exit_codes import ExitCode
+from compactor.cli.key_buffer import MIN_KEY_BUFFER_BYTES
+from compactor.cli.main import build_parser
 
 NOW = "1700000000000"
 
@@ -134,3 +139,123 @@ def test_the_largest_value_each_place_takes_runs(store: Path, place: str) -> Non
     r = command(store, LARGEST[place])
     assert r.code == 0, r
     one_line(command(store, str(int(LARGEST[place]) + 1)), code, too_big.split(" 9")[0])
+
+
+# --- every integer option of the command line ---------------------------------------------
+
+
+def _integer_options() -> list[tuple[tuple[str, ...], str, Callable[[str], object]]]:
+    """Each option of each command whose value is an integer: the command's words, the
+    option, and its argparse type. Found from the parser, so an option added later is
+    covered too: a type that reads "1" or "0" or a key buffer's least size as an int."""
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, (*path, name))
+            elif action.type is not None and action.option_strings and _valid(action.type):
+                found.append((path, action.option_strings[-1], action.type))
+
+    walk(build_parser([]), ())
+    return found
+
+
+def _valid(kind: Callable[[str], object]) -> str | None:
+    """A small value ``kind`` reads as an int, or None if it reads none (not an integer
+    option)."""
+    for text in ("1", "0", str(MIN_KEY_BUFFER_BYTES)):
+        try:
+            if type(kind(text)) is int:
+                return text
+        except (argparse.ArgumentTypeError, ValueError):
+            continue
+    return None
+
+
+INTEGER_OPTIONS = _integer_options()
+
+
+def test_the_integer_options_are_found() -> None:
+    """The discovery above finds the options it is meant to (a test of the test)."""
+    names = {(" ".join(path), option) for path, option, _ in INTEGER_OPTIONS}
+    for expected in [
+        ("history", "--limit"),
+        ("dump", "--from-timestamp"),
+        ("compact", "--grace-ms"),
+        ("worker", "--visibility-timeout-s"),
+        ("topic create", "--partitions"),
+        ("replay", "--from-history"),
+        ("spark compact", "--lease-ms"),
+    ]:
+        assert expected in names
+    assert len(INTEGER_OPTIONS) >= 30
+
+
+OPTION_IDS = [f"{' '.join(p)} {o}" for p, o, _ in INTEGER_OPTIONS]
+
+
+@pytest.mark.parametrize(("path", "option", "kind"), INTEGER_OPTIONS, ids=OPTION_IDS)
+@pytest.mark.parametrize(
+    "value", ["9223372036854775808", HUGE, "-9223372036854775809", HUGE_NEGATIVE],
+    ids=["2^63", "5000 digits", "-2^63-1", "-5000 digits"],
+)  # fmt: skip
+def test_an_integer_option_refuses_a_value_past_64_bits_in_one_short_line(
+    tmp_path: Path, path: tuple[str, ...], option: str, kind: object, value: str
+) -> None:
+    """Refused where the command line is read, in the option's words: never read by
+    ``int`` (which refuses 4,300 digits as "not an integer"), never handed on to what
+    cannot hold it (``dump --from-timestamp`` with 23 negative digits was an
+    OverflowError, exit 70, before)."""
+    store = tmp_path / "store"
+    line = one_line(
+        run_cli("--store", str(store), *path, option, value), ExitCode.USAGE, f"argument {option}"
+    )
+    assert len(line) < 200, line
+    if len(value) > 100:
+        assert "(5001 characters)" in line or "(5000 characters)" in line, line
+    assert not store.exists()
+
+
+@pytest.mark.parametrize(("path", "option", "kind"), INTEGER_OPTIONS, ids=OPTION_IDS)
+def test_an_integer_option_reads_a_value_padded_with_zeros_as_its_value(
+    path: tuple[str, ...], option: str, kind: Callable[[str], object]
+) -> None:
+    text = _valid(kind)
+    assert text is not None
+    assert kind("0" * 5000 + text) == kind(text)
+    assert kind(f" +{text} ") == kind(text)
+
+
+def test_an_integer_option_takes_the_64_bit_range_and_no_more() -> None:
+    """The ends of the range are values (an offset, a timestamp may be either end); one
+    past is refused, with the value as the user wrote it."""
+    assert integer(str(INT64_MAX)) == INT64_MAX
+    assert integer(str(INT64_MIN)) == INT64_MIN
+    assert non_negative_int(str(INT64_MAX)) == INT64_MAX
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=r"at most 9223372036854775807 .*got 9223372036854775808$"
+    ):
+        integer(str(INT64_MAX + 1))
+    with pytest.raises(
+        argparse.ArgumentTypeError,
+        match=r"at least -9223372036854775808, got -9223372036854775809$",
+    ):
+        integer(str(INT64_MIN - 1))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must not be negative, got -1$"):
+        non_negative_int("-1")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be at least 1, got 0$"):
+        positive_int("0")
+
+
+def test_a_value_that_is_no_integer_is_quoted_short() -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        integer("x" * 5000)
+    assert len(str(refused.value)) < 100
+    assert "(5000 characters)" in str(refused.value)
+
+
+def test_the_clock_quotes_a_long_non_integer_short(store: Path) -> None:
+    line = one_line(_now_ms(store, "x" * 5000), ExitCode.USAGE, "--now-ms must be an integer")
+    assert len(line) < 200, line
