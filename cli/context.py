@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -121,11 +123,24 @@ def _store_exists_or_fail(store: ObjectStore) -> None:
         )
 
 
-def unknown_topic(name: str, store: ObjectStore) -> UsageError:
-    """The usage error of a topic the catalog does not hold, saying so where the reason is
-    a local store's directory that does not exist (``_missing_store``)."""
+def unknown_topic(name: str, store: ObjectStore, known: Collection[str] = ()) -> UsageError:
+    """The usage error of a topic the catalog does not hold: with the nearest name the
+    store has (a typo's likely meaning) and how many it has, or the reason a local store
+    holds none, a directory that does not exist (``_missing_store``)."""
     missing = _missing_store(store)
-    return UsageError(f"unknown topic {name!r}" + (f" ({missing})" if missing else ""))
+    if missing is not None:
+        return UsageError(f"unknown topic {shown(name)!r} ({missing})")
+    if not known:
+        return UsageError(f"unknown topic {shown(name)!r} (the store has no topics)")
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    listed = ", ".join(sorted(known)[:_NAMED])
+    more = f", and {len(known) - _NAMED} more" if len(known) > _NAMED else ""
+    return UsageError(f"unknown topic {shown(name)!r} ({hint}the store has {listed}{more})")
+
+
+_NAMED = 5
+"""How many of a store's topics an unknown topic's error names."""
 
 
 @dataclass

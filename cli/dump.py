@@ -18,7 +18,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     snap = ctx.catalog.snapshot()
     topic = snap.topics.get(args.topic)
     if topic is None:
-        raise unknown_topic(args.topic, ctx.store)
+        raise unknown_topic(args.topic, ctx.store, snap.topics)
     if not 0 <= args.partition < topic.partitions:
         raise UsageError(
             f"topic {args.topic!r} has partitions 0..{topic.partitions - 1}, not {args.partition}"

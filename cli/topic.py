@@ -65,7 +65,7 @@ def describe(ctx: Context, args: argparse.Namespace) -> int:
     snap = ctx.catalog.snapshot()
     topic = snap.topics.get(args.name)
     if topic is None:
-        raise unknown_topic(args.name, ctx.store)
+        raise unknown_topic(args.name, ctx.store, snap.topics)
     files: dict[int, int] = {}
     records: dict[int, int] = {}
     for live in snap.files:

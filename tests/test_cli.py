@@ -14,6 +14,7 @@ import pytest
 from clirunner import assert_one_line_error, run_cli
 
 from compactor.catalog.log import PREFIX as CATALOG_PREFIX
+from compactor.cli.exit_codes import ExitCode
 
 
 @pytest.fixture
@@ -81,6 +82,32 @@ def test_topic_create_and_describe(store_dir: str) -> None:
 )
 def test_user_mistakes_are_one_line(store_dir: str, args: list[str], fragment: str) -> None:
     assert_one_line_error(run_cli("--store", store_dir, *args), fragment)
+
+
+@pytest.mark.parametrize(
+    "command", [["topic", "describe"], ["dump", "--partition", "0", "--topic"]]
+)
+def test_an_unknown_topic_names_the_nearest_one_and_what_the_store_has(
+    store_dir: str, command: list[str]
+) -> None:
+    for name in ["accounts", "clicks", "orders", "prices", "users", "views", "zones"]:
+        _create(store_dir, name, 1, "cleanup.policy=compact")
+    r = run_cli("--store", store_dir, *command, "acounts")
+    assert r.code == ExitCode.USAGE, r
+    assert r.err == (
+        "compactor: unknown topic 'acounts' (did you mean 'accounts'? the store has "
+        "accounts, clicks, orders, prices, users, and 2 more)\n"
+    )
+    r = run_cli("--store", store_dir, *command, "q" * 5000)
+    assert_one_line_error(r, "unknown topic 'qqqqqqqqqqqqqqqqqqqq... (5000 characters)' (the store")
+    assert "did you mean" not in r.err
+
+
+def test_an_unknown_topic_in_a_store_of_none_says_so(store_dir: str) -> None:
+    Path(store_dir).mkdir(parents=True, exist_ok=True)
+    r = run_cli("--store", store_dir, "topic", "describe", "orders")
+    assert r.code == ExitCode.USAGE, r
+    assert r.err == "compactor: unknown topic 'orders' (the store has no topics)\n"
 
 
 def test_ingest_dump_round_trip_all_shapes(store_dir: str, tmp_path: Path) -> None:
