@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property
 
-from compactor.catalog import Catalog
+from compactor.catalog import Catalog, topic_names
 from compactor.catalog.config import MAX_MS
 from compactor.catalog.numbers import INT64_MAX, INT64_MIN, parse_float, saturated_int, shown
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
@@ -124,23 +123,13 @@ def _store_exists_or_fail(store: ObjectStore) -> None:
 
 
 def unknown_topic(name: str, store: ObjectStore, known: Collection[str] = ()) -> UsageError:
-    """The usage error of a topic the catalog does not hold: with the nearest name the
-    store has (a typo's likely meaning) and how many it has, or the reason a local store
-    holds none, a directory that does not exist (``_missing_store``)."""
+    """The usage error of a topic the catalog does not hold (``catalog.topic_names``), or
+    of the reason a local store holds none: a directory that does not exist
+    (``_missing_store``)."""
     missing = _missing_store(store)
     if missing is not None:
         return UsageError(f"unknown topic {shown(name)!r} ({missing})")
-    if not known:
-        return UsageError(f"unknown topic {shown(name)!r} (the store has no topics)")
-    near = difflib.get_close_matches(name, sorted(known), n=1)
-    hint = f"did you mean {near[0]!r}? " if near else ""
-    listed = ", ".join(sorted(known)[:_NAMED])
-    more = f", and {len(known) - _NAMED} more" if len(known) > _NAMED else ""
-    return UsageError(f"unknown topic {shown(name)!r} ({hint}the store has {listed}{more})")
-
-
-_NAMED = 5
-"""How many of a store's topics an unknown topic's error names."""
+    return UsageError(topic_names.unknown_topic(name, known))
 
 
 @dataclass

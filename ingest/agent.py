@@ -32,6 +32,7 @@ from compactor.catalog import (
     LiveFile,
     Snapshot,
     TopicPartition,
+    topic_names,
 )
 from compactor.catalog.changes import OffsetsMoved, append_files
 from compactor.catalog.manifests import manifest_key
@@ -125,7 +126,7 @@ class L0Ingest:
         if buf is None:
             topic = self.base.topics.get(rec.topic)
             if topic is None:
-                raise UnknownPartition(f"unknown topic {rec.topic!r}")
+                raise UnknownPartition(topic_names.unknown_topic(rec.topic, self.base.topics))
             if not 0 <= rec.partition < topic.partitions:
                 raise UnknownPartition(
                     f"topic {rec.topic!r} has partitions 0..{topic.partitions - 1}, "

@@ -184,7 +184,11 @@ def test_offsets_continue_across_ingests_and_default_timestamp(
         ("{not json", "line 2: not JSON"),
         (
             '{"topic": "nope", "partition": 0, "key": "k", "value": "v"}',
-            "line 2: unknown topic 'nope'",
+            "line 2: unknown topic 'nope' (the store has t)",
+        ),
+        (
+            '{"topic": "tt", "partition": 0, "key": "k", "value": "v"}',
+            "line 2: unknown topic 'tt' (did you mean 't'? the store has t)",
         ),
         (
             '{"topic": "t", "partition": 7, "key": "k", "value": "v"}',
