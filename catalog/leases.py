@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from compactor.catalog.catalog import Catalog
 from compactor.catalog.changes import Leased, check_unleased, live_run_start
+from compactor.catalog.config import add_ms
 from compactor.catalog.errors import CatalogError, CommitConflict
 from compactor.catalog.log import CommitRecord
 from compactor.catalog.snapshot import Lease, Snapshot
@@ -30,9 +31,11 @@ def take_lease(
     ttl_ms: int,
     fresh: bool = False,
 ) -> Snapshot:
-    """Claim ``inputs`` (live, contiguous, in order) for ``job_id`` until now + ttl. Taking
-    a job's lease again renews it, unless ``fresh`` (a scheduler about to publish the job):
-    then an unexpired lease of the same job is a Leased conflict."""
+    """Claim ``inputs`` (live, contiguous, in order) for ``job_id`` until now + ttl,
+    saturated at ``MAX_MS``: a catalog's integers are 64-bit (CATALOG.md §1), so a lease of
+    2^63 - 1 ms is one that never expires, not a time past the range. Taking a job's lease
+    again renews it, unless ``fresh`` (a scheduler about to publish the job): then an
+    unexpired lease of the same job is a Leased conflict."""
     if ttl_ms <= 0:
         raise CatalogError(f"a lease needs a positive duration, got {ttl_ms} ms")
     held = s.leases.get(job_id)
@@ -40,7 +43,7 @@ def take_lease(
         raise Leased(f"job {job_id} is already leased until {held.expires_ms}")
     live_run_start(s, inputs)
     check_unleased(s, inputs, job_id, now_ms)
-    lease = Lease(job_id, owner, tuple(inputs), now_ms, now_ms + ttl_ms)
+    lease = Lease(job_id, owner, tuple(inputs), now_ms, add_ms(now_ms, ttl_ms))
     return dataclasses.replace(s, leases={**_without_expired(s, now_ms), job_id: lease})
 
 
@@ -89,7 +92,7 @@ class JobLeases:
                 ttl_ms=ttl_ms,
                 fresh=fresh,
             ),
-            self._record("taken", job_id, now + ttl_ms, expired),
+            self._record("taken", job_id, add_ms(now, ttl_ms), expired),
         )
         return snap.leases[job_id]
 
@@ -99,7 +102,7 @@ class JobLeases:
             functools.partial(
                 renew_lease, job_id=job_id, owner=self.owner, now_ms=now, ttl_ms=ttl_ms
             ),
-            self._record("renewed", job_id, now + ttl_ms, self._expired(now)),
+            self._record("renewed", job_id, add_ms(now, ttl_ms), self._expired(now)),
         )
         return snap.leases[job_id]
 

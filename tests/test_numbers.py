@@ -12,7 +12,8 @@ every place a user writes one: a topic's ``*.ms`` config, a planner setting and 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ from clirunner import Result, one_line, run_cli, tree, two_l0_files
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compactor.catalog.leases import take_lease
 from compactor.catalog.numbers import INT64_MAX, INT64_MIN, saturated_int
+from compactor.catalog.snapshot import LiveFile, Snapshot
 from compactor.cli.context import integer, non_negative_int, positive_int
 from compactor.cli.exit_codes import ExitCode
 from compactor.cli.key_buffer import MIN_KEY_BUFFER_BYTES
@@ -259,3 +262,49 @@ def test_a_value_that_is_no_integer_is_quoted_short() -> None:
 def test_the_clock_quotes_a_long_non_integer_short(store: Path) -> None:
     line = one_line(_now_ms(store, "x" * 5000), ExitCode.USAGE, "--now-ms must be an integer")
     assert len(line) < 200, line
+
+
+def _integers(value: object) -> Iterator[int]:
+    """Every integer in a decoded JSON document."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _integers(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _integers(item)
+
+
+def test_the_longest_lease_saturates_and_the_catalog_stays_64_bit(
+    store: Path, tmp_path: Path
+) -> None:
+    """``replay --execute --lease-ms 2^63 - 1`` (the longest the option takes) leases the
+    job until never, ``MAX_MS``: its expiry was now + 2^63 - 1 before, written to the
+    catalog's log past the range every catalog integer lies in (CATALOG.md §1)."""
+    r = run_cli("--store", str(store), "--now-ms", NOW, "plan", "--json",
+                "--set", "level.trigger.files=2")  # fmt: skip
+    assert r.code == 0, r
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(json.loads(r.out)["jobs"][0]))
+    r = run_cli("--store", str(store), "--now-ms", NOW, "replay", str(job), "--execute",
+                "--lease-ms", str(INT64_MAX))  # fmt: skip
+    assert r.code == 0, r
+    seen = [
+        n
+        for p in (store / "_catalog").rglob("*.json")
+        for n in _integers(json.loads(p.read_text()))
+    ]
+    assert INT64_MAX in seen  # the lease's expiry, saturated
+    assert all(INT64_MIN <= n <= INT64_MAX for n in seen)
+
+
+def test_a_lease_s_expiry_saturates_at_never() -> None:
+    s = Snapshot(files=(LiveFile("a", "data/L0/a.cf", 0, 1, 0, ()),))
+    leased = take_lease(s, "j", "me", ["a"], now_ms=1700000000000, ttl_ms=INT64_MAX)
+    assert leased.leases["j"].expires_ms == INT64_MAX
+    assert leased.leases["j"].active(INT64_MAX - 1)
+    shorter = take_lease(s, "j", "me", ["a"], now_ms=10, ttl_ms=5)
+    assert shorter.leases["j"].expires_ms == 15
