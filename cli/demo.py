@@ -21,7 +21,7 @@ from compactor.catalog.changes import create_topic
 from compactor.catalog.verify import verify_store
 from compactor.cli.codec_options import add_codec_option, add_codec_options, level_codecs
 from compactor.cli.compact import progress_line
-from compactor.cli.context import Context, positive_int
+from compactor.cli.context import Context, UsageError, positive_int
 from compactor.cli.embedded_s3 import embedded_s3
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.progress import Progress
@@ -62,7 +62,20 @@ def _demo_context(ctx: Context, args: argparse.Namespace) -> Iterator[Context]:
             demo.close()
 
 
+def agent_shares(records: int, agents: int) -> Iterator[int]:
+    """How many of ``records`` each of ``agents`` writes: all of them, the remainder one
+    each to the first agents (before, ``records // agents`` each, and the rest not
+    written though the summary counted them)."""
+    share, extra = divmod(records, agents)
+    return (share + (agent < extra) for agent in range(agents))
+
+
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.agents > args.records:  # an agent of no records would commit empty ingests
+        raise UsageError(
+            "--agents must be at most --records (each agent writes at least one record), "
+            f"got {args.agents} agents for {args.records} records"
+        )
     progress = Progress()
     started = time.monotonic()
     with _demo_context(ctx, args) as demo:
@@ -79,14 +92,14 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                         config=TopicConfig.parse(settings),
                     )
                 )
-        records_per_agent = args.records // args.agents
-        for agent in range(args.agents):
+        first = 0
+        for agent, records in enumerate(agent_shares(args.records, args.agents)):
             workload = Workload(
                 topics=tuple((name, partitions) for name, partitions, _ in TOPICS),
-                records=records_per_agent,
+                records=records,
                 keys_per_partition=args.keys_per_partition,
                 seed=agent,
-                start_ms=demo.now_ms - args.records + agent * records_per_agent,
+                start_ms=demo.now_ms - args.records + first,
                 versioned_topics=frozenset({"inventory"}),
             )
             ingest = L0Ingest(
@@ -105,6 +118,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             except BaseException:
                 ingest.abandon()
                 raise
+            first += records
         progress.done()
         ingest_s = time.monotonic() - started
         before_snap = demo.catalog.snapshot()

@@ -11,6 +11,10 @@ from pathlib import Path
 from clirunner import assert_one_line_error, run_cli
 from test_level_codecs import codecs_in
 
+from compactor.catalog import Catalog
+from compactor.cli.demo import agent_shares
+from compactor.objectstore import LocalStore
+
 SMALL = ["--records", "20000", "--max-file-bytes", "16384", "--key-buffer-bytes", "65536"]
 
 
@@ -72,3 +76,26 @@ def test_demo_writes_each_level_in_the_codecs_it_is_given(tmp_path: Path) -> Non
 def test_demo_rejects_an_unknown_codec_in_one_line() -> None:
     r = run_cli("demo", *SMALL, "--compression-top", "gzip")
     assert_one_line_error(r, "gzip")
+
+
+def test_every_record_asked_for_is_written_by_agents_of_unequal_shares(tmp_path: Path) -> None:
+    """1,003 records from 4 agents are 1,003 offsets (251, 251, 251, 250): before, each
+    agent wrote ``records // agents`` and 3 records went unwritten, though counted."""
+    store = tmp_path / "store"
+    r = run_cli("--store", str(store), "demo", "--records", "1003", "--agents", "4")
+    assert r.code == 0, r.out + r.err
+    assert "ingested 1,003 records from 4 agents" in r.out
+    offsets = Catalog(LocalStore(store)).snapshot().next_offsets
+    assert sum(offsets.values()) == 1003
+
+
+def test_more_agents_than_records_is_refused_before_the_store_is_made(tmp_path: Path) -> None:
+    """Each agent writes at least one record: an agent of none committed empty ingests
+    (``--agents`` of 2^63 - 1 made files until it was killed)."""
+    store = tmp_path / "store"
+    r = run_cli("--store", str(store), "demo", "--records", "3", "--agents", "4")
+    assert_one_line_error(r, "--agents must be at most --records", "4 agents for 3 records")
+    assert r.code == 2
+    assert not store.exists()
+    assert list(agent_shares(10, 4)) == [3, 3, 2, 2]
+    assert list(agent_shares(8, 4)) == [2, 2, 2, 2]
