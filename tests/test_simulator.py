@@ -5,6 +5,7 @@ promises), and the file model behind them."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from compactor.planner.config import PlannerConfig
 from compactor.planner.plan import plan
+from compactor.planner.simulation import keys
 from compactor.planner.simulation.files import FileModel, deduplicate, expire
 from compactor.planner.simulation.keys import KeyModel
 from compactor.planner.simulation.sim import Result, Simulation, WorkerModel, Workload
@@ -109,6 +111,27 @@ def test_key_model_matches_sampling() -> None:
     for n in (100, 3000, 20000):
         trials = [len(set(rng.choices(range(2000), weights, k=n))) for _ in range(20)]
         assert zipf.distinct(n) == pytest.approx(sum(trials) / len(trials), rel=0.03)
+
+
+@pytest.mark.parametrize("skew", [0.5, 1.0, 1.1, 2.0])
+def test_a_wide_bucket_s_integrated_mass_is_its_sum(skew: float) -> None:
+    """Buckets of more than ``_SUMMED_RANKS`` ranks are integrated, not summed: to 10^-7
+    of the sum, from the first rank where buckets are that wide."""
+    for lo, hi in [(5_000, 5_300), (40_000, 42_000), (900_000, 945_000)]:
+        exact = math.fsum(k**-skew for k in range(lo, hi + 1))
+        assert keys._mass(lo, hi, skew) == pytest.approx(exact, rel=1e-7)
+
+
+def test_a_key_space_of_any_size_is_modelled_at_once() -> None:
+    """A key space is a few hundred buckets whatever its size: 10^9 keys took a minute,
+    summed rank by rank, and 2^63 - 1 (the most ``--keys`` takes) never ended."""
+    for size in (10**9, 2**63 - 1):
+        model = KeyModel(size, 1.1)
+        assert len(model._buckets) < 1_000
+        assert 0 < model.distinct(10**6) < 10**6
+        assert model.distinct(10**6) <= model.distinct(10**7)
+    r = run_cli("simulate", "--hours", "0.05", "--json", "--keys", str(2**63 - 1))
+    assert r.code == 0, r.err
 
 
 def test_bad_arguments_are_one_line() -> None:

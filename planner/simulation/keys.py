@@ -14,6 +14,8 @@ from functools import lru_cache
 
 _EXACT_RANKS = 64
 _BUCKET_GROWTH = 1.05
+_SUMMED_RANKS = 256
+"""A bucket of more ranks than this has its mass integrated (``_mass``)."""
 
 
 class KeyModel:
@@ -30,8 +32,7 @@ class KeyModel:
         weights: list[tuple[int, float]] = []
         lo = 1
         for hi in bounds:
-            mass = sum(k**-skew for k in range(lo, hi + 1)) if skew else float(hi - lo + 1)
-            weights.append((hi - lo + 1, mass))
+            weights.append((hi - lo + 1, _mass(lo, hi, skew)))
             lo = hi + 1
         total = sum(m for _, m in weights)
         self._buckets = tuple(
@@ -47,6 +48,21 @@ class KeyModel:
             for count, log_miss in self._buckets
         )
         return min(records, max(1, round(expected)))
+
+
+def _mass(lo: int, hi: int, skew: float) -> float:
+    """The sum of k^-skew over ranks ``lo`` to ``hi``: term by term up to ``_SUMMED_RANKS``
+    ranks, else the integral over [lo - 1/2, hi + 1/2] (the midpoint rule, whose error in
+    a term is skew(skew + 1) / 24k^2 of it: below 10^-8 where buckets are that wide,
+    k > 5,000). Summed term by term, a key space of 10^9 keys took a minute to model."""
+    if not skew:
+        return float(hi - lo + 1)
+    if hi - lo < _SUMMED_RANKS:
+        return sum(k**-skew for k in range(lo, hi + 1))
+    a, b = lo - 0.5, hi + 0.5
+    if skew == 1:
+        return math.log(b / a)
+    return (b ** (1 - skew) - a ** (1 - skew)) / (1 - skew)
 
 
 def _log_miss(p: float) -> float:
