@@ -28,24 +28,29 @@ def integer(text: str) -> int:
     """An option's text as an integer in the signed 64-bit range, as Kafka reads a number
     (ASCII digits and one sign, ``catalog.numbers``); argparse's type error, in the
     options' words, if it is not one (the argparse types below start here)."""
-    return _integer_from(text, INT64_MIN)
+    return integer_in(text, INT64_MIN)
 
 
-def _integer_from(text: str, least: int) -> int:
-    """``text`` as an integer from ``least`` to ``INT64_MAX``. Read by the saturating
-    parse, so a value of thousands of digits is refused as out of range in one short
-    line, as a ``*.ms`` config or a planner setting is, not read by ``int``."""
+def integer_in(text: str, least: int, most: int = INT64_MAX, words: str = "") -> int:
+    """``text`` as an integer from ``least`` to ``most``, else argparse's type error:
+    "must be at least", "must not be negative" or "must be at most", or ``words`` for
+    either end where an option names its range its own way. Read by the saturating
+    parse, so a value of thousands of digits is refused by its range in one short line, as
+    a ``*.ms`` config or a planner setting is, not read by ``int``."""
     try:
         value = saturated_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)!r}") from None
     got = str(value) if INT64_MIN <= value <= INT64_MAX else shown(text.strip())
-    if value < least:
-        words = "must not be negative" if least == 0 else f"must be at least {least}"
+    if least <= value <= most:
+        return value
+    if words:
         raise argparse.ArgumentTypeError(f"{words}, got {got}")
-    if value > INT64_MAX:
-        raise argparse.ArgumentTypeError(f"must be at most {INT64_MAX} (2^63 - 1), got {got}")
-    return value
+    if value < least:
+        below = "must not be negative" if least == 0 else f"must be at least {least}"
+        raise argparse.ArgumentTypeError(f"{below}, got {got}")
+    above = f"{most} (2^63 - 1)" if most == INT64_MAX else str(most)
+    raise argparse.ArgumentTypeError(f"must be at most {above}, got {got}")
 
 
 def number(text: str) -> float:
@@ -58,12 +63,12 @@ def number(text: str) -> float:
 
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1."""
-    return _integer_from(text, 1)
+    return integer_in(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0 (a duration, an offset, a time in ms)."""
-    return _integer_from(text, 0)
+    return integer_in(text, 0)
 
 
 def endpoint_url_problem(url: str) -> str | None:
@@ -128,7 +133,7 @@ def unknown_topic(name: str, store: ObjectStore, known: Collection[str] = ()) ->
     (``_missing_store``)."""
     missing = _missing_store(store)
     if missing is not None:
-        return UsageError(f"unknown topic {shown(name)!r} ({missing})")
+        return UsageError(f"unknown topic {topic_names.quoted(name)} ({missing})")
     return UsageError(topic_names.unknown_topic(name, known))
 
 

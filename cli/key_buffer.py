@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from compactor.cli.context import integer
+from compactor.cli.context import integer_in
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
 from compactor.worker.kernel import ENTRY_BYTES
 
@@ -19,13 +19,13 @@ MAX_KEY_BUFFER_BYTES = MAX_KEY_BUFFER_ENTRIES * ENTRY_BYTES
 
 def key_buffer_bytes(text: str) -> int:
     """An argparse type: a key buffer size, one entry to 2^32 - 1 entries, in bytes."""
-    value = integer(text)
-    if not MIN_KEY_BUFFER_BYTES <= value <= MAX_KEY_BUFFER_BYTES:
-        raise argparse.ArgumentTypeError(
-            f"must be {MIN_KEY_BUFFER_BYTES}..{MAX_KEY_BUFFER_BYTES} bytes "
-            f"(one to 2^32 - 1 entries of {ENTRY_BYTES} bytes), got {value}"
-        )
-    return value
+    return integer_in(
+        text,
+        MIN_KEY_BUFFER_BYTES,
+        MAX_KEY_BUFFER_BYTES,
+        f"must be {MIN_KEY_BUFFER_BYTES}..{MAX_KEY_BUFFER_BYTES} bytes "
+        f"(one to 2^32 - 1 entries of {ENTRY_BYTES} bytes)",
+    )
 
 
 def add_key_buffer_option(

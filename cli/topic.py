@@ -9,7 +9,7 @@ import re
 from compactor.catalog import CommitRecord, TopicConfig
 from compactor.catalog.changes import MAX_PARTITIONS, create_topic
 from compactor.catalog.numbers import shown
-from compactor.cli.context import Context, UsageError, positive_int, unknown_topic
+from compactor.cli.context import Context, UsageError, integer_in, unknown_topic
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 """Kafka's rule for a topic name (``Topic.validate``), applied when a topic is created;
@@ -20,7 +20,7 @@ def topic_name(text: str) -> str:
     """An argparse type: a name Kafka would accept for a new topic."""
     if not TOPIC_NAME.fullmatch(text) or text in (".", ".."):
         raise argparse.ArgumentTypeError(
-            f"{shown(text)!r} is not a topic name: as in Kafka, 1 to 249 ASCII letters, digits, "
+            f"{text!r} is not a topic name: as in Kafka, 1 to 249 ASCII letters, digits, "
             "'.', '_' or '-', and not '.' or '..'"
         )
     return text
@@ -28,10 +28,7 @@ def topic_name(text: str) -> str:
 
 def partition_count(text: str) -> int:
     """An argparse type: a topic's partition count, 1 to ``MAX_PARTITIONS``."""
-    value = positive_int(text)
-    if value > MAX_PARTITIONS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_PARTITIONS}, got {value}")
-    return value
+    return integer_in(text, 1, MAX_PARTITIONS)
 
 
 def parse_settings(pairs: list[str]) -> dict[str, str]:

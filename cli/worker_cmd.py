@@ -8,7 +8,7 @@ import argparse
 
 from compactor.catalog import Catalog
 from compactor.cli.codec_options import add_codec_options, level_codecs
-from compactor.cli.context import Context, UsageError, integer, number, positive_int
+from compactor.cli.context import Context, UsageError, integer, integer_in, number, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
@@ -71,10 +71,7 @@ def _serve_metrics(metrics: WorkerMetrics, port: int) -> None:
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0..65535 (0: any free port)."""
-    value = integer(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port, 0..65535, got {value}")
-    return value
+    return integer_in(text, 0, 65535, "must be a TCP port, 0..65535")
 
 
 def _settings(args: argparse.Namespace) -> WorkerSettings:

@@ -103,13 +103,6 @@ def test_an_unknown_topic_names_the_nearest_one_and_what_the_store_has(
     assert "did you mean" not in r.err
 
 
-def test_an_unknown_topic_in_a_store_of_none_says_so(store_dir: str) -> None:
-    Path(store_dir).mkdir(parents=True, exist_ok=True)
-    r = run_cli("--store", store_dir, "topic", "describe", "orders")
-    assert r.code == ExitCode.USAGE, r
-    assert r.err == "compactor: unknown topic 'orders' (the store has no topics)\n"
-
-
 def test_ingest_dump_round_trip_all_shapes(store_dir: str, tmp_path: Path) -> None:
     _create(store_dir, "t", 2, "cleanup.policy=compact")
     binary = bytes(range(256))

@@ -58,11 +58,11 @@ def _mass(lo: int, hi: int, skew: float) -> float:
     if not skew:
         return float(hi - lo + 1)
     if hi - lo < _SUMMED_RANKS:
-        return sum(k**-skew for k in range(lo, hi + 1))
+        return float(sum(k**-skew for k in range(lo, hi + 1)))
     a, b = lo - 0.5, hi + 0.5
     if skew == 1:
         return math.log(b / a)
-    return (b ** (1 - skew) - a ** (1 - skew)) / (1 - skew)
+    return float((b ** (1 - skew) - a ** (1 - skew)) / (1 - skew))
 
 
 def _log_miss(p: float) -> float:
