@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from compactor.catalog.errors import ConfigError
-from compactor.catalog.numbers import INT64_MAX, saturated_int, shown
+from compactor.catalog.numbers import INT64_MAX, INT64_MIN, saturated_int, shown
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 STRATEGIES = ("offset", "timestamp", "header")
@@ -25,7 +25,7 @@ MIN_MAX_COMPACTION_LAG_MS = 2 * 60 * 60 * 1000
 MAX_MS = INT64_MAX
 """Kafka's Long.MAX_VALUE: the largest value of a ``*.ms`` config and, as a time, never
 (a delete horizon this late is never reached; the files write "no horizon" as it)."""
-MIN_MS = -(1 << 63)
+MIN_MS = INT64_MIN
 """Kafka's Long.MIN_VALUE, where a time-rule difference saturates."""
 MS_RANGES: dict[str, int] = {
     "retention.ms": -1,

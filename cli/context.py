@@ -41,9 +41,9 @@ def integer_in(text: str, least: int, most: int = INT64_MAX, words: str = "") ->
         value = saturated_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)!r}") from None
-    got = str(value) if INT64_MIN <= value <= INT64_MAX else shown(text.strip())
     if least <= value <= most:
         return value
+    got = str(value) if INT64_MIN <= value <= INT64_MAX else shown(text.strip())
     if words:
         raise argparse.ArgumentTypeError(f"{words}, got {got}")
     if value < least:
@@ -127,7 +127,7 @@ def _store_exists_or_fail(store: ObjectStore) -> None:
         )
 
 
-def unknown_topic(name: str, store: ObjectStore, known: Collection[str] = ()) -> UsageError:
+def unknown_topic(name: str, store: ObjectStore, known: Collection[str]) -> UsageError:
     """The usage error of a topic the catalog does not hold (``catalog.topic_names``), or
     of the reason a local store holds none: a directory that does not exist
     (``_missing_store``)."""

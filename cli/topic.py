@@ -6,12 +6,12 @@ import argparse
 import json
 import re
 
-from compactor.catalog import CommitRecord, TopicConfig
+from compactor.catalog import CommitRecord, TopicConfig, topic_names
 from compactor.catalog.changes import MAX_PARTITIONS, create_topic
 from compactor.catalog.numbers import shown
 from compactor.cli.context import Context, UsageError, integer_in, unknown_topic
 
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+TOPIC_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{topic_names.LONGEST}}}")
 """Kafka's rule for a topic name (``Topic.validate``), applied when a topic is created;
 a catalog holding another name still loads."""
 
