@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 
 from compactor.catalog.config import TopicConfig
 from compactor.catalog.errors import CatalogError, CommitConflict
-from compactor.catalog.snapshot import Garbage, LiveFile, Snapshot, Topic, TopicPartition
+from compactor.catalog.snapshot import (
+    Garbage,
+    LiveFile,
+    Quarantine,
+    Snapshot,
+    Topic,
+    TopicPartition,
+)
 
 MAX_PARTITIONS = 100_000
 
@@ -77,7 +84,8 @@ def append_files(
 
 def live_run_start(s: Snapshot, file_ids: Sequence[str]) -> int:
     """Where ``file_ids`` stand, in this order and contiguous, in the live sequence;
-    CommitConflict if they no longer do."""
+    CommitConflict if they no longer do, and ``Quarantined`` if one is set aside: no job
+    leases, runs or commits a run that holds a quarantined file."""
     if not file_ids:
         raise CatalogError("a replacement needs at least one input file")
     ids = [f.id for f in s.files]
@@ -87,6 +95,7 @@ def live_run_start(s: Snapshot, file_ids: Sequence[str]) -> int:
         raise CommitConflict(f"input file {file_ids[0]} is no longer live") from None
     if ids[start : start + len(file_ids)] != list(file_ids):
         raise CommitConflict("input files are no longer live and contiguous")
+    check_not_quarantined(s, file_ids)
     return start
 
 
@@ -134,6 +143,42 @@ def check_unleased(s: Snapshot, inputs: Sequence[str], job_id: str | None, now_m
         if other is not None and other != job_id:
             until = s.leases[other].expires_ms
             raise Leased(f"input file {i} is leased by job {other} until {until}")
+
+
+class Quarantined(CommitConflict):
+    """An input was set aside by an operator (``quarantine_file``) after the job was
+    planned."""
+
+
+def check_not_quarantined(s: Snapshot, inputs: Sequence[str]) -> None:
+    """``Quarantined`` if one of ``inputs`` is quarantined."""
+    for i in inputs:
+        if i in s.quarantined:
+            raise Quarantined(f"input file {i} is quarantined: {s.quarantined[i].reason}")
+
+
+def quarantine_file(s: Snapshot, file_id: str, reason: str, now_ms: int) -> Snapshot:
+    """Sets live file ``file_id`` aside: the planner offers it to no rule, and no job that
+    holds it commits, until ``release_file``. Its records stay live. CatalogError if it is
+    not live or is quarantined already (the first reason stays)."""
+    if not any(f.id == file_id for f in s.files):
+        raise CatalogError(f"file {file_id} is not live")
+    if file_id in s.quarantined:
+        raise CatalogError(
+            f"file {file_id} is quarantined already: {s.quarantined[file_id].reason}"
+        )
+    entry = Quarantine(file_id, reason, now_ms)
+    return dataclasses.replace(s, quarantined={**s.quarantined, file_id: entry})
+
+
+def release_file(s: Snapshot, file_id: str) -> Snapshot:
+    """Ends ``file_id``'s quarantine: jobs may take it again. CatalogError if it is not
+    quarantined."""
+    if file_id not in s.quarantined:
+        raise CatalogError(f"file {file_id} is not quarantined")
+    return dataclasses.replace(
+        s, quarantined={i: q for i, q in s.quarantined.items() if i != file_id}
+    )
 
 
 def expired_garbage(s: Snapshot, now_ms: int, grace_ms: int) -> tuple[Garbage, ...]:

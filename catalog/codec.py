@@ -11,7 +11,15 @@ from typing import Any
 
 from compactor.catalog.config import TopicConfig
 from compactor.catalog.errors import ConfigError, CorruptCatalog
-from compactor.catalog.snapshot import CATALOG_FORMAT, Garbage, Lease, LiveFile, Snapshot, Topic
+from compactor.catalog.snapshot import (
+    CATALOG_FORMAT,
+    Garbage,
+    Lease,
+    LiveFile,
+    Quarantine,
+    Snapshot,
+    Topic,
+)
 from compactor.catalog.summary import TopicSummary
 
 Json = dict[str, Any]
@@ -172,11 +180,28 @@ def lease_from_json(d: Mapping[str, Any]) -> Lease:
     )
 
 
+def quarantine_to_json(q: Quarantine) -> Json:
+    return {"file_id": q.file_id, "reason": q.reason, "since_ms": q.since_ms}
+
+
+def quarantine_from_json(d: Mapping[str, Any]) -> Quarantine:
+    return Quarantine(need_str(d, "file_id"), need_str(d, "reason"), need_int(d, "since_ms"))
+
+
+def quarantined_from_json(d: Mapping[str, Any]) -> dict[str, Quarantine]:
+    """A state's quarantined files (CATALOG.md §1): absent in a state that has none, so
+    that a store that never quarantined a file writes the bytes it always did."""
+    if "quarantined" not in d:
+        return {}
+    entries = [quarantine_from_json(x) for x in need_list(d, "quarantined")]
+    return {q.file_id: q for q in entries}
+
+
 # --- whole state (checkpoints) -------------------------------------------------------------
 
 
 def state_to_json(s: Snapshot, time_ms: int) -> Json:
-    return {
+    out: Json = {
         "format": CATALOG_FORMAT,
         "version": s.version,
         "time_ms": time_ms,
@@ -192,6 +217,9 @@ def state_to_json(s: Snapshot, time_ms: int) -> Json:
         "leases": [lease_to_json(lease) for _, lease in sorted(s.leases.items())],
         "last_full_compaction_ms": s.last_full_compaction_ms,
     }
+    if s.quarantined:
+        out["quarantined"] = [quarantine_to_json(q) for _, q in sorted(s.quarantined.items())]
+    return out
 
 
 def state_from_json(d: Mapping[str, Any]) -> Snapshot:
@@ -216,5 +244,6 @@ def state_from_json(d: Mapping[str, Any]) -> Snapshot:
         files=tuple(file_from_json(f) for f in need_list(d, "files")),
         garbage=tuple(garbage_from_json(g) for g in need_list(d, "garbage")),
         leases={lease.job_id: lease for lease in leases},
+        quarantined=quarantined_from_json(d),
         last_full_compaction_ms=need_int(d, "last_full_compaction_ms", nullable=True),
     )

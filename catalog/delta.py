@@ -25,11 +25,21 @@ from compactor.catalog.codec import (
     need_int,
     need_list,
     need_str,
+    quarantine_from_json,
+    quarantine_to_json,
     topic_from_json,
     topic_to_json,
 )
 from compactor.catalog.errors import CatalogError, CorruptCatalog
-from compactor.catalog.snapshot import Garbage, Lease, LiveFile, Snapshot, Topic, TopicPartition
+from compactor.catalog.snapshot import (
+    Garbage,
+    Lease,
+    LiveFile,
+    Quarantine,
+    Snapshot,
+    Topic,
+    TopicPartition,
+)
 
 _UNCHANGED: Any = object()
 
@@ -49,6 +59,10 @@ class Delta:
     leases_set: tuple[Lease, ...] = ()
     leases_removed: tuple[str, ...] = ()
     last_full_compaction_ms: int | None = _UNCHANGED
+    quarantine_set: tuple[Quarantine, ...] = ()
+    """Files set aside (CATALOG.md §5: absent from an entry that sets none)."""
+    quarantine_removed: tuple[str, ...] = ()
+    """File ids released."""
 
     @property
     def empty(self) -> bool:
@@ -90,6 +104,10 @@ def diff(old: Snapshot, new: Snapshot) -> Delta:
             lease for j, lease in sorted(new.leases.items()) if old.leases.get(j) != lease
         ),
         leases_removed=tuple(sorted(j for j in old.leases if j not in new.leases)),
+        quarantine_set=tuple(
+            q for i, q in sorted(new.quarantined.items()) if old.quarantined.get(i) != q
+        ),
+        quarantine_removed=tuple(sorted(i for i in old.quarantined if i not in new.quarantined)),
         last_full_compaction_ms=(
             new.last_full_compaction_ms
             if new.last_full_compaction_ms != old.last_full_compaction_ms
@@ -117,6 +135,8 @@ def apply(s: Snapshot, d: Delta, version: int) -> Snapshot:
     garbage = tuple(g for g in s.garbage if g.key not in garbage_gone) + d.garbage_added
     leases = {j: lease for j, lease in s.leases.items() if j not in set(d.leases_removed)}
     leases.update({lease.job_id: lease for lease in d.leases_set})
+    quarantined = {i: q for i, q in s.quarantined.items() if i not in set(d.quarantine_removed)}
+    quarantined.update({q.file_id: q for q in d.quarantine_set})
     topics = {**s.topics, **d.topics}
     next_offsets = dict(s.next_offsets)
     for name, t in d.topics.items():
@@ -134,6 +154,7 @@ def apply(s: Snapshot, d: Delta, version: int) -> Snapshot:
         files=tuple(files),
         garbage=garbage,
         leases=leases,
+        quarantined=quarantined,
         last_full_compaction_ms=last_full,
     )
 
@@ -152,6 +173,10 @@ def delta_to_json(d: Delta) -> Json:
         "leases_set": [lease_to_json(lease) for lease in d.leases_set],
         "leases_removed": list(d.leases_removed),
     }
+    if d.quarantine_set:
+        out["quarantine_set"] = [quarantine_to_json(q) for q in d.quarantine_set]
+    if d.quarantine_removed:
+        out["quarantine_removed"] = list(d.quarantine_removed)
     if d.last_full_compaction_ms is not _UNCHANGED:
         out["last_full_compaction_ms"] = d.last_full_compaction_ms
     return out
@@ -174,6 +199,10 @@ def delta_from_json(d: Mapping[str, Any]) -> Delta:
         name: tuple(_strings(need_list(d, name), name))
         for name in ("removed_files", "garbage_removed", "leases_removed")
     }
+    optional = {  # keys an entry holds only when they change something (CATALOG.md §5)
+        name: need_list(d, name) if name in d else []
+        for name in ("quarantine_set", "quarantine_removed")
+    }
     last_full = (
         need_int(d, "last_full_compaction_ms", nullable=True)
         if "last_full_compaction_ms" in d
@@ -188,6 +217,8 @@ def delta_from_json(d: Mapping[str, Any]) -> Delta:
         garbage_removed=strings["garbage_removed"],
         leases_set=tuple(lease_from_json(x) for x in need_list(d, "leases_set")),
         leases_removed=strings["leases_removed"],
+        quarantine_set=tuple(quarantine_from_json(q) for q in optional["quarantine_set"]),
+        quarantine_removed=tuple(_strings(optional["quarantine_removed"], "quarantine_removed")),
         last_full_compaction_ms=last_full,
     )
 

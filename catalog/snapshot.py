@@ -1,5 +1,5 @@
 """One immutable state of the catalog: topics, next offsets, the live file sequence,
-garbage, job leases.
+garbage, job leases, quarantined files.
 
 The live files form one sequence ordered by the age of their data (oldest first).
 For every partition, the sections of that partition along the sequence have strictly
@@ -128,6 +128,17 @@ class Lease:
         return now_ms < self.expires_ms
 
 
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """A live file an operator set aside (``compactor catalog quarantine``): no job takes
+    it until it is released, so a file that cannot be read does not stop the compaction
+    of the files around it. Its records stay live and are read as before."""
+
+    file_id: str
+    reason: str
+    since_ms: int
+
+
 @dataclass(frozen=True)
 class Snapshot:
     version: int = 0
@@ -143,6 +154,9 @@ class Snapshot:
     """When the last full compaction committed: the clock of the planner's daily
     compaction. It starts at the first ingest, so the first one runs a day after data
     arrives; None while the store has never held data."""
+    quarantined: Mapping[str, Quarantine] = field(default_factory=dict)
+    """File id -> why no job may take it (the files set aside, all live). Last, so that
+    a state made field by field in order before it existed is made the same."""
 
     @cached_property
     def _holders(self) -> dict[str, list[LiveFile]]:

@@ -1,11 +1,13 @@
 """compactor history [--json] [--limit N]: the catalog's commits, newest first, and
-compactor catalog upgrade: upgrade a format-1 store in place."""
+compactor catalog upgrade: upgrade a format-1 store in place (and ``quarantine_cmd``'s
+commands beside it)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from compactor.cli import quarantine_cmd
 from compactor.cli.context import Context, positive_int
 
 
@@ -48,10 +50,13 @@ def register(
     p.add_argument("--limit", type=positive_int, default=None, help="at most N commits")
     p.set_defaults(run=history, existing_store=True)
     cat = sub.add_parser("catalog", help="catalog maintenance", parents=[common])
-    actions = cat.add_subparsers(dest="catalog_command", required=True, metavar="upgrade")
+    actions = cat.add_subparsers(
+        dest="catalog_command", required=True, metavar="{upgrade,quarantine,release,quarantined}"
+    )
     u = actions.add_parser(
         "upgrade",
         help="upgrade a format-1 catalog in place (a first commit also does)",
         parents=[common],
     )
     u.set_defaults(run=upgrade, existing_store=True)
+    quarantine_cmd.register(actions, common)

@@ -28,7 +28,7 @@ from compactor.planner.job import MAX_LEVEL, Job
 from compactor.planner.levels import level_jobs, top_run_jobs
 from compactor.planner.maxlag import dirty_files, max_lag_jobs
 from compactor.planner.retention import due, retention_jobs, retention_state
-from compactor.planner.sequence import too_large_ids
+from compactor.planner.sequence import too_large_ids, unavailable_ids
 from compactor.planner.tombstones import passed_horizons, tombstone_jobs
 
 
@@ -44,7 +44,7 @@ def plan(
     busy: frozenset[str] = frozenset(),
 ) -> Plan:
     config = config or PlannerConfig()
-    taken = set(busy) | too_large_ids(snap.files, config)
+    taken = unavailable_ids(snap, config, busy)
     jobs: list[Job] = []
 
     def add(rule: Rule) -> None:
@@ -99,6 +99,11 @@ def plan_notes(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None)
     if frozen:
         cap = config.max_partition_uncompressed_bytes
         notes.append(f"{len(frozen)} files hold a partition over {cap:,} bytes: never compacted")
+    if snap.quarantined:
+        notes.append(
+            f"{len(snap.quarantined)} quarantined files set aside, no job takes them "
+            "(compactor catalog quarantined)"
+        )
     return notes
 
 
@@ -112,7 +117,7 @@ def full_plan(
     now, over the rest (which applies every other time rule). ``busy`` files (leased by
     running jobs) are left out."""
     config = config or PlannerConfig()
-    taken = set(busy) | too_large_ids(snap.files, config)
+    taken = unavailable_ids(snap, config, busy)
     drops = retention_jobs(snap, now_ms, config, taken, rewrites=False)
     for job in drops:
         taken.update(i.id for i in job.inputs)

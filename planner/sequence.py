@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-from compactor.catalog import LiveFile, Topic
+from compactor.catalog import LiveFile, Snapshot, Topic
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job, JobInput, Numbers
 
@@ -33,6 +33,13 @@ def too_large(f: LiveFile, config: PlannerConfig) -> bool:
 
 def too_large_ids(files: Sequence[LiveFile], config: PlannerConfig) -> set[str]:
     return {f.id for f in files if too_large(f, config)}
+
+
+def unavailable_ids(snap: Snapshot, config: PlannerConfig, busy: Collection[str]) -> set[str]:
+    """The live files no rule may offer a job: those running jobs hold (``busy``), those
+    too large to compact and those an operator quarantined. Each splits the runs around
+    it (``runs``)."""
+    return set(busy) | too_large_ids(snap.files, config) | set(snap.quarantined)
 
 
 def runs(

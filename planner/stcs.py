@@ -17,7 +17,7 @@ from compactor.catalog import Snapshot
 from compactor.planner.config import PlannerConfig
 from compactor.planner.maxlag import clean_level
 from compactor.planner.plan import Plan
-from compactor.planner.sequence import Run, make_job, runs, too_large_ids
+from compactor.planner.sequence import Run, make_job, runs, unavailable_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ def stcs_plan(
 ) -> Plan:
     config = config or StcsConfig()
     limits = limits or PlannerConfig()
-    unavailable = set(busy) | too_large_ids(snap.files, limits)
+    unavailable = unavailable_ids(snap, limits, busy)
     jobs = []
     for run in runs(snap.files, unavailable):
         for bucket in _buckets(run, config):

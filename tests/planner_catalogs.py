@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from compactor.catalog import LiveFile, Snapshot, Topic, TopicConfig
 from compactor.catalog.changes import replace_files
+from compactor.catalog.snapshot import Quarantine
 from compactor.fileformat import SectionMeta
 from compactor.planner.config import HOUR_MS, MINUTE_MS, GiB, PlannerConfig
 from compactor.planner.job import OUTPUT_GROUPS, Job
@@ -237,6 +238,11 @@ class Case:
     config: PlannerConfig
     busy: frozenset[str]
 
+    @property
+    def set_aside(self) -> frozenset[str]:
+        """The files no job may take whatever the rules say: busy or quarantined."""
+        return self.busy | frozenset(self.snap.quarantined)
+
     def __repr__(self) -> str:  # short enough to read in a falsifying example
         files = " ".join(
             f"{f.id}:L{f.level}:{f.size}:{'+'.join(t.topic for t in f.topics)}"
@@ -245,6 +251,7 @@ class Case:
         return (
             f"Case(now={self.now_ms}, last_full={self.snap.last_full_compaction_ms}, "
             f"config={self.config.to_json()}, busy={sorted(self.busy)}, "
+            f"quarantined={sorted(self.snap.quarantined)}, "
             f"topics={ {n: t.config.to_json() for n, t in self.snap.topics.items()} }, "
             f"files=[{files}])"
         )
@@ -367,11 +374,16 @@ def cases(draw: st.DrawFn, max_files: int = 80) -> Case:
     if draw(st.booleans()) and files:
         odds = draw(st.sampled_from([0.02, 0.1, 0.3]))
         busy = frozenset(f.id for f in files if rng.random() < odds)
+    quarantined: dict[str, Quarantine] = {}
+    if draw(st.booleans()) and files:  # files an operator set aside (damaged)
+        odds = draw(st.sampled_from([0.02, 0.1]))
+        quarantined = {f.id: Quarantine(f.id, "damaged", now) for f in files if rng.random() < odds}
     snap = Snapshot(
         version=1,
         topics={t.name: t for t in topics},
         next_offsets=next_offset,
         files=tuple(files),
+        quarantined=quarantined,
         last_full_compaction_ms=last_full,
     )
     return Case(snap, now, config, busy)

@@ -2,8 +2,8 @@
 
 Every plan, whatever the catalog: no file in two jobs, each job a contiguous slice of
 the live sequence, levels only go up, L0 -> L1 is the only copy, top runs are of
-similar size, too-large and busy files stay out, the same input gives the same plan,
-a daily job runs alone, jobs survive JSON. And the planner converges: applying its
+similar size, too-large, busy and quarantined files stay out, the same input gives the
+same plan, a daily job runs alone, jobs survive JSON. And the planner converges: applying its
 jobs and planning again at the same clock ends, without proposing a job twice, at a
 state where no level below the top holds a run of trigger files.
 """
@@ -74,6 +74,8 @@ def check_plan(case: Case, result: Plan) -> None:
         # never a too-large file, never a busy one
         assert not any(too_large(f, config) for f in files)
         assert not case.busy & set(ids), f"busy files {sorted(case.busy & set(ids))} in a job"
+        held = set(snap.quarantined) & set(ids)
+        assert not held, f"quarantined files {sorted(held)} in a {job.rule} job"
         if job.rule == "top-run":
             assert all(f.level == MAX_LEVEL for f in files)
             assert len(files) <= config.top_run_max_files
@@ -129,7 +131,7 @@ def test_daily_takes_every_run_when_due_and_never_otherwise(case: Case) -> None:
     assert len(daily) == len(result.jobs)
     # one job per run of available files, except runs already as full as they get (all
     # at the top, at most one file per output group)
-    unavailable = case.busy | {f.id for f in case.snap.files if too_large(f, case.config)}
+    unavailable = case.set_aside | {f.id for f in case.snap.files if too_large(f, case.config)}
     expected = []
     for run in runs(case.snap.files, unavailable):
         groups = [output_group(f, case.snap.topics) for f in run]
@@ -164,10 +166,11 @@ def test_applying_plans_converges(case: Case) -> None:
     else:
         raise AssertionError(f"no fixed point after {bound} rounds")
     for level in range(MAX_LEVEL):
-        lengths = _level_runs(snap, config, busy, level)
+        lengths = _level_runs(snap, config, case.set_aside, level)
         assert all(n < config.level_trigger_files for n in lengths), (level, lengths)
-    # the busy files are untouched, every other file still in the sequence
-    assert busy <= {f.id for f in snap.files}
+    # the busy and quarantined files are untouched, still in the sequence
+    assert case.set_aside <= {f.id for f in snap.files}
+    assert snap.quarantined == case.snap.quarantined
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -177,7 +180,7 @@ def test_max_lag_takes_every_waiting_dirty_file(case: Case) -> None:
     file is in a deduplicating job (max-lag, or the daily compaction)."""
     snap, now, config = case.snap, case.now_ms, case.config
     result = plan(snap, now, config, case.busy)
-    unavailable = case.busy | {f.id for f in snap.files if too_large(f, config)}
+    unavailable = case.set_aside | {f.id for f in snap.files if too_large(f, config)}
     waiting = {i: s for i, s in dirty_files(snap, now).items() if i not in unavailable}
     if not waiting or now - min(waiting.values()) < config.max_lag_buffer_ms:
         assert not any(j.rule == "max-lag" for j in result.jobs)
@@ -198,7 +201,7 @@ def test_planning_every_tick_keeps_max_lag(case: Case, ticks: list[int]) -> None
             snap = apply_job(snap, job, now)
         for f in snap.files:
             since = dirty_since_ms(f, snap.topics)
-            if since is None or too_large(f, config):
+            if since is None or too_large(f, config) or f.id in snap.quarantined:
                 continue
             assert now - since < config.max_lag_buffer_ms, (
                 f"{f.id} at L{f.level} dirty for {now - since} ms after planning"

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from worker_scenarios import add_file, make_topics, read_live
 
 from compactor.catalog import Catalog, CommitConflict
+from compactor.catalog.changes import quarantine_file
 from compactor.catalog.garbage import collect_abandoned_uploads
 from compactor.catalog.leases import JobLeases
 from compactor.catalog.verify import verify_store
@@ -398,6 +399,30 @@ def test_a_job_naming_another_file_under_a_live_id_fails_before_its_lease(
         QueueUrl=job_queues.url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"  # not deleted
+    queue.close()
+
+
+def test_a_queued_job_over_a_quarantined_file_is_stale_and_its_message_deleted(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """A job queued before one of its inputs was quarantined (``compactor catalog
+    quarantine``) neither reads nor commits: it is stale, its message is deleted (the
+    planner will not plan the file again while it is set aside), and the store is as it
+    was after the quarantine's commit."""
+    catalog = _four_files(s3_store)
+    job = _job(catalog)
+    queue = JobQueue(job_queues.url)
+    queue.send(job)
+    catalog.commit(lambda s: quarantine_file(s, job.inputs[1].id, "damaged", NOW))
+    before = _store_bytes(s3_store)
+    worker, log = _worker(s3_store, queue)
+    message = queue.receive(5, 30)
+    assert message is not None
+    assert worker.handle(message) == "stale"
+    (stale,) = [json.loads(line) for line in log.getvalue().splitlines()][-1:]
+    assert f"input file {job.inputs[1].id} is quarantined: damaged" in json.dumps(stale)
+    assert _store_bytes(s3_store) == before  # no lease, no output, no commit
+    assert queue.receive(1, 30) is None  # deleted, not left to come back
     queue.close()
 
 

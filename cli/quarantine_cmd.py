@@ -1,0 +1,100 @@
+"""compactor catalog quarantine FILE / release FILE / quarantined: files set aside.
+
+A live file that cannot be read (a flipped byte, a truncated upload) fails every job that
+takes it, and the planner keeps offering it: at L0, where every job takes the oldest
+run, one damaged file stops the compaction of every partition. Quarantining it sets it
+aside, as Kafka's log cleaner sets an uncleanable partition aside: no rule offers it to a
+job, so the runs on either side of it are compacted without it, and a job planned before
+fails its commit rather than replace it. Its records stay live (``dump`` and ``verify``
+read it as before, and report its damage), and nothing is deleted. Releasing it, once
+the object is repaired (say, restored from a copy), gives it back to the planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from compactor.catalog import CatalogError, CommitRecord, LiveFile, Snapshot
+from compactor.catalog.changes import quarantine_file, release_file
+from compactor.cli.context import Context
+
+DEFAULT_REASON = "set aside by an operator"
+
+
+def quarantine(ctx: Context, args: argparse.Namespace) -> int:
+    live = _live_file(ctx.catalog.snapshot(), args.file)
+    reason = args.reason or DEFAULT_REASON
+    ctx.catalog.commit(
+        lambda s: quarantine_file(s, live.id, reason, ctx.now_ms),
+        CommitRecord("quarantine", {"action": "set", "file": live.id, "key": live.key,
+                                    "reason": reason}),
+    )  # fmt: skip
+    print(json.dumps({"quarantined": live.id, "key": live.key, "reason": reason}))
+    return 0
+
+
+def release(ctx: Context, args: argparse.Namespace) -> int:
+    live = _live_file(ctx.catalog.snapshot(), args.file)
+    ctx.catalog.commit(
+        lambda s: release_file(s, live.id),
+        CommitRecord("quarantine", {"action": "released", "file": live.id, "key": live.key}),
+    )
+    print(json.dumps({"released": live.id, "key": live.key}))
+    return 0
+
+
+def listed(ctx: Context, args: argparse.Namespace) -> int:
+    snap = ctx.catalog.snapshot()
+    keys = {f.id: f for f in snap.files}
+    rows = [
+        {"file": q.file_id, "key": keys[q.file_id].key if q.file_id in keys else None,
+         "level": keys[q.file_id].level if q.file_id in keys else None,
+         "since_ms": q.since_ms, "reason": q.reason}
+        for _, q in sorted(snap.quarantined.items(), key=lambda item: item[1].since_ms)
+    ]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    if not rows:
+        print("no quarantined files")
+        return 0
+    print(f"{'since_ms':>14}  {'level':>5}  key: reason")
+    for r in rows:
+        print(f"{r['since_ms']:>14}  {'L' + str(r['level']):>5}  {r['key']}: {r['reason']}")
+    return 0
+
+
+def _live_file(snap: Snapshot, named: str) -> LiveFile:
+    """The live file ``named`` names: its id, or its key as errors print it."""
+    for f in snap.files:
+        if named in (f.id, f.key):
+            return f
+    raise CatalogError(
+        f"no live file {named!r} (give a file's id or key, as `stats` or an error names it)"
+    )
+
+
+def register(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    q = actions.add_parser(
+        "quarantine",
+        help="set a damaged live file aside: no job takes it until it is released",
+        parents=[common],
+    )
+    q.add_argument("file", metavar="FILE", help="the file's id, or its key (data/L0/....cf)")
+    q.add_argument(
+        "--reason", default=None, help=f"why, kept in the catalog (default: {DEFAULT_REASON!r})"
+    )
+    q.set_defaults(run=quarantine, existing_store=True)
+    r = actions.add_parser(
+        "release", help="give a quarantined file back to the planner", parents=[common]
+    )
+    r.add_argument("file", metavar="FILE", help="the file's id, or its key")
+    r.set_defaults(run=release, existing_store=True)
+    s = actions.add_parser(
+        "quarantined", help="the files set aside, oldest first", parents=[common]
+    )
+    s.add_argument("--json", action="store_true", help="as JSON")
+    s.set_defaults(run=listed, existing_store=True)

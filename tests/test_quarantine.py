@@ -1,0 +1,185 @@
+"""A damaged live file set aside (``compactor catalog quarantine``), and given back.
+
+One file that cannot be read fails every job that takes it, and at L0 the planner's job
+always takes the oldest run: without a way to set it aside, the compaction of every
+partition stops behind it. These tests hold the catalog change (pure), its log entry and
+checkpoint, and the commands end to end on a local store: the damaged file fails a job
+and changes nothing, is set aside, the files after it are compacted without it and lose
+nothing, a job planned before cannot commit over it, and a release gives it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from clirunner import one_line, run_cli
+from planner_catalogs import NOW_MS, FileMaker, compacted, snapshot
+
+from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
+from compactor.catalog.changes import (
+    Quarantined,
+    quarantine_file,
+    release_file,
+    replace_files,
+)
+from compactor.catalog.codec import state_from_json, state_to_json
+from compactor.catalog.delta import Delta, apply, delta_from_json, delta_to_json, diff
+from compactor.catalog.leases import take_lease
+from compactor.catalog.snapshot import Quarantine
+from compactor.objectstore import LocalStore
+from compactor.planner.plan import full_plan, plan
+
+NOW = NOW_MS
+
+
+def _snap(n: int = 5) -> tuple[Snapshot, list[LiveFile]]:
+    files = FileMaker("c").many(n, level=0)
+    return snapshot([compacted("c")], files), files
+
+
+def test_a_quarantine_is_set_kept_and_released() -> None:
+    snap, files = _snap()
+    aside = quarantine_file(snap, files[2].id, "checksum mismatch", NOW)
+    assert aside.quarantined == {files[2].id: Quarantine(files[2].id, "checksum mismatch", NOW)}
+    assert aside.files == snap.files  # nothing else changes: its records stay live
+    with pytest.raises(CatalogError, match="quarantined already: checksum mismatch"):
+        quarantine_file(aside, files[2].id, "again", NOW + 1)
+    with pytest.raises(CatalogError, match="is not live"):
+        quarantine_file(snap, "nope", "x", NOW)
+    with pytest.raises(CatalogError, match="is not quarantined"):
+        release_file(snap, files[2].id)
+    assert release_file(aside, files[2].id).quarantined == {}
+
+
+def test_no_job_replaces_or_leases_a_quarantined_file() -> None:
+    snap, files = _snap()
+    aside = quarantine_file(snap, files[1].id, "truncated", NOW)
+    ids = [f.id for f in files[:3]]
+    with pytest.raises(Quarantined, match=f"input file {files[1].id} is quarantined: truncated"):
+        replace_files(aside, ids, [], NOW)
+    assert isinstance(Quarantined("x"), CommitConflict)  # a job planned before is stale
+    with pytest.raises(Quarantined):
+        take_lease(aside, "job-1", "me", ids, NOW, 60_000)
+    replace_files(snap, ids, [], NOW)  # the same run, not set aside, is replaced
+    replace_files(aside, [f.id for f in files[2:]], [], NOW)  # and the run after it
+
+
+def test_the_planner_compacts_around_a_quarantined_file() -> None:
+    snap, files = _snap(40)
+    for at, expected in ((0, [f.id for f in files[1:33]]), (9, [])):
+        aside = quarantine_file(snap, files[at].id, "damaged", NOW)
+        jobs = plan(aside, NOW).jobs
+        assert [[i.id for i in j.inputs] for j in jobs] == ([expected] if expected else [])
+    # the daily (full) compaction takes the runs on either side of it
+    aside = quarantine_file(snap, files[9].id, "damaged", NOW)
+    runs = [[i.id for i in j.inputs] for j in full_plan(aside, NOW).jobs]
+    assert runs == [[f.id for f in files[:9]], [f.id for f in files[10:]]]
+
+
+def test_a_quarantine_travels_in_deltas_and_checkpoints_and_costs_no_bytes_without_one() -> None:
+    snap, files = _snap()
+    aside = quarantine_file(snap, files[0].id, "bad frame", NOW)
+    set_delta = diff(snap, aside)
+    assert set_delta.quarantine_set == (Quarantine(files[0].id, "bad frame", NOW),)
+    released = release_file(aside, files[0].id)
+    release_delta = diff(aside, released)
+    assert release_delta.quarantine_removed == (files[0].id,)
+    for old, new, d in ((snap, aside, set_delta), (aside, released, release_delta)):
+        again = delta_from_json(json.loads(json.dumps(delta_to_json(d))))
+        assert again == d
+        assert apply(old, again, old.version + 1) == dataclasses.replace(
+            new, version=old.version + 1
+        )
+    state = state_from_json(json.loads(json.dumps(state_to_json(aside, NOW))))
+    assert state.quarantined == aside.quarantined
+    # a store that never quarantined a file writes exactly the keys it always wrote
+    assert "quarantined" not in state_to_json(snap, NOW)
+    plain = delta_to_json(diff(snap, replace_files(snap, [files[0].id], [], NOW)))
+    assert not {"quarantine_set", "quarantine_removed"} & set(plain)
+    assert Delta().empty and not diff(aside, aside).quarantine_set
+
+
+def _ingest(store: Path, files: int) -> None:
+    run_cli("--store", str(store), "topic", "create", "t", "--partitions", "4")
+    for i in range(files):
+        lines = "".join(
+            json.dumps({"topic": "t", "partition": k % 4, "key": f"k{k % 20}", "value": f"v{i}"})
+            + "\n"
+            for k in range(50)
+        )
+        assert run_cli("--store", str(store), "ingest", "-", stdin=lines.encode()).code == 0
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_l0_file_set_aside_lets_compaction_go_on_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "s"
+    _ingest(store, 40)
+    cli = ("--store", str(store))
+    catalog = Catalog(LocalStore(str(store)))
+    before = catalog.snapshot()
+    damaged = before.files[0]  # the oldest: every L0 job takes it
+    _flip(store / damaged.key)
+    damaged_bytes = (store / damaged.key).read_bytes()
+
+    # without the quarantine, the job fails on it and changes nothing
+    line = one_line(run_cli(*cli, "compact"), 6)
+    assert damaged.key in line
+    assert catalog.snapshot().version == before.version
+    planned = run_cli(*cli, "plan", "--json")
+    job_doc = tmp_path / "job.json"
+    job_doc.write_text(json.dumps(json.loads(planned.out)["jobs"][0]))
+
+    aside = run_cli(*cli, "catalog", "quarantine", damaged.key, "--reason", "flipped byte")
+    assert aside.code == 0, aside
+    assert json.loads(aside.out) == {
+        "quarantined": damaged.id, "key": damaged.key, "reason": "flipped byte"
+    }  # fmt: skip
+    listed = json.loads(run_cli(*cli, "catalog", "quarantined", "--json").out)
+    assert [(q["file"], q["key"], q["level"], q["reason"]) for q in listed] == [
+        (damaged.id, damaged.key, 0, "flipped byte")
+    ]
+    assert "1 quarantined files set aside" in run_cli(*cli, "plan").out
+
+    # a job planned before it was set aside is stale: it neither runs nor commits
+    replayed = run_cli(*cli, "replay", str(job_doc), "--execute")
+    assert "stale" in replayed.out + replayed.err, replayed
+    assert "is quarantined: flipped byte" in replayed.out + replayed.err, replayed
+    version = catalog.snapshot().version
+
+    # the run after it is compacted, and every record stays live
+    done = run_cli(*cli, "compact")
+    assert done.code == 0, done
+    after = catalog.snapshot()
+    assert after.version > version
+    assert [f.id for f in after.files if f.level == 0][0] == damaged.id
+    assert sum(f.record_count for f in after.files) == sum(f.record_count for f in before.files)
+    compaction = [e for e in catalog.history(None) if e.record.kind == "compaction"]
+    assert len(compaction) == 1
+    assert damaged.id not in compaction[0].record.details["inputs"]
+    assert (store / damaged.key).read_bytes() == damaged_bytes
+
+    # mistakes are one line each, and change nothing
+    version = catalog.snapshot().version
+    one_line(run_cli(*cli, "catalog", "quarantine", damaged.id), 4, "quarantined already")
+    one_line(run_cli(*cli, "catalog", "quarantine", "data/L0/nope.cf"), 4, "no live file")
+    one_line(run_cli(*cli, "catalog", "release", after.files[-1].id), 4, "is not quarantined")
+    assert catalog.snapshot().version == version
+
+    # released, the planner offers it again: a full compaction takes it, and fails on it
+    released = run_cli(*cli, "catalog", "release", damaged.id)
+    assert released.code == 0 and json.loads(released.out)["released"] == damaged.id
+    assert catalog.snapshot().quarantined == {}
+    assert json.loads(run_cli(*cli, "catalog", "quarantined", "--json").out) == []
+    one_line(run_cli(*cli, "compact", "--full"), 6, damaged.key)
+    kinds = [e.record.kind for e in catalog.history(3)]
+    assert kinds[0] == "quarantine"
