@@ -173,7 +173,7 @@ def quarantine_file(s: Snapshot, file_id: str, reason: str, now_ms: int) -> Snap
 
 def release_file(s: Snapshot, file_id: str) -> Snapshot:
     """Ends ``file_id``'s quarantine: jobs may take it again. CatalogError if it is not
-    quarantined."""
+    quarantined (a file no longer live is not: its quarantine ended with it)."""
     if file_id not in s.quarantined:
         raise CatalogError(f"file {file_id} is not quarantined")
     return dataclasses.replace(

@@ -135,7 +135,10 @@ def apply(s: Snapshot, d: Delta, version: int) -> Snapshot:
     garbage = tuple(g for g in s.garbage if g.key not in garbage_gone) + d.garbage_added
     leases = {j: lease for j, lease in s.leases.items() if j not in set(d.leases_removed)}
     leases.update({lease.job_id: lease for lease in d.leases_set})
-    quarantined = {i: q for i, q in s.quarantined.items() if i not in set(d.quarantine_removed)}
+    # A file's quarantine ends with the file (a writer that predates quarantines may
+    # replace one): every quarantined file is live.
+    gone = set(d.quarantine_removed) | removed
+    quarantined = {i: q for i, q in s.quarantined.items() if i not in gone}
     quarantined.update({q.file_id: q for q in d.quarantine_set})
     topics = {**s.topics, **d.topics}
     next_offsets = dict(s.next_offsets)

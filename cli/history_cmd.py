@@ -31,6 +31,8 @@ def _what(e: dict[str, object]) -> str:
         outputs = e.get("outputs")
         listed = ", ".join(str(o) for o in outputs) if isinstance(outputs, list) else ""
         return f"{rule}: {n} inputs -> {listed}"
+    if e["kind"] == "quarantine":
+        return quarantine_cmd.history_line(e)
     details = {k: v for k, v in e.items() if k not in ("id", "version", "kind", "time_ms")}
     return json.dumps(details)[:120]
 

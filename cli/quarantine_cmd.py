@@ -14,23 +14,50 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
+import unicodedata
 
 from compactor.catalog import CatalogError, CommitRecord, LiveFile, Snapshot
 from compactor.catalog.changes import quarantine_file, release_file
-from compactor.cli.context import Context
+from compactor.catalog.numbers import shown
+from compactor.cli.context import Context, UsageError
 
 DEFAULT_REASON = "set aside by an operator"
+LONGEST_REASON = 500
+"""A reason is kept in the catalog's state, so in every checkpoint while the file is set
+aside, and quoted by every error that meets the file: a line, not a document."""
+
+
+def reason_text(text: str) -> str:
+    """``--reason`` as kept: stripped, one line of at most ``LONGEST_REASON`` printable
+    characters; UsageError otherwise."""
+    reason = text.strip()
+    if not reason:
+        raise UsageError("catalog quarantine: --reason is empty: say why, or leave it out")
+    if len(reason) > LONGEST_REASON:
+        raise UsageError(
+            f"catalog quarantine: --reason {shown(reason)!r} is longer than "
+            f"{LONGEST_REASON} characters"
+        )
+    if any(unicodedata.category(c).startswith("C") for c in reason):
+        raise UsageError(
+            f"catalog quarantine: --reason {shown(reason)!r} holds a control character "
+            "(a newline?): give it one line"
+        )
+    return reason
 
 
 def quarantine(ctx: Context, args: argparse.Namespace) -> int:
+    reason = DEFAULT_REASON if args.reason is None else reason_text(args.reason)
     live = _live_file(ctx.catalog.snapshot(), args.file)
-    reason = args.reason or DEFAULT_REASON
+    since_ms = int(time.time() * 1000)  # the committer's wall clock, as a log entry's
     ctx.catalog.commit(
-        lambda s: quarantine_file(s, live.id, reason, ctx.now_ms),
+        lambda s: quarantine_file(s, live.id, reason, since_ms),
         CommitRecord("quarantine", {"action": "set", "file": live.id, "key": live.key,
                                     "reason": reason}),
     )  # fmt: skip
-    print(json.dumps({"quarantined": live.id, "key": live.key, "reason": reason}))
+    shown_json = {"quarantined": live.id, "key": live.key, "reason": reason, "since_ms": since_ms}
+    print(json.dumps(shown_json))
     return 0
 
 
@@ -42,6 +69,13 @@ def release(ctx: Context, args: argparse.Namespace) -> int:
     )
     print(json.dumps({"released": live.id, "key": live.key}))
     return 0
+
+
+def history_line(details: dict[str, object]) -> str:
+    """A quarantine commit as ``history`` shows it: what, which file, and why."""
+    if details.get("action") == "set":
+        return f"set aside: {details.get('key')} ({details.get('reason')})"
+    return f"released: {details.get('key')}"
 
 
 def listed(ctx: Context, args: argparse.Namespace) -> int:
@@ -71,7 +105,7 @@ def _live_file(snap: Snapshot, named: str) -> LiveFile:
         if named in (f.id, f.key):
             return f
     raise CatalogError(
-        f"no live file {named!r} (give a file's id or key, as `stats` or an error names it)"
+        f"no live file {shown(named)!r} (give a live file's id, or its key as an error names it)"
     )
 
 

@@ -100,8 +100,9 @@ def plan_notes(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None)
         cap = config.max_partition_uncompressed_bytes
         notes.append(f"{len(frozen)} files hold a partition over {cap:,} bytes: never compacted")
     if snap.quarantined:
+        n = len(snap.quarantined)
         notes.append(
-            f"{len(snap.quarantined)} quarantined files set aside, no job takes them "
+            f"{n} quarantined file{'s' if n > 1 else ''} set aside, taken by no job "
             "(compactor catalog quarantined)"
         )
     return notes

@@ -79,6 +79,18 @@ def test_the_planner_compacts_around_a_quarantined_file() -> None:
     assert runs == [[f.id for f in files[:9]], [f.id for f in files[10:]]]
 
 
+def test_a_quarantine_ends_with_its_file() -> None:
+    """A writer that predates quarantines may replace a quarantined file: its delta
+    removes the file and says nothing of the quarantine, which ends with the file, so
+    every quarantined file is live."""
+    snap, files = _snap()
+    aside = quarantine_file(snap, files[0].id, "damaged", NOW)
+    older_writers = Delta(removed_files=(files[0].id,))  # no quarantine_removed
+    after = apply(aside, older_writers, aside.version + 1)
+    assert after.quarantined == {}
+    assert [f.id for f in after.files] == [f.id for f in files[1:]]
+
+
 def test_a_quarantine_travels_in_deltas_and_checkpoints_and_costs_no_bytes_without_one() -> None:
     snap, files = _snap()
     aside = quarantine_file(snap, files[0].id, "bad frame", NOW)
@@ -141,14 +153,15 @@ def test_a_damaged_l0_file_set_aside_lets_compaction_go_on_and_loses_nothing(
 
     aside = run_cli(*cli, "catalog", "quarantine", damaged.key, "--reason", "flipped byte")
     assert aside.code == 0, aside
-    assert json.loads(aside.out) == {
-        "quarantined": damaged.id, "key": damaged.key, "reason": "flipped byte"
-    }  # fmt: skip
+    shown = json.loads(aside.out)
+    assert shown.pop("since_ms") > 0
+    assert shown == {"quarantined": damaged.id, "key": damaged.key, "reason": "flipped byte"}
+    assert "set aside: " + damaged.key + " (flipped byte)" in run_cli(*cli, "history").out
     listed = json.loads(run_cli(*cli, "catalog", "quarantined", "--json").out)
     assert [(q["file"], q["key"], q["level"], q["reason"]) for q in listed] == [
         (damaged.id, damaged.key, 0, "flipped byte")
     ]
-    assert "1 quarantined files set aside" in run_cli(*cli, "plan").out
+    assert "1 quarantined file set aside" in run_cli(*cli, "plan").out
 
     # a job planned before it was set aside is stale: it neither runs nor commits
     replayed = run_cli(*cli, "replay", str(job_doc), "--execute")
@@ -173,6 +186,12 @@ def test_a_damaged_l0_file_set_aside_lets_compaction_go_on_and_loses_nothing(
     one_line(run_cli(*cli, "catalog", "quarantine", damaged.id), 4, "quarantined already")
     one_line(run_cli(*cli, "catalog", "quarantine", "data/L0/nope.cf"), 4, "no live file")
     one_line(run_cli(*cli, "catalog", "release", after.files[-1].id), 4, "is not quarantined")
+    for reason, words in (("", "is empty"), ("  ", "is empty"), ("a\nb", "control character"),
+                          ("x" * 501, "longer than 500 characters")):  # fmt: skip
+        line = one_line(
+            run_cli(*cli, "catalog", "quarantine", after.files[-1].id, "--reason", reason), 2
+        )
+        assert words in line and len(line) < 200, line
     assert catalog.snapshot().version == version
 
     # released, the planner offers it again: a full compaction takes it, and fails on it
