@@ -48,6 +48,11 @@ def need_list(d: Mapping[str, Any], name: str) -> list[Any]:
     return value
 
 
+def optional_list(d: Mapping[str, Any], name: str) -> list[Any]:
+    """``need_list`` of a key written only when its list is not empty: [] when absent."""
+    return need_list(d, name) if name in d else []
+
+
 def need_dict(d: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = _field(d, name)
     if not isinstance(value, dict):
@@ -191,9 +196,7 @@ def quarantine_from_json(d: Mapping[str, Any]) -> Quarantine:
 def quarantined_from_json(d: Mapping[str, Any]) -> dict[str, Quarantine]:
     """A state's quarantined files (CATALOG.md §1): absent in a state that has none, so
     that a store that never quarantined a file writes the bytes it always did."""
-    if "quarantined" not in d:
-        return {}
-    entries = [quarantine_from_json(x) for x in need_list(d, "quarantined")]
+    entries = [quarantine_from_json(x) for x in optional_list(d, "quarantined")]
     return {q.file_id: q for q in entries}
 
 

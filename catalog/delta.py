@@ -25,6 +25,7 @@ from compactor.catalog.codec import (
     need_int,
     need_list,
     need_str,
+    optional_list,
     quarantine_from_json,
     quarantine_to_json,
     topic_from_json,
@@ -202,10 +203,6 @@ def delta_from_json(d: Mapping[str, Any]) -> Delta:
         name: tuple(_strings(need_list(d, name), name))
         for name in ("removed_files", "garbage_removed", "leases_removed")
     }
-    optional = {  # keys an entry holds only when they change something (CATALOG.md §5)
-        name: need_list(d, name) if name in d else []
-        for name in ("quarantine_set", "quarantine_removed")
-    }
     last_full = (
         need_int(d, "last_full_compaction_ms", nullable=True)
         if "last_full_compaction_ms" in d
@@ -220,8 +217,10 @@ def delta_from_json(d: Mapping[str, Any]) -> Delta:
         garbage_removed=strings["garbage_removed"],
         leases_set=tuple(lease_from_json(x) for x in need_list(d, "leases_set")),
         leases_removed=strings["leases_removed"],
-        quarantine_set=tuple(quarantine_from_json(q) for q in optional["quarantine_set"]),
-        quarantine_removed=tuple(_strings(optional["quarantine_removed"], "quarantine_removed")),
+        quarantine_set=tuple(quarantine_from_json(q) for q in optional_list(d, "quarantine_set")),
+        quarantine_removed=tuple(
+            _strings(optional_list(d, "quarantine_removed"), "quarantine_removed")
+        ),
         last_full_compaction_ms=last_full,
     )
 

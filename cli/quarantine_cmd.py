@@ -56,8 +56,8 @@ def quarantine(ctx: Context, args: argparse.Namespace) -> int:
         CommitRecord("quarantine", {"action": "set", "file": live.id, "key": live.key,
                                     "reason": reason}),
     )  # fmt: skip
-    shown_json = {"quarantined": live.id, "key": live.key, "reason": reason, "since_ms": since_ms}
-    print(json.dumps(shown_json))
+    out = {"quarantined": live.id, "key": live.key, "reason": reason, "since_ms": since_ms}
+    print(json.dumps(out))
     return 0
 
 
@@ -80,13 +80,13 @@ def history_line(details: dict[str, object]) -> str:
 
 def listed(ctx: Context, args: argparse.Namespace) -> int:
     snap = ctx.catalog.snapshot()
-    keys = {f.id: f for f in snap.files}
-    rows = [
-        {"file": q.file_id, "key": keys[q.file_id].key if q.file_id in keys else None,
-         "level": keys[q.file_id].level if q.file_id in keys else None,
-         "since_ms": q.since_ms, "reason": q.reason}
-        for _, q in sorted(snap.quarantined.items(), key=lambda item: item[1].since_ms)
-    ]  # fmt: skip
+    live = {f.id: f for f in snap.files}
+    rows = []
+    for q in sorted(snap.quarantined.values(), key=lambda q: q.since_ms):
+        f = live.get(q.file_id)  # always live, but for a checkpoint edited by hand
+        key, level = (None, None) if f is None else (f.key, f.level)
+        rows.append({"file": q.file_id, "key": key, "level": level,
+                     "since_ms": q.since_ms, "reason": q.reason})  # fmt: skip
     if args.json:
         print(json.dumps(rows))
         return 0
