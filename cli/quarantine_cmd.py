@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import unicodedata
 
 from compactor.catalog import CatalogError, CommitRecord, LiveFile, Snapshot
-from compactor.catalog.changes import quarantine_file, release_file
+from compactor.catalog.changes import release_file
 from compactor.catalog.numbers import shown
+from compactor.catalog.quarantine import LONGEST_REASON, set_aside
 from compactor.cli.context import Context, UsageError
 
 DEFAULT_REASON = "set aside by an operator"
-LONGEST_REASON = 500
-"""A reason is kept in the catalog's state, so in every checkpoint while the file is set
-aside, and quoted by every error that meets the file: a line, not a document."""
 
 
 def reason_text(text: str) -> str:
@@ -50,12 +47,7 @@ def reason_text(text: str) -> str:
 def quarantine(ctx: Context, args: argparse.Namespace) -> int:
     reason = DEFAULT_REASON if args.reason is None else reason_text(args.reason)
     live = _live_file(ctx.catalog.snapshot(), args.file)
-    since_ms = int(time.time() * 1000)  # the committer's wall clock, as a log entry's
-    ctx.catalog.commit(
-        lambda s: quarantine_file(s, live.id, reason, since_ms),
-        CommitRecord("quarantine", {"action": "set", "file": live.id, "key": live.key,
-                                    "reason": reason}),
-    )  # fmt: skip
+    since_ms = set_aside(ctx.catalog, live, reason)
     out = {"quarantined": live.id, "key": live.key, "reason": reason, "since_ms": since_ms}
     print(json.dumps(out))
     return 0

@@ -1,6 +1,6 @@
 """compactor worker --queue-url URL [--key-buffer-bytes B] [--visibility-timeout-s S]
 [--exit-when-idle S] [--max-jobs N] [--max-bytes-per-second R] [--metrics-port P]
-[--log-format text|json]"""
+[--quarantine-after N] [--log-format text|json]"""
 
 from __future__ import annotations
 
@@ -91,6 +91,7 @@ def _settings(args: argparse.Namespace) -> WorkerSettings:
         exit_when_idle_s=args.exit_when_idle,
         max_jobs=args.max_jobs,
         max_bytes_per_second=args.max_bytes_per_second,
+        quarantine_after=args.quarantine_after,
     )
 
 
@@ -127,6 +128,16 @@ def register(
         type=port_number,
         default=None,
         help="serve Prometheus metrics on this port",
+    )
+    p.add_argument(
+        "--quarantine-after",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="set a job's input aside (as 'catalog quarantine' does) when the job fails on "
+        "its damage at the N-th delivery of its message and a read of the whole file "
+        "confirms the damage; the message is then deleted. Keep N below the queue's "
+        "redrive maxReceiveCount (default: never)",
     )
     add_codec_options(p)
     p.add_argument(

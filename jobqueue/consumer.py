@@ -10,6 +10,13 @@ under a heartbeat; delete the message once the commit landed, or once the job pr
 stale. A failing job has aborted its uploads and committed nothing; its message stays,
 to reappear after the visibility timeout. SIGTERM (any BaseException) aborts the job the
 same way and makes the message visible again at once.
+
+With ``quarantine_after`` N (off by default), a job that fails on a damaged input (a
+FormatError naming it) for the N-th time the queue has delivered its message has that
+input read once more, front to back; if the read confirms the damage, the file is set
+aside as ``compactor catalog quarantine`` sets it (``catalog.quarantine``), the job's
+lease is released and its message deleted: the job can never commit, and the planner
+plans the runs beside the file without it. Unconfirmed, nothing changes.
 """
 
 from __future__ import annotations
@@ -19,14 +26,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from compactor.catalog import CommitConflict
+from compactor.catalog import CatalogError, CommitConflict, LiveFile
 from compactor.catalog.leases import JobLeases
+from compactor.catalog.quarantine import damaged_input, file_damage, fitted_reason, set_aside
 from compactor.jobqueue.errors import LostJob, QueueError
 from compactor.jobqueue.events import EventLog
 from compactor.jobqueue.heartbeat import Heartbeat
 from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.jobqueue.scheduler import process_owner
 from compactor.jobqueue.sqs import LONG_POLL_S, JobQueue, Message
+from compactor.objectstore import StoreError
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job, JobDocumentError
 from compactor.worker.compactor import Compactor
@@ -44,6 +53,9 @@ class WorkerSettings:
     exit_when_idle_s: float | None = None
     max_jobs: int | None = None
     max_bytes_per_second: float | None = None
+    quarantine_after: int | None = None
+    """Set a job's damaged input aside once its message has been delivered this many
+    times (the module's doc); None: never."""
 
 
 class QueueWorker:
@@ -160,7 +172,14 @@ class QueueWorker:
         except LostJob as e:
             return self._finish("aborted", job, message, error=str(e))
         except Exception as e:  # noqa: BLE001 (the worker lives on; the message reappears)
-            return self._finish("failed", job, message, error=f"{type(e).__name__}: {e}")
+            error = f"{type(e).__name__}: {e}"
+            if self._set_aside_damaged_input(job, message, e):
+                self._release_lease(job)
+                self._delete(message)
+                return self._finish(
+                    "failed", job, message, error=error, note="input set aside; message deleted"
+                )
+            return self._finish("failed", job, message, error=error)
         if delay_s is not None:
             self.metrics.compaction_delay_seconds.set(delay_s)
         self.metrics.observe(report)
@@ -168,6 +187,50 @@ class QueueWorker:
             return self._stale(job, message, report.note, report)
         self._delete(message)
         return self._finish("committed", job, message, report=report)
+
+    def _set_aside_damaged_input(self, job: Job, message: Message, error: Exception) -> bool:
+        """``quarantine_after``: sets the input ``error`` finds damaged aside, once the
+        message has come ``quarantine_after`` times and a read of the file confirms the
+        damage. True if the job can never commit now (its input set aside, here or by
+        another worker, or no longer live)."""
+        after = self.settings.quarantine_after
+        if after is None or message.receive_count < after:
+            return False
+        catalog = self.compactor.catalog
+        ids = {i.id for i in job.inputs}
+        damaged = damaged_input({f.key: f for f in catalog.snapshot().files if f.id in ids}, error)
+        if damaged is None:
+            return False
+        where = {"job": job.id, "file": damaged.id, "key": damaged.key}
+        try:
+            damage = file_damage(catalog.store, damaged)
+        except StoreError as e:
+            self.log("damage_not_confirmed", **where, error=str(e))
+            return False
+        if damage is None:
+            self.log("damage_not_confirmed", **where, error="the file reads clean")
+            return False
+        reason = fitted_reason(
+            f"worker: job {job.id} failed on it {message.receive_count} times: {damage}"
+        )
+        try:
+            since_ms = set_aside(catalog, damaged, reason)
+        except CatalogError as e:  # set aside by another worker, replaced, or no commit
+            self.log("quarantine_not_committed", **where, error=str(e))
+            return not self._still_takeable(damaged)
+        self.metrics.files_quarantined.inc()
+        self.log("file_quarantined", **where, reason=reason, since_ms=since_ms)
+        return True
+
+    def _still_takeable(self, live: LiveFile) -> bool:
+        snap = self.compactor.catalog.snapshot()
+        return live.id not in snap.quarantined and any(f.id == live.id for f in snap.files)
+
+    def _release_lease(self, job: Job) -> None:
+        try:
+            self.leases.release(job.id)
+        except Exception as e:  # noqa: BLE001 (it expires anyway)
+            self.log("lease_release_failed", job=job.id, error=str(e))
 
     def _stale(self, job: Job, message: Message, why: str, report: JobReport | None = None) -> str:
         self._delete(message)

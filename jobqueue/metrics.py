@@ -33,6 +33,11 @@ class WorkerMetrics:
             "Messages that were not valid job documents (left for the dead-letter queue)",
             registry=r,
         )
+        self.files_quarantined = Counter(
+            p + "files_quarantined",
+            "Input files set aside after their damage failed a job (worker --quarantine-after)",
+            registry=r,
+        )
         self.heartbeat_failures = Counter(
             p + "heartbeat_failures",
             "Heartbeats that could not extend a message's visibility or renew its lease",

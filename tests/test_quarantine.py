@@ -202,3 +202,13 @@ def test_a_damaged_l0_file_set_aside_lets_compaction_go_on_and_loses_nothing(
     one_line(run_cli(*cli, "compact", "--full"), 6, damaged.key)
     kinds = [e.record.kind for e in catalog.history(3)]
     assert kinds[0] == "quarantine"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_worker_quarantine_after_takes_a_positive_count(tmp_path: Path, value: str) -> None:
+    """``worker --quarantine-after`` is a count of deliveries: refused where the command
+    line is read, before any store or queue is touched."""
+    store = tmp_path / "store"
+    args = ("worker", "--queue-url", "http://127.0.0.1:1/q", "--quarantine-after", value)
+    one_line(run_cli("--store", str(store), *args), 2, "argument --quarantine-after")
+    assert not store.exists()

@@ -23,7 +23,7 @@ from compactor.catalog.changes import quarantine_file
 from compactor.catalog.garbage import collect_abandoned_uploads
 from compactor.catalog.leases import JobLeases
 from compactor.catalog.verify import verify_store
-from compactor.fileformat import Record
+from compactor.fileformat import FormatError, Record
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.errors import LostJob
 from compactor.jobqueue.events import EventLog
@@ -31,10 +31,12 @@ from compactor.jobqueue.heartbeat import Heartbeat
 from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.jobqueue.scheduler import Scheduler
 from compactor.jobqueue.sqs import JobQueue, Message
+from compactor.objectstore import StoreError
 from compactor.objectstore.s3 import S3Store
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job, JobInput
+from compactor.planner.plan import full_plan
 from compactor.worker.compactor import Compactor
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.runner import run_job
@@ -62,13 +64,23 @@ def _job(catalog: Catalog) -> Job:
 
 
 def _worker(
-    store: S3Store, queue: JobQueue, *, visibility_s: int = 30, rate: float | None = None
+    store: S3Store,
+    queue: JobQueue,
+    *,
+    visibility_s: int = 30,
+    rate: float | None = None,
+    quarantine_after: int | None = None,
 ) -> tuple[QueueWorker, io.StringIO]:
     log = io.StringIO()
+    settings = WorkerSettings(
+        visibility_timeout_s=visibility_s,
+        max_bytes_per_second=rate,
+        quarantine_after=quarantine_after,
+    )
     worker = QueueWorker(
         Compactor(store, key_buffer_bytes=1 << 20),
         queue,
-        WorkerSettings(visibility_timeout_s=visibility_s, max_bytes_per_second=rate),
+        settings,
         metrics=WorkerMetrics(),
         log=EventLog("json", log, source="worker"),
         now_ms=lambda: NOW,
@@ -423,6 +435,101 @@ def test_a_queued_job_over_a_quarantined_file_is_stale_and_its_message_deleted(
     assert f"input file {job.inputs[1].id} is quarantined: damaged" in json.dumps(stale)
     assert _store_bytes(s3_store) == before  # no lease, no output, no commit
     assert queue.receive(1, 30) is None  # deleted, not left to come back
+    queue.close()
+
+
+def _flip_a_byte(store: S3Store, key: str) -> None:
+    damaged = bytearray(store.get(key)[0])
+    damaged[len(damaged) // 2] ^= 0xFF
+    store.put(key, bytes(damaged))
+
+
+def _data(store: S3Store) -> dict[str, bytes]:
+    return {k: v for k, v in _store_bytes(store).items() if k.startswith("data/")}
+
+
+def _events(log: io.StringIO, name: str) -> list[dict[str, object]]:
+    lines = [json.loads(line) for line in log.getvalue().splitlines()]
+    return [e for e in lines if e["event"] == name]
+
+
+def test_a_damaged_input_is_set_aside_at_the_nth_delivery_and_its_message_deleted(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """``--quarantine-after 2``: the first failure on a flipped byte changes nothing (the
+    message stays for the next delivery); the second sets the file aside, once a read of
+    the whole file has confirmed the damage, releases the job's lease and deletes the
+    message. No data object is written or changed, and the planner plans the other
+    files without it."""
+    catalog = _four_files(s3_store)
+    job = _job(catalog)
+    damaged = job.inputs[1]
+    _flip_a_byte(s3_store, damaged.key)
+    data = _data(s3_store)
+    queue = JobQueue(job_queues.url)
+    queue.send(job)
+    worker, log = _worker(s3_store, queue, quarantine_after=2)
+
+    first = queue.receive(5, 30)
+    assert first is not None and first.receive_count == 1
+    assert worker.handle(first) == "failed"
+    (failed,) = _events(log, "job_failed")
+    assert str(failed["error"]).startswith(f"FormatError: {damaged.key}: byte ")
+    assert catalog.snapshot().quarantined == {}
+    assert _events(log, "file_quarantined") == []
+    queue.release(first)
+
+    second = queue.receive(5, 30)
+    assert second is not None and second.receive_count == 2
+    assert worker.handle(second) == "failed"
+    (aside,) = _events(log, "file_quarantined")
+    assert (aside["job"], aside["file"], aside["key"]) == (job.id, damaged.id, damaged.key)
+    snap = catalog.snapshot()
+    assert list(snap.quarantined) == [damaged.id]
+    reason = snap.quarantined[damaged.id].reason
+    assert reason == aside["reason"]
+    assert reason.startswith(f"worker: job {job.id} failed on it 2 times: {damaged.key}: byte ")
+    assert job.id not in snap.leases  # released: the files beside it are plannable at once
+    assert worker.metrics.files_quarantined._value.get() == 1
+    assert job_queues.count(job_queues.url) == 0  # deleted: the job can never commit
+    assert _data(s3_store) == data  # nothing written, the damaged file untouched
+    assert len(snap.files) == 4
+    jobs = full_plan(snap, NOW, CONFIG).jobs
+    assert jobs and all(damaged.id not in [i.id for i in j.inputs] for j in jobs)
+    queue.close()
+
+
+def test_damage_is_set_aside_only_when_a_read_confirms_it(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """A failure that names a healthy input (the object replaced while the job ran, a
+    misread) sets nothing aside: the confirming read finds the file clean. Nor does a
+    failure before the N-th delivery, one of another kind, or one naming no input."""
+    catalog = _four_files(s3_store)
+    job = _job(catalog)
+    healthy = job.inputs[2]
+    queue = JobQueue(job_queues.url)
+    worker, log = _worker(s3_store, queue, quarantine_after=3)
+    named = FormatError(healthy.key, 100, "'BTCH' frame checksum mismatch")
+    often = Message(job.dumps(), "receipt", "id", 3)
+    assert not worker._set_aside_damaged_input(job, often, named)
+    (unconfirmed,) = _events(log, "damage_not_confirmed")
+    assert unconfirmed["file"] == healthy.id and unconfirmed["error"] == "the file reads clean"
+    early = Message(job.dumps(), "receipt", "id", 2)
+    _flip_a_byte(s3_store, healthy.key)
+    assert not worker._set_aside_damaged_input(job, early, named)
+    assert not worker._set_aside_damaged_input(job, often, StoreError("s3://b/k: timed out"))
+    assert not worker._set_aside_damaged_input(job, often, FormatError("data/L0/x.cf", 0, "x"))
+    assert catalog.snapshot().quarantined == {}
+    assert worker._set_aside_damaged_input(job, often, named)  # damaged now, and confirmed
+    assert list(catalog.snapshot().quarantined) == [healthy.id]
+    # Another worker's failure of the same job finds it set aside already: the job can
+    # never commit either, so its message goes too; the first reason stays.
+    other, other_log = _worker(s3_store, queue, quarantine_after=3)
+    assert other._set_aside_damaged_input(job, often, named)
+    (lost,) = _events(other_log, "quarantine_not_committed")
+    assert "quarantined already" in str(lost["error"])
+    assert other.metrics.files_quarantined._value.get() == 0
     queue.close()
 
 

@@ -123,6 +123,45 @@ def test_poison_message_is_dead_lettered_and_the_worker_lives_on(
     assert queues.count(queues.url) == 0
 
 
+def test_a_worker_sets_a_damaged_input_aside_and_the_schedule_plans_around_it(
+    s3_url: S3Url, s3_store: S3Store, s3_endpoint: S3Endpoint
+) -> None:
+    """``worker --quarantine-after 2`` on a job whose input has a flipped byte: the job
+    fails twice, the file is set aside (``catalog quarantined`` lists it), the message is
+    deleted before the redrive policy moves it, and the next schedule publishes no job
+    holding the file. Every record stays readable but the damaged file's."""
+    queues = make_job_queues(s3_endpoint, visibility_timeout_s=1, max_receive_count=4)
+    populate(s3_url, s3_store, records=600, agents=4, file_bytes=1 << 20)
+    (job,) = schedule(s3_url, queues)
+    damaged = job["inputs"][0]
+    raw = bytearray(s3_store.get(damaged["key"])[0])
+    raw[len(raw) // 2] ^= 0xFF
+    s3_store.put(damaged["key"], bytes(raw))
+    worker = start_worker(
+        s3_url, queues, "--visibility-timeout-s", "1", "--quarantine-after", "2",
+        "--exit-when-idle", "4",
+    )  # fmt: skip
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err.decode()
+    log = events(err)
+    assert [e["event"] for e in log if e["event"].startswith("job_")] == [
+        "job_received", "job_failed", "job_received", "job_failed",
+    ]  # fmt: skip
+    (aside,) = [e for e in log if e["event"] == "file_quarantined"]
+    assert aside["key"] == damaged["key"]
+    assert queues.count(queues.url) == 0 and queues.count(queues.dlq_url) == 0
+    listed = run_cli(*s3_url.cli_args, "catalog", "quarantined", "--json")
+    assert listed.code == 0, listed.err
+    (row,) = json.loads(listed.out)
+    assert (row["file"], row["key"]) == (damaged["id"], damaged["key"])
+    assert "failed on it 2 times" in row["reason"]
+    assert all(
+        damaged["id"] not in [i["id"] for i in j["inputs"]] for j in schedule(s3_url, queues)
+    )
+    queues.client().delete_queue(QueueUrl=queues.url)
+    queues.client().delete_queue(QueueUrl=queues.dlq_url)
+
+
 def test_a_stale_copy_of_a_committed_job_is_deleted_as_a_no_op(
     s3_url: S3Url, s3_store: S3Store, job_queues: JobQueues
 ) -> None:
