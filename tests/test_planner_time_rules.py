@@ -8,6 +8,7 @@ from __future__ import annotations
 from planner_catalogs import NOW_MS, live_file, section, snapshot, topic
 
 from compactor.catalog import LiveFile
+from compactor.catalog.changes import quarantine_file
 from compactor.fileformat import SectionMeta
 from compactor.planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
 from compactor.planner.job import Job
@@ -251,3 +252,38 @@ def test_full_drops_expired_files_unread_and_compacts_the_rest() -> None:
         ("retention", True, ["gone"]),
         ("full", False, ["kept"]),
     ]
+
+
+def test_full_skips_a_top_level_file_whose_due_work_an_older_file_outside_it_blocks() -> None:
+    """A tombstone past its horizon in an L4 file is work for ``--full`` only where the
+    job would hold the partition's oldest data. Behind an older file no job may take (set
+    aside here), the rewrite could drop nothing: it is not planned, rather than copying
+    the file at every run. Where the older file misses a partition, or is released, it is."""
+    older = _f("older", 0, section("keep", 0), section("keep", 1))
+    tomb = _f("tomb", 4, _tomb("keep", 0, NOW_MS), _tomb("keep", 1, NOW_MS), created=NOW_MS - 1)
+    aside = quarantine_file(snapshot(TOPICS, [older, tomb]), "older", "damaged", NOW_MS)
+    assert full_plan(aside, NOW_MS).jobs == ()
+    free = snapshot(TOPICS, [older, tomb])
+    assert [_ids(j) for j in full_plan(free, NOW_MS).jobs] == [["older", "tomb"]]
+    wider = _f("wider", 4, _tomb("keep", 0, NOW_MS), _tomb("keep", 2, NOW_MS), created=NOW_MS - 1)
+    aside = quarantine_file(snapshot(TOPICS, [older, wider]), "older", "damaged", NOW_MS)
+    assert [_ids(j) for j in full_plan(aside, NOW_MS).jobs] == [["wider"]]  # partition 2's
+    # Under the timestamp strategy a tombstone needs the newest data too: a newer file
+    # set aside blocks it as well.
+    last = _f("last", 4, _tomb("bytime", 0, NOW_MS), created=NOW_MS - 1)
+    newer = _f("newer", 0, section("bytime", 0))
+    aside = quarantine_file(snapshot(TOPICS, [last, newer]), "newer", "damaged", NOW_MS)
+    assert full_plan(aside, NOW_MS).jobs == ()
+    first = _f("first", 4, _tomb("keep", 0, NOW_MS), created=NOW_MS - 1)
+    newer = _f("newer", 0, section("keep", 0))
+    aside = quarantine_file(snapshot(TOPICS, [first, newer]), "newer", "damaged", NOW_MS)
+    assert [_ids(j) for j in full_plan(aside, NOW_MS).jobs] == [["first"]]  # offset: oldest
+
+
+def test_full_skips_a_top_level_file_whose_expired_records_an_older_file_shields() -> None:
+    older = _f("older", 0, section("kv", 0))
+    partly = _f("partly", 4, section("kv", 0, min_ts=CUT - 1, max_ts=NOW_MS), created=CUT)
+    aside = quarantine_file(snapshot(TOPICS, [older, partly]), "older", "damaged", NOW_MS)
+    assert full_plan(aside, NOW_MS).jobs == ()
+    free = snapshot(TOPICS, [older, partly])
+    assert [_ids(j) for j in full_plan(free, NOW_MS).jobs] == [["older", "partly"]]
