@@ -19,10 +19,17 @@ from compactor.catalog.log import CommitRecord
 from compactor.catalog.snapshot import LiveFile
 from compactor.fileformat import FormatError, verify_stream
 from compactor.objectstore import ObjectStore
+from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 
 LONGEST_REASON = 500
 """A reason is kept in the catalog's state, so in every checkpoint while the file is set
 aside, and quoted by every error that meets the file: a line, not a document."""
+
+NOT_DAMAGE = ("unsupported ", "unknown header flags", "Arrow cannot decode batch")
+"""FormatError reasons that may be the reader's, not the file's: a version, header flag
+or codec newer than this build (an upgrade rolling out), or Arrow failing after the
+batch's checksum held (its MemoryError and OSError are reported so). ``file_damage``
+never confirms them: a worker that cannot read a healthy file must not set it aside."""
 
 
 def set_aside(catalog: Catalog, live: LiveFile, reason: str) -> int:
@@ -55,17 +62,23 @@ def damaged_input(inputs: dict[str, LiveFile], error: BaseException) -> LiveFile
     return inputs.get(error.object_name)
 
 
-def file_damage(store: ObjectStore, live: LiveFile) -> str | None:
-    """Reads ``live`` once, front to back, checking what ``verify`` checks of a data file:
-    its size against the catalog's, every checksum, batch, section trailer and the footer.
-    The damage found, in one line, or None if the file reads clean. StoreError passes: a
-    store that cannot be read says nothing about the file."""
+def file_damage(
+    store: ObjectStore, live: LiveFile, throttle: ReadThrottle | None = None
+) -> str | None:
+    """Reads ``live`` once, front to back (paced by ``throttle``), checking what
+    ``verify`` checks of a data file: its size against the catalog's, every checksum,
+    batch, section trailer and the footer. The damage found, in one line, or None if the
+    file reads clean. StoreError passes (a store that cannot be read says nothing about
+    the file), and so does a FormatError whose reason may be the reader's (``NOT_DAMAGE``)."""
     info = store.head(live.key)
     if info.size != live.size:
         return f"{live.key}: {info.size} bytes in the store, catalog says {live.size}"
     try:
         with store.open_stream(live.key) as stream:
-            verify_stream(stream, object_name=live.key, size=info.size)
+            source = stream if throttle is None else ThrottledStream(stream, throttle)
+            verify_stream(source, object_name=live.key, size=info.size)
     except FormatError as e:
+        if any(e.reason.startswith(kind) for kind in NOT_DAMAGE):
+            raise
         return str(e)
     return None

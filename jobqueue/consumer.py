@@ -12,11 +12,12 @@ to reappear after the visibility timeout. SIGTERM (any BaseException) aborts the
 same way and makes the message visible again at once.
 
 With ``quarantine_after`` N (off by default), a job that fails on a damaged input (a
-FormatError naming it) for the N-th time the queue has delivered its message has that
-input read once more, front to back; if the read confirms the damage, the file is set
-aside as ``compactor catalog quarantine`` sets it (``catalog.quarantine``), the job's
-lease is released and its message deleted: the job can never commit, and the planner
-plans the runs beside the file without it. Unconfirmed, nothing changes.
+FormatError naming it) at the N-th delivery of its message or a later one has that input
+read once more, front to back, under a heartbeat; if the read confirms the damage, the
+file is set aside as ``compactor catalog quarantine`` sets it (``catalog.quarantine``),
+the job's lease is released and its message deleted: the job can never commit, and the
+planner plans the runs beside the file without it. Unconfirmed, or on any error on the
+way, the message stays as for any failure.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from dataclasses import dataclass
 from compactor.catalog import CatalogError, CommitConflict, LiveFile
 from compactor.catalog.leases import JobLeases
 from compactor.catalog.quarantine import damaged_input, file_damage, fitted_reason, set_aside
+from compactor.fileformat import FormatError
 from compactor.jobqueue.errors import LostJob, QueueError
 from compactor.jobqueue.events import EventLog
 from compactor.jobqueue.heartbeat import Heartbeat
 from compactor.jobqueue.metrics import WorkerMetrics
 from compactor.jobqueue.scheduler import process_owner
 from compactor.jobqueue.sqs import LONG_POLL_S, JobQueue, Message
-from compactor.objectstore import StoreError
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job, JobDocumentError
 from compactor.worker.compactor import Compactor
@@ -189,33 +190,42 @@ class QueueWorker:
         return self._finish("committed", job, message, report=report)
 
     def _set_aside_damaged_input(self, job: Job, message: Message, error: Exception) -> bool:
-        """``quarantine_after``: sets the input ``error`` finds damaged aside, once the
-        message has come ``quarantine_after`` times and a read of the file confirms the
-        damage. True if the job can never commit now (its input set aside, here or by
-        another worker, or no longer live)."""
+        """``quarantine_after``: sets the input ``error`` finds damaged aside, at the
+        message's ``quarantine_after``-th delivery or a later one, once a read of the file
+        confirms the damage. True if the job can never commit now (its input set aside,
+        here or by another worker, or no longer live). Whatever fails on the way is logged
+        and leaves the message as any failure does: the worker lives on."""
         after = self.settings.quarantine_after
-        if after is None or message.receive_count < after:
+        if after is None or message.receive_count < after or not isinstance(error, FormatError):
             return False
+        try:
+            return self._confirm_and_set_aside(job, message, error)
+        except Exception as e:  # noqa: BLE001 (a store away, a lost message: no quarantine)
+            self.log("damage_not_confirmed", job=job.id, error=f"{type(e).__name__}: {e}")
+            return False
+
+    def _confirm_and_set_aside(self, job: Job, message: Message, error: FormatError) -> bool:
         catalog = self.compactor.catalog
         ids = {i.id for i in job.inputs}
         damaged = damaged_input({f.key: f for f in catalog.snapshot().files if f.id in ids}, error)
         if damaged is None:
             return False
         where = {"job": job.id, "file": damaged.id, "key": damaged.key}
-        try:
-            damage = file_damage(catalog.store, damaged)
-        except StoreError as e:
-            self.log("damage_not_confirmed", **where, error=str(e))
-            return False
+        timeout_s = self.settings.visibility_timeout_s
+        # The read may be long: the message and the lease stay ours while it runs, and a
+        # heartbeat lost on the way (LostJob from check) means another worker has the job.
+        with Heartbeat(self.queue, message, self.leases, job.id, timeout_s) as heartbeat:
+            damage = file_damage(catalog.store, damaged, self.throttle)
+            heartbeat.check()
         if damage is None:
             self.log("damage_not_confirmed", **where, error="the file reads clean")
             return False
         reason = fitted_reason(
-            f"worker: job {job.id} failed on it {message.receive_count} times: {damage}"
+            f"worker: job {job.id} failed on it at delivery {message.receive_count}: {damage}"
         )
         try:
             since_ms = set_aside(catalog, damaged, reason)
-        except CatalogError as e:  # set aside by another worker, replaced, or no commit
+        except CatalogError as e:  # set aside by another worker, or replaced, meanwhile
             self.log("quarantine_not_committed", **where, error=str(e))
             return not self._still_takeable(damaged)
         self.metrics.files_quarantined.inc()

@@ -30,10 +30,11 @@ class RunEnds:
     """Which partitions of a topic files before a run, and files after it, hold: a job of
     the run holds a partition's oldest data only where no file before it holds the
     partition, its newest only where no file after it does (``catalog.InputEnds``, as
-    the worker asks it)."""
+    the worker asks it). Files in ``gone`` (dropped unread by jobs of the same plan,
+    which run first) hold nothing by then."""
 
-    def __init__(self, snap: Snapshot, run: Run) -> None:
-        self._snap, self._ids = snap, {f.id for f in run}
+    def __init__(self, snap: Snapshot, run: Run, gone: Collection[str] = frozenset()) -> None:
+        self._snap, self._ids, self._gone = snap, {f.id for f in run}, gone
         self._outside: dict[str, tuple[PartitionRanges, PartitionRanges]] = {}
 
     def _before_and_after(self, topic: str) -> tuple[PartitionRanges, PartitionRanges]:
@@ -45,6 +46,8 @@ class RunEnds:
                 summary = g.topic(topic)
                 if g.id in self._ids:
                     seen = True
+                elif g.id in self._gone:
+                    continue
                 elif summary is not None and seen:
                     after = union_ranges(after, summary.partitions)
                 elif summary is not None:
@@ -92,11 +95,11 @@ def time_work_due(
     return None
 
 
-def _already_full(run: Run, snap: Snapshot, now_ms: int) -> bool:
+def _already_full(run: Run, snap: Snapshot, now_ms: int, gone: Collection[str]) -> bool:
     groups = [output_group(f, snap.topics) for f in run]
     if not all(f.level == MAX_LEVEL for f in run) or len(set(groups)) != len(groups):
         return False
-    ends = RunEnds(snap, run)
+    ends = RunEnds(snap, run, gone)
     return not any(time_work_due(f, snap, now_ms, ends) for f in run)
 
 
@@ -107,8 +110,10 @@ def full_jobs(
     rule: str = "full",
     why: str = "",
     numbers: Numbers = (),
+    gone: Collection[str] = frozenset(),
 ) -> list[Job]:
-    """One job per run of available files (files too large to compact split runs)."""
+    """One job per run of available files (files too large to compact split runs).
+    ``gone``: files that drop jobs planned with these take first (``RunEnds``)."""
     prefix = f"{why}: " if why else ""
     return [
         make_job(
@@ -120,7 +125,7 @@ def full_jobs(
             numbers=(("files", len(run)), ("bytes", sum(f.size for f in run)), *numbers),
         )
         for run in runs(snap.files, unavailable)
-        if not _already_full(run, snap, now_ms)
+        if not _already_full(run, snap, now_ms, gone)
     ]
 
 
@@ -132,7 +137,11 @@ def daily_due_ms(snap: Snapshot, config: PlannerConfig) -> int | None:
 
 
 def daily_jobs(
-    snap: Snapshot, now_ms: int, config: PlannerConfig, unavailable: Collection[str]
+    snap: Snapshot,
+    now_ms: int,
+    config: PlannerConfig,
+    unavailable: Collection[str],
+    gone: Collection[str] = frozenset(),
 ) -> list[Job]:
     due = daily_due_ms(snap, config)
     if due is None or now_ms < due:
@@ -146,4 +155,5 @@ def daily_jobs(
         rule="daily",
         why=f"last full compaction {since / HOUR_MS:.1f} h ago >= {interval / HOUR_MS:.1f} h",
         numbers=(("since_last_full_ms", since), ("interval_ms", interval)),
+        gone=gone,
     )

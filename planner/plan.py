@@ -53,7 +53,7 @@ def plan(
             taken.update(i.id for i in job.inputs)
 
     add(retention_jobs)
-    daily = daily_jobs(snap, now_ms, config, taken)
+    daily = daily_jobs(snap, now_ms, config, taken, _dropped(jobs))
     if daily:
         return Plan(tuple(jobs + daily))
     for rule in (tombstone_jobs, max_lag_jobs, _levels, _top_runs):
@@ -122,7 +122,12 @@ def full_plan(
     drops = retention_jobs(snap, now_ms, config, taken, rewrites=False)
     for job in drops:
         taken.update(i.id for i in job.inputs)
-    return Plan(tuple(drops + full_jobs(snap, now_ms, taken)))
+    return Plan(tuple(drops + full_jobs(snap, now_ms, taken, gone=_dropped(drops))))
+
+
+def _dropped(jobs: Iterable[Job]) -> set[str]:
+    """The files ``jobs`` drop unread."""
+    return {i.id for job in jobs if job.drop for i in job.inputs}
 
 
 def _time_rule_notes(snap: Snapshot, now_ms: int, config: PlannerConfig) -> list[str]:

@@ -287,3 +287,17 @@ def test_full_skips_a_top_level_file_whose_expired_records_an_older_file_shields
     assert full_plan(aside, NOW_MS).jobs == ()
     free = snapshot(TOPICS, [older, partly])
     assert [_ids(j) for j in full_plan(free, NOW_MS).jobs] == [["older", "partly"]]
+
+
+def test_full_counts_a_file_the_same_plan_drops_as_gone() -> None:
+    """The drops of a plan run before its full compaction: a wholly expired older file
+    about to be dropped does not shield a top-level file's expired records."""
+    gone = _f("gone", 1, section("kv", 0, min_ts=CUT - 9, max_ts=CUT - 1))
+    partly = _f("partly", 4, section("kv", 0, min_ts=CUT - 1, max_ts=NOW_MS), created=CUT)
+    jobs = full_plan(snapshot(TOPICS, [gone, partly]), NOW_MS).jobs
+    assert [(j.rule, j.drop, _ids(j)) for j in jobs] == [
+        ("retention", True, ["gone"]),
+        ("full", False, ["partly"]),
+    ]
+    daily = plan(snapshot(TOPICS, [gone, partly], last_full_compaction_ms=0), NOW_MS).jobs
+    assert [(j.rule, _ids(j)) for j in daily] == [("retention", ["gone"]), ("daily", ["partly"])]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from clirunner import one_line, run_cli
 from planner_catalogs import NOW_MS, FileMaker, compacted, snapshot
+from worker_scenarios import add_file, make_topics
 
 from compactor.catalog import Catalog, CatalogError, CommitConflict, LiveFile, Snapshot
 from compactor.catalog.changes import (
@@ -28,7 +29,9 @@ from compactor.catalog.changes import (
 from compactor.catalog.codec import state_from_json, state_to_json
 from compactor.catalog.delta import Delta, apply, delta_from_json, delta_to_json, diff
 from compactor.catalog.leases import take_lease
+from compactor.catalog.quarantine import file_damage
 from compactor.catalog.snapshot import Quarantine
+from compactor.fileformat import FormatError, Record
 from compactor.objectstore import LocalStore
 from compactor.planner.plan import full_plan, plan
 
@@ -212,3 +215,23 @@ def test_worker_quarantine_after_takes_a_positive_count(tmp_path: Path, value: s
     args = ("worker", "--queue-url", "http://127.0.0.1:1/q", "--quarantine-after", value)
     one_line(run_cli("--store", str(store), *args), 2, "argument --quarantine-after")
     assert not store.exists()
+
+
+def test_a_version_this_build_cannot_read_is_never_confirmed_as_damage(tmp_path: Path) -> None:
+    """``file_damage`` confirms what is wrong with a file's bytes, not what this reader
+    cannot read: a file of a newer format version (an upgrade rolling out) passes its
+    FormatError on, so no worker sets a healthy file aside; a flipped byte is damage."""
+    store = LocalStore(tmp_path)
+    catalog = Catalog(store)
+    make_topics(catalog, {"c": (2, {"cleanup.policy": "compact"})})
+    records = {("c", p): [Record(j, NOW, b"k%d" % j, b"v") for j in range(5)] for p in range(2)}
+    live = add_file(store, catalog, "f0", records)
+    assert file_damage(store, live) is None
+    raw = bytearray(store.get(live.key)[0])
+    newer = bytes(raw[:8]) + (99).to_bytes(4, "little") + bytes(raw[12:])
+    store.put(live.key, newer)
+    with pytest.raises(FormatError, match="unsupported format version 99"):
+        file_damage(store, live)
+    raw[len(raw) // 2] ^= 0xFF
+    store.put(live.key, bytes(raw))
+    assert "checksum mismatch" in str(file_damage(store, live))

@@ -22,6 +22,7 @@ from compactor.catalog import Catalog, CommitConflict
 from compactor.catalog.changes import quarantine_file
 from compactor.catalog.garbage import collect_abandoned_uploads
 from compactor.catalog.leases import JobLeases
+from compactor.catalog.log import log_key
 from compactor.catalog.verify import verify_store
 from compactor.fileformat import FormatError, Record
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
@@ -488,7 +489,9 @@ def test_a_damaged_input_is_set_aside_at_the_nth_delivery_and_its_message_delete
     assert list(snap.quarantined) == [damaged.id]
     reason = snap.quarantined[damaged.id].reason
     assert reason == aside["reason"]
-    assert reason.startswith(f"worker: job {job.id} failed on it 2 times: {damaged.key}: byte ")
+    assert reason.startswith(
+        f"worker: job {job.id} failed on it at delivery 2: {damaged.key}: byte "
+    )
     assert job.id not in snap.leases  # released: the files beside it are plannable at once
     assert worker.metrics.files_quarantined._value.get() == 1
     assert job_queues.count(job_queues.url) == 0  # deleted: the job can never commit
@@ -530,6 +533,33 @@ def test_damage_is_set_aside_only_when_a_read_confirms_it(
     (lost,) = _events(other_log, "quarantine_not_committed")
     assert "quarantined already" in str(lost["error"])
     assert other.metrics.files_quarantined._value.get() == 0
+    queue.close()
+
+
+def test_a_failure_while_confirming_damage_is_logged_and_the_worker_lives_on(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """The store or the catalog failing while the worker looks into a damaged input (here
+    a log entry that cannot be read, then the object gone) sets nothing aside and raises
+    nothing: the message stays, as for any failed job."""
+    catalog = _four_files(s3_store)
+    job = _job(catalog)
+    damaged = job.inputs[0]
+    _flip_a_byte(s3_store, damaged.key)
+    queue = JobQueue(job_queues.url)
+    worker, log = _worker(s3_store, queue, quarantine_after=1)
+    named = FormatError(damaged.key, 100, "'BTCH' frame checksum mismatch")
+    message = Message(job.dumps(), "receipt", "id", 1)
+    next_entry = log_key(catalog.snapshot().version + 1)
+    s3_store.put(next_entry, b"not a log entry")
+    assert not worker._set_aside_damaged_input(job, message, named)
+    s3_store.delete(next_entry)
+    s3_store.delete(damaged.key)
+    assert not worker._set_aside_damaged_input(job, message, named)
+    first, second = _events(log, "damage_not_confirmed")
+    assert str(first["error"]).startswith("CorruptCatalog: ")
+    assert damaged.key in str(second["error"])
+    assert catalog.snapshot().quarantined == {}
     queue.close()
 
 

@@ -154,7 +154,7 @@ def test_a_worker_sets_a_damaged_input_aside_and_the_schedule_plans_around_it(
     assert listed.code == 0, listed.err
     (row,) = json.loads(listed.out)
     assert (row["file"], row["key"]) == (damaged["id"], damaged["key"])
-    assert "failed on it 2 times" in row["reason"]
+    assert "failed on it at delivery 2" in row["reason"]
     assert all(
         damaged["id"] not in [i["id"] for i in j["inputs"]] for j in schedule(s3_url, queues)
     )
