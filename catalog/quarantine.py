@@ -45,21 +45,19 @@ def set_aside(catalog: Catalog, live: LiveFile, reason: str) -> int:
     return since_ms
 
 
+def is_control(c: str) -> bool:
+    """Whether character ``c`` has no place in a one-line reason: a control, format or
+    other Unicode "C" character (a newline, a tab, a zero-width joiner)."""
+    return unicodedata.category(c).startswith("C")
+
+
 def fitted_reason(text: str) -> str:
     """``text`` as a reason: control characters (a traceback's newlines) made spaces, and
     cut to ``LONGEST_REASON`` characters."""
-    line = "".join(" " if unicodedata.category(c).startswith("C") else c for c in text).strip()
+    line = "".join(" " if is_control(c) else c for c in text).strip()
     if len(line) <= LONGEST_REASON:
         return line
     return line[: LONGEST_REASON - 3] + "..."
-
-
-def damaged_input(inputs: dict[str, LiveFile], error: BaseException) -> LiveFile | None:
-    """The file of ``inputs`` (live files by key) that ``error`` finds damaged: a
-    FormatError names its object by key. None for any other failure."""
-    if not isinstance(error, FormatError):
-        return None
-    return inputs.get(error.object_name)
 
 
 def file_damage(

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import unicodedata
 
 from compactor.catalog import CatalogError, CommitRecord, LiveFile, Snapshot
 from compactor.catalog.changes import release_file
 from compactor.catalog.numbers import shown
-from compactor.catalog.quarantine import LONGEST_REASON, set_aside
+from compactor.catalog.quarantine import LONGEST_REASON, is_control, set_aside
 from compactor.cli.context import Context, UsageError
 
 DEFAULT_REASON = "set aside by an operator"
@@ -36,7 +35,7 @@ def reason_text(text: str) -> str:
             f"catalog quarantine: --reason {shown(reason)!r} is longer than "
             f"{LONGEST_REASON} characters"
         )
-    if any(unicodedata.category(c).startswith("C") for c in reason):
+    if any(is_control(c) for c in reason):
         raise UsageError(
             f"catalog quarantine: --reason {shown(reason)!r} holds a control character "
             "(a newline?): give it one line"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from compactor.catalog import CatalogError, CommitConflict, LiveFile
 from compactor.catalog.leases import JobLeases
-from compactor.catalog.quarantine import damaged_input, file_damage, fitted_reason, set_aside
+from compactor.catalog.quarantine import file_damage, fitted_reason, set_aside
 from compactor.fileformat import FormatError
 from compactor.jobqueue.errors import LostJob, QueueError
 from compactor.jobqueue.events import EventLog
@@ -207,7 +207,8 @@ class QueueWorker:
     def _confirm_and_set_aside(self, job: Job, message: Message, error: FormatError) -> bool:
         catalog = self.compactor.catalog
         ids = {i.id for i in job.inputs}
-        damaged = damaged_input({f.key: f for f in catalog.snapshot().files if f.id in ids}, error)
+        inputs = {f.key: f for f in catalog.snapshot().files if f.id in ids}
+        damaged = inputs.get(error.object_name)  # a FormatError names its object by key
         if damaged is None:
             return False
         where = {"job": job.id, "file": damaged.id, "key": damaged.key}
