@@ -82,10 +82,12 @@ def append_files(
     )
 
 
-def live_run_start(s: Snapshot, file_ids: Sequence[str]) -> int:
+def live_run_start(s: Snapshot, file_ids: Sequence[str], *, unread: bool = False) -> int:
     """Where ``file_ids`` stand, in this order and contiguous, in the live sequence;
     CommitConflict if they no longer do, and ``Quarantined`` if one is set aside: no job
-    leases, runs or commits a run that holds a quarantined file."""
+    leases, runs or commits a run that holds a quarantined file, unless the job leaves
+    the run ``unread`` (retention's drop, whose premise is the catalog's summaries, not
+    the objects)."""
     if not file_ids:
         raise CatalogError("a replacement needs at least one input file")
     ids = [f.id for f in s.files]
@@ -95,7 +97,8 @@ def live_run_start(s: Snapshot, file_ids: Sequence[str]) -> int:
         raise CommitConflict(f"input file {file_ids[0]} is no longer live") from None
     if ids[start : start + len(file_ids)] != list(file_ids):
         raise CommitConflict("input files are no longer live and contiguous")
-    check_not_quarantined(s, file_ids)
+    if not unread:
+        check_not_quarantined(s, file_ids)
     return start
 
 
@@ -108,6 +111,7 @@ def replace_files(
     full: bool = False,
     job_id: str | None = None,
     wall_ms: int | None = None,
+    unread: bool = False,
 ) -> Snapshot:
     """Swap a contiguous run of live files for the files compacted from them.
 
@@ -116,9 +120,11 @@ def replace_files(
     other job's unexpired lease may hold one (``job_id``'s own may; leases run on
     ``wall_ms``, default ``now_ms``). The outputs take the run's place in the sequence;
     the inputs become garbage, and the leases on them end. ``full`` marks a full
-    compaction, which restarts the daily compaction's clock.
+    compaction, which restarts the daily compaction's clock. None may be quarantined,
+    unless the run leaves the catalog ``unread`` (a retention drop, which also ends the
+    quarantines of the files it drops: every quarantined file is live).
     """
-    start = live_run_start(s, input_ids)
+    start = live_run_start(s, input_ids, unread=unread)
     check_unleased(s, input_ids, job_id, now_ms if wall_ms is None else wall_ms)
     replaced = s.files[start : start + len(input_ids)]
     garbage = s.garbage + tuple(Garbage(f.key, now_ms, f.id) for f in replaced)
@@ -126,8 +132,14 @@ def replace_files(
     last_full = now_ms if full else s.last_full_compaction_ms
     gone = set(input_ids)
     leases = {j: x for j, x in s.leases.items() if j != job_id and gone.isdisjoint(x.inputs)}
+    quarantined = {i: q for i, q in s.quarantined.items() if i not in gone}
     return dataclasses.replace(
-        s, files=files, garbage=garbage, leases=leases, last_full_compaction_ms=last_full
+        s,
+        files=files,
+        garbage=garbage,
+        leases=leases,
+        last_full_compaction_ms=last_full,
+        quarantined=quarantined,
     )
 
 

@@ -30,31 +30,37 @@ def take_lease(
     now_ms: int,
     ttl_ms: int,
     fresh: bool = False,
+    *,
+    unread: bool = False,
 ) -> Snapshot:
     """Claim ``inputs`` (live, contiguous, in order) for ``job_id`` until now + ttl,
     saturated at ``MAX_MS``: a catalog's integers are 64-bit (CATALOG.md §1), so a lease of
     2^63 - 1 ms is one that never expires, not a time past the range. Taking a job's lease
     again renews it, unless ``fresh`` (a scheduler about to publish the job): then an
-    unexpired lease of the same job is a Leased conflict."""
+    unexpired lease of the same job is a Leased conflict. A quarantined input is refused
+    unless the job leaves its inputs ``unread`` (a retention drop)."""
     if ttl_ms <= 0:
         raise CatalogError(f"a lease needs a positive duration, got {ttl_ms} ms")
     held = s.leases.get(job_id)
     if fresh and held is not None and held.active(now_ms):
         raise Leased(f"job {job_id} is already leased until {held.expires_ms}")
-    live_run_start(s, inputs)
+    live_run_start(s, inputs, unread=unread)
     check_unleased(s, inputs, job_id, now_ms)
     lease = Lease(job_id, owner, tuple(inputs), now_ms, add_ms(now_ms, ttl_ms))
     return dataclasses.replace(s, leases={**_without_expired(s, now_ms), job_id: lease})
 
 
-def renew_lease(s: Snapshot, job_id: str, owner: str, now_ms: int, ttl_ms: int) -> Snapshot:
+def renew_lease(
+    s: Snapshot, job_id: str, owner: str, now_ms: int, ttl_ms: int, *, unread: bool = False
+) -> Snapshot:
     """Extend ``job_id``'s lease to now + ttl. CommitConflict if the job holds none any more
-    (it was released or replaced), if its inputs are gone, or if it expired and another
-    job leased an input since."""
+    (it was released or replaced), if its inputs are gone, if one was quarantined since
+    (unless the job leaves them ``unread``), or if it expired and another job leased an
+    input since."""
     lease = s.leases.get(job_id)
     if lease is None:
         raise CommitConflict(f"job {job_id} holds no lease")
-    return take_lease(s, job_id, owner, lease.inputs, now_ms, ttl_ms)
+    return take_lease(s, job_id, owner, lease.inputs, now_ms, ttl_ms, unread=unread)
 
 
 def release_lease(s: Snapshot, job_id: str) -> Snapshot:
@@ -78,7 +84,13 @@ class JobLeases:
         self.catalog, self.owner = catalog, owner
 
     def take(
-        self, job_id: str, inputs: Sequence[str], ttl_ms: int, *, fresh: bool = False
+        self,
+        job_id: str,
+        inputs: Sequence[str],
+        ttl_ms: int,
+        *,
+        fresh: bool = False,
+        unread: bool = False,
     ) -> Lease:
         now = self.catalog.clock()
         expired = self._expired(now)
@@ -91,16 +103,22 @@ class JobLeases:
                 now_ms=now,
                 ttl_ms=ttl_ms,
                 fresh=fresh,
+                unread=unread,
             ),
             self._record("taken", job_id, add_ms(now, ttl_ms), expired),
         )
         return snap.leases[job_id]
 
-    def renew(self, job_id: str, ttl_ms: int) -> Lease:
+    def renew(self, job_id: str, ttl_ms: int, *, unread: bool = False) -> Lease:
         now = self.catalog.clock()
         snap = self.catalog.commit(
             functools.partial(
-                renew_lease, job_id=job_id, owner=self.owner, now_ms=now, ttl_ms=ttl_ms
+                renew_lease,
+                job_id=job_id,
+                owner=self.owner,
+                now_ms=now,
+                ttl_ms=ttl_ms,
+                unread=unread,
             ),
             self._record("renewed", job_id, add_ms(now, ttl_ms), self._expired(now)),
         )
@@ -142,13 +160,17 @@ class JobLeases:
 class LeaseKeeper:
     """A running job's guard (``worker.runner.run_job``): renews the job's lease once a
     third of its duration has passed since the last renewal. A renewal that fails
-    (CommitConflict: the lease was lost) stops the job."""
+    (CommitConflict: the lease was lost) stops the job. ``unread``: the job leaves its
+    inputs unread (a retention drop), which may hold a quarantined file."""
 
-    def __init__(self, leases: JobLeases, job_id: str, ttl_ms: int) -> None:
+    def __init__(
+        self, leases: JobLeases, job_id: str, ttl_ms: int, *, unread: bool = False
+    ) -> None:
         self.leases, self.job_id, self.ttl_ms = leases, job_id, ttl_ms
+        self.unread = unread
         self._renewed = time.monotonic()
 
     def __call__(self) -> None:
         if (time.monotonic() - self._renewed) * 1000 >= self.ttl_ms / 3:
-            self.leases.renew(self.job_id, self.ttl_ms)
+            self.leases.renew(self.job_id, self.ttl_ms, unread=self.unread)
             self._renewed = time.monotonic()

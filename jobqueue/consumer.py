@@ -159,10 +159,11 @@ class QueueWorker:
             job.id,
             timeout_s,
             on_failure=lambda e: self._heartbeat_failed(job, e),
+            unread=job.drop,
         )
         try:
             check_job(self.compactor.catalog.snapshot(), job)  # before the lease: see there
-            self.leases.take(job.id, [i.id for i in job.inputs], timeout_s * 1000)
+            self.leases.take(job.id, [i.id for i in job.inputs], timeout_s * 1000, unread=job.drop)
             delay_s = self._compaction_delay_s(job)
             with heartbeat:
                 report = self.compactor.run(

@@ -30,9 +30,12 @@ class Heartbeat:
         job_id: str,
         timeout_s: int,
         on_failure: Callable[[LostJob], None] = lambda e: None,
+        *,
+        unread: bool = False,
     ) -> None:
         self._queue, self._message, self._leases = queue, message, leases
         self._job_id, self._timeout_s = job_id, timeout_s
+        self._unread = unread  # a drop job's lease may hold a quarantined file
         self._on_failure = on_failure
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
@@ -71,7 +74,7 @@ class Heartbeat:
         while not self._stop.wait(interval):
             try:
                 self._queue.extend(self._message, self._timeout_s)
-                self._leases.renew(self._job_id, self._timeout_s * 1000)
+                self._leases.renew(self._job_id, self._timeout_s * 1000, unread=self._unread)
             except Exception as e:  # noqa: BLE001 (any failure means the job is not ours)
                 if self.lost is not None:
                     return  # check() already declared it lost

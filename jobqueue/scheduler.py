@@ -86,7 +86,9 @@ class Scheduler:
         done = Pass([], [])
         for job in plan(snap, now_ms, self.config, leased).jobs:
             try:
-                lease = self.leases.take(job.id, [i.id for i in job.inputs], ttl_ms, fresh=True)
+                lease = self.leases.take(
+                    job.id, [i.id for i in job.inputs], ttl_ms, fresh=True, unread=job.drop
+                )
             except CommitConflict:
                 continue  # leased or replaced since the snapshot: the next pass replans
             try:

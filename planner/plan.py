@@ -17,6 +17,7 @@ compact are never offered to any rule. The time rules come first:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from compactor.planner.job import MAX_LEVEL, Job
 from compactor.planner.levels import level_jobs, top_run_jobs
 from compactor.planner.maxlag import dirty_files, max_lag_jobs
 from compactor.planner.retention import due, retention_jobs, retention_state
-from compactor.planner.sequence import too_large_ids, unavailable_ids
+from compactor.planner.sequence import droppable_ids, too_large_ids, unavailable_ids
 from compactor.planner.tombstones import passed_horizons, tombstone_jobs
 
 
@@ -52,7 +53,7 @@ def plan(
             jobs.append(job)
             taken.update(i.id for i in job.inputs)
 
-    add(retention_jobs)
+    add(functools.partial(retention_jobs, droppable=droppable_ids(snap, config, busy)))
     daily = daily_jobs(snap, now_ms, config, taken, _dropped(jobs))
     if daily:
         return Plan(tuple(jobs + daily))
@@ -103,7 +104,7 @@ def plan_notes(snap: Snapshot, now_ms: int, config: PlannerConfig | None = None)
         n = len(snap.quarantined)
         notes.append(
             f"{n} quarantined file{'s' if n > 1 else ''} set aside, taken by no job "
-            "(compactor catalog quarantined)"
+            "but retention's unread drop (compactor catalog quarantined)"
         )
     return notes
 
@@ -119,7 +120,8 @@ def full_plan(
     running jobs) are left out."""
     config = config or PlannerConfig()
     taken = unavailable_ids(snap, config, busy)
-    drops = retention_jobs(snap, now_ms, config, taken, rewrites=False)
+    droppable = droppable_ids(snap, config, busy)
+    drops = retention_jobs(snap, now_ms, config, taken, rewrites=False, droppable=droppable)
     for job in drops:
         taken.update(i.id for i in job.inputs)
     return Plan(tuple(drops + full_jobs(snap, now_ms, taken, gone=_dropped(drops))))

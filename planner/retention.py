@@ -111,9 +111,14 @@ class _Blocked:
 
 
 def retention_state(
-    snap: Snapshot, now_ms: int, unavailable: Collection[str] = frozenset()
+    snap: Snapshot,
+    now_ms: int,
+    unavailable: Collection[str] = frozenset(),
+    droppable: Collection[str] = frozenset(),
 ) -> RetentionState:
-    """Walks the live sequence oldest first (files in ``unavailable`` stay, and block)."""
+    """Walks the live sequence oldest first (files in ``unavailable`` stay, and block,
+    except that those also in ``droppable`` may still be dropped unread:
+    ``sequence.droppable_ids``)."""
     cuts = cutoffs(snap, now_ms)
     if not cuts:
         return RetentionState(cuts, (), ())
@@ -124,7 +129,7 @@ def retention_state(
     for f in snap.files:
         available = f.id not in unavailable
         if (
-            available
+            (available or f.id in droppable)
             and f.topics
             and all(_fully_expired(s, cuts) and not blocked.overlaps(s) for s in f.topics)
         ):
@@ -259,9 +264,11 @@ def retention_jobs(
     unavailable: Collection[str],
     *,
     rewrites: bool = True,
+    droppable: Collection[str] = frozenset(),
 ) -> list[Job]:
-    """Drop jobs, then (``rewrites``) the rewrites that are due."""
-    state = retention_state(snap, now_ms, unavailable)
+    """Drop jobs, then (``rewrites``) the rewrites that are due. Files in ``unavailable``
+    are offered to no job, except a drop when they are also in ``droppable``."""
+    state = retention_state(snap, now_ms, unavailable, droppable)
     jobs = [_drop_job(run, state.cutoffs) for run in state.drops]
     if rewrites:
         jobs += [_rewrite_job(r, now_ms, config) for r in state.rewrites if due(r, now_ms, config)]

@@ -35,11 +35,24 @@ def too_large_ids(files: Sequence[LiveFile], config: PlannerConfig) -> set[str]:
     return {f.id for f in files if too_large(f, config)}
 
 
+def unreadable_ids(snap: Snapshot, config: PlannerConfig) -> set[str]:
+    """The live files no job may read: those too large to compact and those set aside
+    (quarantined)."""
+    return too_large_ids(snap.files, config) | set(snap.quarantined)
+
+
 def unavailable_ids(snap: Snapshot, config: PlannerConfig, busy: Collection[str]) -> set[str]:
-    """The live files no rule may offer a job: those running jobs hold (``busy``), those
-    too large to compact and those an operator quarantined. Each splits the runs around
-    it (``runs``)."""
-    return set(busy) | too_large_ids(snap.files, config) | set(snap.quarantined)
+    """The live files no rule may offer a job: those running jobs hold (``busy``), and the
+    unreadable ones. Each splits the runs around it (``runs``)."""
+    return set(busy) | unreadable_ids(snap, config)
+
+
+def droppable_ids(snap: Snapshot, config: PlannerConfig, busy: Collection[str]) -> set[str]:
+    """The unavailable files retention may still drop: a drop reads nothing (its premise
+    is the catalog's summary of a file, not the object), so only a running job's hold
+    keeps a file that is wholly past retention.ms. Without this, a damaged or too-large
+    file would never expire, and would keep every newer file of its partitions too."""
+    return unreadable_ids(snap, config) - set(busy)
 
 
 def runs(

@@ -38,14 +38,17 @@ def execute_job(
     check_job(compactor.catalog.snapshot(), job)  # a mismatched document takes no lease
     leases = JobLeases(compactor.catalog, process_owner("replay"))
     try:
-        leases.take(job.id, [i.id for i in job.inputs], lease_ms)
+        leases.take(job.id, [i.id for i in job.inputs], lease_ms, unread=job.drop)
     except Leased:
         raise
     except CommitConflict as stale:
         raise StaleJob(f"job {job.id}: {stale}") from None
     try:
         report = compactor.run(
-            job, now_ms, on_progress, guard=LeaseKeeper(leases, job.id, lease_ms)
+            job,
+            now_ms,
+            on_progress,
+            guard=LeaseKeeper(leases, job.id, lease_ms, unread=job.drop),
         )
     except BaseException:
         _give_back(leases, job.id)

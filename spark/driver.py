@@ -129,7 +129,7 @@ def _leased(leases: JobLeases, jobs: list[Job], lease_ms: int) -> list[Job]:
     taken = []
     for job in jobs:
         try:
-            leases.take(job.id, [i.id for i in job.inputs], lease_ms, fresh=True)
+            leases.take(job.id, [i.id for i in job.inputs], lease_ms, fresh=True, unread=job.drop)
         except CommitConflict:
             continue
         taken.append(job)

@@ -100,7 +100,8 @@ def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str,
     store = _store(s)
     catalog = Catalog(store)
     fault = s.inject_fault if attempt == 0 else None
-    keeper = LeaseKeeper(JobLeases(catalog, process_owner("spark")), job.id, s.lease_ms)
+    leases = JobLeases(catalog, process_owner("spark"))
+    keeper = LeaseKeeper(leases, job.id, s.lease_ms, unread=job.drop)
 
     def guard() -> None:
         keeper()

@@ -225,6 +225,7 @@ def apply_job(snap: Snapshot, job: Job, now_ms: int) -> Snapshot:
         job_outputs(snap, job, now_ms),
         now_ms,
         full=job.is_full,
+        unread=job.drop,
     )
 
 

@@ -90,6 +90,43 @@ def test_later_runs_wait_for_earlier_runs_holding_their_partitions() -> None:
     assert [_ids(j) for j in jobs if j.drop] == [["r1"], ["r3"]]
 
 
+def test_a_file_no_job_may_read_is_still_dropped_unread_once_wholly_expired() -> None:
+    """A quarantined file and one too large to compact are offered to no job that reads
+    them, but a drop reads nothing: wholly past retention.ms they go, in one run with
+    their expired neighbours, and stop holding back the newer files of their
+    partitions. A running job's hold (busy) still keeps a file; within retention, a set
+    aside file stays and blocks as before."""
+    big = section("logs", 1, min_ts=CUT - 9, max_ts=CUT - 8, uncompressed=10**9)
+    files = [
+        _f("aside", 0, section("logs", 0, min_ts=CUT - 9, max_ts=CUT - 8)),
+        _f("big", 1, big),
+        _f("next", 0, section("logs", 0, min_ts=CUT - 5, max_ts=CUT - 4)),
+        _f("young", 0, section("logs", 0, min_ts=NOW_MS - 5)),
+        _f("after", 0, section("logs", 2, min_ts=CUT - 3, max_ts=CUT - 2)),
+    ]
+    config = PlannerConfig(
+        full_compaction_interval_ms=1 << 50, max_partition_uncompressed_bytes=10**6
+    )
+    aside = quarantine_file(snapshot(TOPICS, files), "aside", "damaged", NOW_MS)
+    for jobs in (plan(aside, NOW_MS, config).jobs, full_plan(aside, NOW_MS, config).jobs):
+        drops = [(j.rule, _ids(j)) for j in jobs if j.drop]
+        assert drops == [("retention", ["aside", "big", "next"]), ("retention", ["after"])]
+        assert not any("aside" in _ids(j) or "big" in _ids(j) for j in jobs if not j.drop)
+    busy = plan(aside, NOW_MS, config, frozenset({"aside"})).jobs
+    assert [_ids(j) for j in busy if j.drop] == [["big"], ["after"]]  # "next" waits behind it
+    young = quarantine_file(
+        snapshot(TOPICS, [_f("kept", 0, section("logs", 0, min_ts=NOW_MS)), *files[2:3]]),
+        "kept",
+        "damaged",
+        NOW_MS,
+    )
+    assert [_ids(j) for j in plan(young, NOW_MS, config).jobs if j.drop] == []
+    notes = plan_notes(aside, NOW_MS, config)
+    assert "1 quarantined file set aside, taken by no job but retention's unread drop" in (
+        " ".join(notes)
+    )
+
+
 def test_a_file_with_any_topic_within_retention_is_not_dropped() -> None:
     files = [_f("mixed", 0, section("logs", 0, min_ts=CUT - 9, max_ts=CUT - 9), section("keep", 0))]
     jobs = _plan(files)

@@ -28,7 +28,7 @@ from compactor.catalog.changes import (
 )
 from compactor.catalog.codec import state_from_json, state_to_json
 from compactor.catalog.delta import Delta, apply, delta_from_json, delta_to_json, diff
-from compactor.catalog.leases import take_lease
+from compactor.catalog.leases import renew_lease, take_lease
 from compactor.catalog.quarantine import file_damage
 from compactor.catalog.snapshot import Quarantine
 from compactor.fileformat import FormatError, Record
@@ -92,6 +92,31 @@ def test_a_quarantine_ends_with_its_file() -> None:
     after = apply(aside, older_writers, aside.version + 1)
     assert after.quarantined == {}
     assert [f.id for f in after.files] == [f.id for f in files[1:]]
+
+
+def test_only_a_drop_that_reads_nothing_may_lease_and_replace_a_quarantined_file() -> None:
+    """Retention's drop is decided on the catalog's summaries, never on the objects: it
+    may lease (and renew) and replace a run holding a quarantined file, and the quarantine
+    ends with the file, in the snapshot, its delta and its checkpoint alike."""
+    snap, files = _snap()
+    aside = quarantine_file(snap, files[1].id, "truncated", NOW)
+    ids = [f.id for f in files[:3]]
+    leased = take_lease(aside, "drop-1", "me", ids, NOW, 60_000, unread=True)
+    renewed = renew_lease(leased, "drop-1", "me", NOW + 1, 60_000, unread=True)
+    with pytest.raises(Quarantined):  # a job that reads its inputs may not renew over it
+        renew_lease(leased, "drop-1", "me", NOW + 1, 60_000)
+    with pytest.raises(Quarantined):
+        replace_files(renewed, ids, [], NOW, job_id="drop-1")
+    dropped = replace_files(renewed, ids, [], NOW, job_id="drop-1", unread=True)
+    assert [f.id for f in dropped.files] == [f.id for f in files[3:]]
+    assert dropped.quarantined == {} and dropped.leases == {}
+    d = diff(renewed, dropped)
+    assert d.quarantine_removed == (files[1].id,)
+    again = delta_from_json(json.loads(json.dumps(delta_to_json(d))))
+    assert apply(renewed, again, renewed.version + 1) == dataclasses.replace(
+        dropped, version=renewed.version + 1
+    )
+    assert "quarantined" not in state_to_json(dropped, NOW)
 
 
 def test_a_quarantine_travels_in_deltas_and_checkpoints_and_costs_no_bytes_without_one() -> None:
@@ -205,6 +230,65 @@ def test_a_damaged_l0_file_set_aside_lets_compaction_go_on_and_loses_nothing(
     one_line(run_cli(*cli, "compact", "--full"), 6, damaged.key)
     kinds = [e.record.kind for e in catalog.history(3)]
     assert kinds[0] == "quarantine"
+
+
+@pytest.mark.parametrize("how", ["compact", "replay"])
+def test_a_quarantined_file_wholly_past_retention_is_dropped_unread(
+    tmp_path: Path, how: str
+) -> None:
+    """A damaged file set aside still expires: retention's drop reads nothing, so once
+    every record in it is past retention.ms it leaves the catalog with its expired
+    neighbours, and its quarantine ends with it. Before that, nothing takes it."""
+    t, hour = 1_700_000_000_000, 3_600_000
+    store = tmp_path / "s"
+    cli = ("--store", str(store))
+
+    def ok(now: int, *args: str, stdin: bytes | None = None) -> str:
+        r = run_cli(*cli, "--now-ms", str(now), *args, stdin=stdin)
+        assert r.code == 0 and "Traceback" not in r.err, r
+        return r.out
+
+    retention = ("--config", "cleanup.policy=delete", "--config", f"retention.ms={hour}")
+    ok(t, "topic", "create", "logs", "--partitions", "2", *retention)
+
+    def ingest(now: int, tag: str) -> str:
+        lines = "".join(
+            json.dumps({"topic": "logs", "partition": p, "key": f"k{p}", "value": tag}) + "\n"
+            for p in range(2)
+        )
+        (key,) = json.loads(ok(now, "ingest", "-", stdin=lines.encode()))["files"]
+        return str(key)
+
+    damaged_key, old_key = ingest(t, "a"), ingest(t + 1, "b")
+    _flip(store / damaged_key)
+    damaged_bytes = (store / damaged_key).read_bytes()
+    ok(t + 2, "catalog", "quarantine", damaged_key, "--reason", "flipped byte")
+    young_key = ingest(t + 2 * hour, "c")
+    catalog = Catalog(LocalStore(str(store)))
+    ids = {f.key: f.id for f in catalog.snapshot().files}
+
+    # within retention.ms no job takes it
+    assert json.loads(ok(t + hour - 1, "plan", "--json"))["jobs"] == []
+    # wholly past it, one drop takes it with its neighbour, reading neither
+    (job,) = json.loads(ok(t + 2 * hour, "plan", "--json"))["jobs"]
+    assert (job["rule"], [i["key"] for i in job["inputs"]]) == ("retention", [damaged_key, old_key])
+    if how == "replay":
+        doc = tmp_path / "job.json"
+        doc.write_text(json.dumps(job))
+        ok(t + 2 * hour, "replay", str(doc), "--execute")
+    else:
+        ok(t + 2 * hour, "compact")
+    after = catalog.snapshot()
+    assert [f.key for f in after.files] == [young_key]
+    assert after.quarantined == {}
+    assert json.loads(ok(t + 2 * hour, "catalog", "quarantined", "--json")) == []
+    (drop,) = [e for e in catalog.history(None) if e.record.kind == "compaction"]
+    assert drop.record.details["inputs"] == [ids[damaged_key], ids[old_key]]
+    assert damaged_key in {g.key for g in after.garbage}
+    assert (store / damaged_key).read_bytes() == damaged_bytes  # never rewritten
+    for p in range(2):
+        dumped = ok(t + 2 * hour, "dump", "--topic", "logs", "--partition", str(p))
+        assert [json.loads(x)["value"] for x in dumped.splitlines()] == ["c"]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])

@@ -223,7 +223,7 @@ def check_job(snap: Snapshot, job: Job) -> tuple[LiveFile, ...]:
     (the pointers open the job's keys, the commit retires the catalog's ids: they must
     be the same files)."""
     try:
-        start = live_run_start(snap, [i.id for i in job.inputs])
+        start = live_run_start(snap, [i.id for i in job.inputs], unread=job.drop)
     except CommitConflict as conflict:
         raise StaleJob(f"job {job.id}: {conflict}") from None
     files = snap.files[start : start + len(job.inputs)]
@@ -692,7 +692,14 @@ def _commit(
         if job.drop and (why := why_not_droppable(s, now_ms, input_ids)) is not None:
             raise CommitConflict(f"job {job.id} drops files no longer past retention: {why}")
         return replace_files(
-            s, input_ids, produced, now_ms, full=job.is_full, job_id=job.id, wall_ms=wall_ms
+            s,
+            input_ids,
+            produced,
+            now_ms,
+            full=job.is_full,
+            job_id=job.id,
+            wall_ms=wall_ms,
+            unread=job.drop,
         )
 
     try:
