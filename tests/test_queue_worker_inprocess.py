@@ -439,6 +439,39 @@ def test_a_queued_job_over_a_quarantined_file_is_stale_and_its_message_deleted(
     queue.close()
 
 
+def test_a_queued_drop_takes_a_quarantined_file_wholly_past_retention(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    """Retention's drop reads nothing, so a damaged file set aside still expires: the
+    scheduler leases and publishes the drop over it, a worker takes the lease again,
+    commits, and the quarantine ends with the file (a read of it would fail the job)."""
+    catalog = Catalog(s3_store)
+    hour = 3_600_000
+    make_topics(catalog, {"logs": (4, {"cleanup.policy": "delete", "retention.ms": str(hour)})})
+    for i in range(3):
+        old = {
+            ("logs", p): [Record(j, NOW - 2 * hour, b"k", b"v") for j in range(5)] for p in range(4)
+        }
+        add_file(s3_store, catalog, f"f{i}", old)
+    damaged = catalog.snapshot().files[1]
+    _flip_a_byte(s3_store, damaged.key)
+    catalog.commit(lambda s: quarantine_file(s, damaged.id, "damaged", NOW))
+    data = _data(s3_store)
+    queue = JobQueue(job_queues.url)
+    (published,) = Scheduler(catalog, queue, CONFIG, lease_ms=600_000).publish_due(NOW).published
+    assert published.job.drop and damaged.id in [i.id for i in published.job.inputs]
+    worker, log = _worker(s3_store, queue)
+    message = queue.receive(5, 30)
+    assert message is not None
+    assert worker.handle(message) == "committed", log.getvalue()
+    snap = catalog.snapshot()
+    assert snap.files == () and snap.quarantined == {} and snap.leases == {}
+    assert damaged.key in {g.key for g in snap.garbage}
+    assert _data(s3_store) == data  # nothing written, nothing rewritten
+    assert queue.receive(1, 30) is None
+    queue.close()
+
+
 def _flip_a_byte(store: S3Store, key: str) -> None:
     damaged = bytearray(store.get(key)[0])
     damaged[len(damaged) // 2] ^= 0xFF
