@@ -236,3 +236,31 @@ def test_a_corrupt_input_fails_a_spark_task_as_it_fails_compact(tmp_path: Path) 
         assert not after.leases
         assert {p: p.read_bytes() for p in (store / "data").rglob("*.cf")} == files
     assert compact.err.startswith(last.split(" byte ")[0]), (compact.err, last)
+
+
+def test_spark_compact_drops_a_quarantined_file_wholly_past_retention(tmp_path: Path) -> None:
+    """The drop reads nothing, so a damaged file set aside still expires under Spark as it
+    does under ``compact``: the driver leases the run over it, the task commits, and the
+    quarantine ends with the file."""
+    from worker_scenarios import add_file, make_topics
+
+    from compactor.catalog.changes import quarantine_file
+    from compactor.fileformat import Record
+
+    store = LocalStore(tmp_path / "store")
+    catalog = Catalog(store)
+    hour = 3_600_000
+    make_topics(catalog, {"logs": (2, {"cleanup.policy": "delete", "retention.ms": str(hour)})})
+    for i in range(3):
+        old = [Record(j, NOW - 2 * hour, b"k", b"v") for j in range(5)]
+        add_file(store, catalog, f"f{i}", {("logs", p): old for p in range(2)})
+    damaged = catalog.snapshot().files[1]
+    raw = bytearray((tmp_path / "store" / damaged.key).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # a read of it would fail the task
+    (tmp_path / "store" / damaged.key).write_bytes(bytes(raw))
+    catalog.commit(lambda s: quarantine_file(s, damaged.id, "damaged", NOW))
+    done = spark_cli(tmp_path / "store", str(NOW), "compact", "--master", "local[2]", "--json")
+    assert done.code == 0, done.err[-3000:]
+    snap = catalog.snapshot()
+    assert snap.files == () and snap.quarantined == {} and snap.leases == {}
+    assert damaged.key in {g.key for g in snap.garbage}
