@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from compactor.catalog.changes import (
 )
 from compactor.catalog.codec import state_from_json, state_to_json
 from compactor.catalog.delta import Delta, apply, delta_from_json, delta_to_json, diff
-from compactor.catalog.leases import renew_lease, take_lease
+from compactor.catalog.leases import JobLeases, LeaseKeeper, renew_lease, take_lease
 from compactor.catalog.quarantine import file_damage
 from compactor.catalog.snapshot import Quarantine
 from compactor.fileformat import FormatError, Record
@@ -117,6 +118,29 @@ def test_only_a_drop_that_reads_nothing_may_lease_and_replace_a_quarantined_file
         dropped, version=renewed.version + 1
     )
     assert "quarantined" not in state_to_json(dropped, NOW)
+
+
+def test_a_drops_lease_keeper_renews_over_a_quarantined_file(tmp_path: Path) -> None:
+    """``replay --execute`` and a Spark task guard a job with a ``LeaseKeeper``: a drop's
+    renews its lease over a quarantined input, any other job's stops there."""
+    store = LocalStore(tmp_path)
+    catalog = Catalog(store)
+    make_topics(catalog, {"c": (1, {"cleanup.policy": "compact"})})
+    for i in range(2):
+        add_file(store, catalog, f"f{i}", {("c", 0): [Record(i, NOW, b"k", b"v")]})
+    ids = [f.id for f in catalog.snapshot().files]
+    catalog.commit(lambda s: quarantine_file(s, ids[0], "damaged", NOW))
+    leases = JobLeases(catalog, "me")
+    leases.take("drop-1", ids, 3, unread=True)
+    for unread in (True, False):
+        keeper = LeaseKeeper(leases, "drop-1", 3, unread=unread)
+        time.sleep(0.01)  # past a third of the lease: the keeper renews
+        if unread:
+            keeper()
+            assert catalog.snapshot().leases["drop-1"].inputs == tuple(ids)
+        else:
+            with pytest.raises(Quarantined):
+                keeper()
 
 
 def test_a_quarantine_travels_in_deltas_and_checkpoints_and_costs_no_bytes_without_one() -> None:

@@ -463,6 +463,16 @@ def test_a_queued_drop_takes_a_quarantined_file_wholly_past_retention(
     worker, log = _worker(s3_store, queue)
     message = queue.receive(5, 30)
     assert message is not None
+    # the worker's heartbeat renews the drop's lease over the quarantined file; a job
+    # that reads its inputs could not
+    for unread in (False, True):
+        with Heartbeat(
+            queue, message, JobLeases(catalog, "w"), published.job.id, 1, unread=unread
+        ) as beat:
+            deadline = time.monotonic() + 30
+            while beat.beats == 0 and beat.lost is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert (beat.beats > 0, beat.lost is None) == (unread, unread), beat.lost
     assert worker.handle(message) == "committed", log.getvalue()
     snap = catalog.snapshot()
     assert snap.files == () and snap.quarantined == {} and snap.leases == {}
