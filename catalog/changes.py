@@ -170,8 +170,9 @@ def check_not_quarantined(s: Snapshot, inputs: Sequence[str]) -> None:
 
 
 def quarantine_file(s: Snapshot, file_id: str, reason: str, now_ms: int) -> Snapshot:
-    """Sets live file ``file_id`` aside: the planner offers it to no rule, and no job that
-    holds it commits, until ``release_file``. Its records stay live. CatalogError if it is
+    """Sets live file ``file_id`` aside: the planner offers it to no rule that reads it,
+    and no job that reads it commits, until ``release_file`` (retention's drop reads
+    nothing: ``live_run_start``). Its records stay live. CatalogError if it is
     not live or is quarantined already (the first reason stays)."""
     if not any(f.id == file_id for f in s.files):
         raise CatalogError(f"file {file_id} is not live")

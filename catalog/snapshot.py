@@ -131,8 +131,9 @@ class Lease:
 @dataclass(frozen=True, slots=True)
 class Quarantine:
     """A live file an operator set aside (``compactor catalog quarantine``): no job takes
-    it until it is released, so a file that cannot be read does not stop the compaction
-    of the files around it. Its records stay live and are read as before."""
+    it until it is released (but a retention drop, which reads nothing), so a file that
+    cannot be read does not stop the compaction of the files around it. Its records stay
+    live and are read as before."""
 
     file_id: str
     reason: str

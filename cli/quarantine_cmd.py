@@ -4,10 +4,12 @@ A live file that cannot be read (a flipped byte, a truncated upload) fails every
 takes it, and the planner keeps offering it: at L0, where every job takes the oldest
 run, one damaged file stops the compaction of every partition. Quarantining it sets it
 aside, as Kafka's log cleaner sets an uncleanable partition aside: no rule offers it to a
-job, so the runs on either side of it are compacted without it, and a job planned before
-fails its commit rather than replace it. Its records stay live (``dump`` and ``verify``
-read it as before, and report its damage), and nothing is deleted. Releasing it, once
-the object is repaired (say, restored from a copy), gives it back to the planner.
+job that reads it, so the runs on either side of it are compacted without it, and a job
+planned before fails its commit rather than replace it. Its records stay live (``dump``
+and ``verify`` read it as before, and report its damage), and nothing is deleted until
+every record in it is past retention.ms: retention's drop reads nothing, and takes it.
+Releasing it, once the object is repaired (say, restored from a copy), gives it back to
+the planner.
 """
 
 from __future__ import annotations
@@ -105,7 +107,10 @@ def register(
 ) -> None:
     q = actions.add_parser(
         "quarantine",
-        help="set a damaged live file aside: no job takes it until it is released",
+        help=(
+            "set a damaged live file aside: no job takes it until it is released "
+            "(but a retention drop, which reads nothing)"
+        ),
         parents=[common],
     )
     q.add_argument("file", metavar="FILE", help="the file's id, or its key (data/L0/....cf)")

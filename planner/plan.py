@@ -1,8 +1,9 @@
 """The planner: (catalog snapshot, clock, config) -> jobs. Pure and deterministic.
 
 Rules run in priority order and each sees only the files no earlier job took, so no
-file is in two jobs; files that running jobs hold (``busy``) and files too large to
-compact are never offered to any rule. The time rules come first:
+file is in two jobs; files that running jobs hold (``busy``) are never offered to any
+rule, and files too large to compact or quarantined to none but retention's drop, which
+reads nothing (``sequence.droppable_ids``). The time rules come first:
 
 1. retention   files past retention.ms dropped unread, files holding some rewritten
                without them (``planner.retention``);

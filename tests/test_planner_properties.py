@@ -71,11 +71,11 @@ def check_plan(case: Case, result: Plan) -> None:
             assert all(f.level == level for f in files)
             assert job.output_level == level + 1
             assert len(files) == config.level_trigger_files
-        # never a busy file; a too-large or quarantined one only in a drop (read by no job)
-        assert job.drop or not any(too_large(f, config) for f in files)
+        # never a too-large file, never a busy one
+        assert not any(too_large(f, config) for f in files)
         assert not case.busy & set(ids), f"busy files {sorted(case.busy & set(ids))} in a job"
         held = set(snap.quarantined) & set(ids)
-        assert not held or job.drop, f"quarantined files {sorted(held)} in a {job.rule} job"
+        assert not held, f"quarantined files {sorted(held)} in a {job.rule} job"
         if job.rule == "top-run":
             assert all(f.level == MAX_LEVEL for f in files)
             assert len(files) <= config.top_run_max_files
@@ -152,7 +152,6 @@ def _level_runs(
 def test_applying_plans_converges(case: Case) -> None:
     snap, now, config, busy = case.snap, case.now_ms, case.config, case.busy
     proposed: set[str] = set()
-    dropped: set[str] = set()
     # every job takes >= 2 files or cleans a dirty file; outputs are <= 2 files per job
     bound = 3 * len(snap.files) + 2
     for _round in range(bound):
@@ -163,18 +162,15 @@ def test_applying_plans_converges(case: Case) -> None:
         for job in result.jobs:
             assert job.id not in proposed, f"job {job.id} ({job.rule}) proposed twice"
             proposed.add(job.id)
-            dropped.update(i.id for i in job.inputs if job.drop)
             snap = apply_job(snap, job, now)
     else:
         raise AssertionError(f"no fixed point after {bound} rounds")
     for level in range(MAX_LEVEL):
         lengths = _level_runs(snap, config, case.set_aside, level)
         assert all(n < config.level_trigger_files for n in lengths), (level, lengths)
-    # the busy and quarantined files are untouched, still in the sequence, unless a
-    # quarantined one was wholly past retention and dropped unread (never a busy one)
-    assert not case.busy & dropped
-    assert case.set_aside - dropped <= {f.id for f in snap.files}
-    assert snap.quarantined == {i: q for i, q in case.snap.quarantined.items() if i not in dropped}
+    # the busy and quarantined files are untouched, still in the sequence
+    assert case.set_aside <= {f.id for f in snap.files}
+    assert snap.quarantined == case.snap.quarantined
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

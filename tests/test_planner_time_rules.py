@@ -5,7 +5,9 @@ planner.maxlag)."""
 
 from __future__ import annotations
 
-from planner_catalogs import NOW_MS, live_file, section, snapshot, topic
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from planner_catalogs import NOW_MS, apply_job, live_file, section, snapshot, topic
 
 from compactor.catalog import LiveFile
 from compactor.catalog.changes import quarantine_file
@@ -14,6 +16,7 @@ from compactor.planner.config import HOUR_MS, MINUTE_MS, PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.maxlag import dirty_files
 from compactor.planner.plan import full_plan, plan, plan_notes
+from compactor.planner.retention import why_not_droppable
 
 RET = HOUR_MS
 CUT = NOW_MS - RET
@@ -125,6 +128,63 @@ def test_a_file_no_job_may_read_is_still_dropped_unread_once_wholly_expired() ->
     assert "1 quarantined file set aside, taken by no job but retention's unread drop" in (
         " ".join(notes)
     )
+
+
+def _partitions(f: LiveFile) -> set[tuple[str, int]]:
+    return {(s.topic, p) for s in f.topics for lo, hi in s.partitions for p in range(lo, hi + 1)}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_drops_take_every_file_that_may_go_readable_or_not(data: st.DataObject) -> None:
+    """Random sequences of delete-topic files, wholly expired or not, some quarantined,
+    too large or busy. Each plan's drops are safe (no busy input; each passes the
+    commit's own check, ``why_not_droppable``; no other job holds an unreadable file),
+    and planning and dropping until nothing changes leaves no wholly expired file that
+    is not busy unless an older file that stays holds one of its partitions: quarantine
+    and size make no difference to a drop."""
+    n = data.draw(st.integers(1, 10))
+    files = []
+    for i in range(n):
+        parts = sorted(data.draw(st.sets(st.integers(0, 3), min_size=1, max_size=3)))
+        ts = data.draw(st.sampled_from([CUT - 2 * HOUR_MS, CUT - 1, NOW_MS - 5]))
+        size = data.draw(st.sampled_from([1000, 10**9]))  # 10**9: too large below
+        sections = [section("logs", p, min_ts=ts - 9, max_ts=ts, uncompressed=size) for p in parts]
+        files.append(_f(f"f{i:02d}", data.draw(st.integers(0, 4)), *sections))
+    ids = [f.id for f in files]
+    snap = snapshot(TOPICS, files)
+    for fid in data.draw(st.sets(st.sampled_from(ids))):
+        snap = quarantine_file(snap, fid, "damaged", NOW_MS)
+    busy = frozenset(data.draw(st.sets(st.sampled_from(ids))))
+    config = PlannerConfig(
+        full_compaction_interval_ms=1 << 50, max_partition_uncompressed_bytes=10**6
+    )
+    unreadable = set(snap.quarantined) | {f.id for f in files if f.max_section_bytes > 10**6}
+    for _round in range(n + 1):
+        planned = [
+            *plan(snap, NOW_MS, config, busy).jobs,
+            *full_plan(snap, NOW_MS, config, busy).jobs,
+        ]
+        for job in planned:
+            held = [i.id for i in job.inputs]
+            assert not busy & set(held), job
+            if job.drop:
+                assert why_not_droppable(snap, NOW_MS, held) is None, job
+            else:
+                assert not unreadable & set(held), job
+        drops = [j for j in plan(snap, NOW_MS, config, busy).jobs if j.drop]
+        if not drops:
+            break
+        for job in drops:
+            snap = apply_job(snap, job, NOW_MS)
+    assert set(snap.quarantined) <= {f.id for f in snap.files}
+    stays: list[LiveFile] = []
+    for f in snap.files:
+        expired = all(s.max_timestamp < CUT for s in f.topics)
+        if expired and f.id not in busy:
+            older = {tp for g in stays for tp in _partitions(g)}
+            assert older & _partitions(f), f"{f.id} may go, and stays"
+        stays.append(f)
 
 
 def test_a_file_with_any_topic_within_retention_is_not_dropped() -> None:

@@ -136,8 +136,10 @@ def test_a_drops_lease_keeper_renews_over_a_quarantined_file(tmp_path: Path) -> 
         keeper = LeaseKeeper(leases, "drop-1", 3, unread=unread)
         time.sleep(0.01)  # past a third of the lease: the keeper renews
         if unread:
+            before = catalog.snapshot().leases["drop-1"].expires_ms
             keeper()
-            assert catalog.snapshot().leases["drop-1"].inputs == tuple(ids)
+            renewed = catalog.snapshot().leases["drop-1"]
+            assert renewed.inputs == tuple(ids) and renewed.expires_ms > before
         else:
             with pytest.raises(Quarantined):
                 keeper()

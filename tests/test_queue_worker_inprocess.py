@@ -473,6 +473,7 @@ def test_a_queued_drop_takes_a_quarantined_file_wholly_past_retention(
             while beat.beats == 0 and beat.lost is None and time.monotonic() < deadline:
                 time.sleep(0.05)
         assert (beat.beats > 0, beat.lost is None) == (unread, unread), beat.lost
+        assert unread or "is quarantined: damaged" in str(beat.lost)
     assert worker.handle(message) == "committed", log.getvalue()
     snap = catalog.snapshot()
     assert snap.files == () and snap.quarantined == {} and snap.leases == {}

@@ -441,7 +441,9 @@ class Simulation:
             since = dirty_since_ms(f, self.snap.topics)
             if since is not None and since <= now_ms:
                 self.result.dirty_delays_s.append((now_ms - since) / 1000)
-        snap = replace_files(self.snap, [f.id for f in inputs], outputs, now_ms, full=job.is_full)
+        snap = replace_files(
+            self.snap, [f.id for f in inputs], outputs, now_ms, full=job.is_full, unread=job.drop
+        )
         self.snap = dataclasses.replace(snap, garbage=())  # nothing to delete in a model
         for f in inputs:
             gone = self.models.pop(f.id)
