@@ -161,18 +161,15 @@ def test_drops_take_every_file_that_may_go_readable_or_not(data: st.DataObject) 
     )
     unreadable = set(snap.quarantined) | {f.id for f in files if f.max_section_bytes > 10**6}
     for _round in range(n + 1):
-        planned = [
-            *plan(snap, NOW_MS, config, busy).jobs,
-            *full_plan(snap, NOW_MS, config, busy).jobs,
-        ]
-        for job in planned:
+        planned = plan(snap, NOW_MS, config, busy).jobs
+        for job in (*planned, *full_plan(snap, NOW_MS, config, busy).jobs):
             held = [i.id for i in job.inputs]
             assert not busy & set(held), job
             if job.drop:
                 assert why_not_droppable(snap, NOW_MS, held) is None, job
             else:
                 assert not unreadable & set(held), job
-        drops = [j for j in plan(snap, NOW_MS, config, busy).jobs if j.drop]
+        drops = [j for j in planned if j.drop]
         if not drops:
             break
         for job in drops:
