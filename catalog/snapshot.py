@@ -200,6 +200,15 @@ class Snapshot:
                 return live
         raise KeyError(file_id)
 
+    def level_totals(self) -> dict[int, tuple[int, int]]:
+        """Level -> the number of its live files and their bytes, for each level that
+        holds any (``compactor stats``, the scheduler's metrics)."""
+        totals: dict[int, tuple[int, int]] = {}
+        for f in self.files:
+            files, size = totals.get(f.level, (0, 0))
+            totals[f.level] = (files + 1, size + f.size)
+        return totals
+
     def leased_inputs(self, now_ms: int) -> dict[str, str]:
         """Input file id -> the job id of the unexpired lease holding it."""
         return {

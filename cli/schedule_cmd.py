@@ -1,4 +1,5 @@
-"""compactor schedule --queue-url URL [--once | --interval-s S] [--set NAME=VALUE ...] [--json]"""
+"""compactor schedule --queue-url URL [--once | --interval-s S] [--set NAME=VALUE ...]
+[--metrics-port P] [--json]"""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from compactor.catalog.garbage import (
     collect_all_garbage,
 )
 from compactor.cli.context import Context, UsageError, integer, non_negative_int, number
+from compactor.cli.metrics_port import add_metrics_port_option, serve_metrics
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.jobqueue.events import FORMATS, EventLog
+from compactor.jobqueue.metrics import SchedulerMetrics
 from compactor.jobqueue.scheduler import Pass, Published, Scheduler
 from compactor.jobqueue.sqs import JobQueue
 
@@ -25,6 +28,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError(f"--lease-ms must be at least 1, got {args.lease_ms}")
     config = planner_config(args)
     log = EventLog(args.log_format, source="scheduler")
+    metrics = SchedulerMetrics()
+    serve_metrics(metrics, args.metrics_port, log)  # first: a port in use fails before any work
     queue = JobQueue(args.queue_url)
     scheduler = Scheduler(ctx.catalog, queue, config, lease_ms=args.lease_ms)
     try:
@@ -34,6 +39,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             try:
                 done = scheduler.publish_due(now_ms)
             except Exception as e:  # noqa: BLE001 (looping: the next pass tries again)
+                metrics.passes.labels("failed").inc()
                 if args.interval_s is None:
                     raise
                 log("pass_failed", error=f"{type(e).__name__}: {e}")
@@ -45,7 +51,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                     inputs=len(unsent.job.inputs),
                     error=unsent.error,
                 )
-            deleted = _collect(ctx, args, log, now_ms)
+            deleted = _collect(ctx, args, log, now_ms, metrics)
+            _observe(ctx, metrics, done, deleted, now_ms, time.monotonic() - started)
             _report(args, log, done.published, deleted)
             if args.interval_s is None:
                 return 0
@@ -54,14 +61,35 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         queue.close()
 
 
-def _collect(ctx: Context, args: argparse.Namespace, log: EventLog, now_ms: int) -> list[str]:
+def _collect(
+    ctx: Context, args: argparse.Namespace, log: EventLog, now_ms: int, metrics: SchedulerMetrics
+) -> list[str]:
     try:
         return collect_all_garbage(ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms)
     except Exception as e:  # noqa: BLE001 (garbage waits for the next pass)
+        metrics.garbage_collection_failures.inc()
         if args.interval_s is None:
             raise
         log("garbage_collection_failed", error=f"{type(e).__name__}: {e}")
         return []
+
+
+def _observe(
+    ctx: Context,
+    metrics: SchedulerMetrics,
+    done: Pass,
+    deleted: list[str],
+    now_ms: int,
+    seconds: float,
+) -> None:
+    """The pass's figures; the catalog's as it planned on them, if it planned."""
+    metrics.objects_deleted.inc(len(deleted))
+    metrics.last_pass_seconds.set(seconds)
+    if done.snapshot is None:
+        return
+    jobs = [p.job for p in done.published]
+    metrics.observe_pass(done.snapshot, jobs, len(done.unsent), now_ms, ctx.catalog.clock())
+    metrics.last_success_timestamp_seconds.set_to_current_time()
 
 
 def _report(
@@ -125,6 +153,7 @@ def register(
         default="text",
         help="event log lines on stderr: text, or one JSON object a line (default text)",
     )
+    add_metrics_port_option(p)
     add_planner_options(p)
     p.add_argument("--json", action="store_true", help="print the jobs published, as JSON")
     p.set_defaults(run=run, existing_store=True)

@@ -12,11 +12,11 @@ from compactor.cli.context import Context
 
 
 def stats_json(snap: Snapshot) -> dict[str, Any]:
-    levels = {str(level): {"files": 0, "bytes": 0} for level in range(MAX_LEVEL + 1)}
-    for f in snap.files:
-        entry = levels.setdefault(str(f.level), {"files": 0, "bytes": 0})
-        entry["files"] += 1
-        entry["bytes"] += f.size
+    totals = snap.level_totals()
+    levels = {
+        str(level): dict(zip(("files", "bytes"), totals.get(level, (0, 0)), strict=True))
+        for level in sorted({*range(MAX_LEVEL + 1), *totals})
+    }
     return {
         "levels": levels,
         "files": [{"key": f.key, "level": f.level, "bytes": f.size} for f in snap.files],

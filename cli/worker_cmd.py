@@ -8,8 +8,9 @@ import argparse
 
 from compactor.catalog import Catalog
 from compactor.cli.codec_options import add_codec_options, level_codecs
-from compactor.cli.context import Context, UsageError, integer, integer_in, number, positive_int
+from compactor.cli.context import Context, UsageError, integer, number, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
+from compactor.cli.metrics_port import add_metrics_port_option, serve_metrics
 from compactor.jobqueue.consumer import QueueWorker, WorkerSettings
 from compactor.jobqueue.events import FORMATS, EventLog
 from compactor.jobqueue.metrics import WorkerMetrics
@@ -24,9 +25,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     settings = _settings(args)
     log = EventLog(args.log_format, source="worker")
     metrics = WorkerMetrics()
-    if args.metrics_port is not None:  # first: a port it cannot have fails before any work
-        _serve_metrics(metrics, args.metrics_port)
-        log("metrics_serving", port=args.metrics_port)
+    serve_metrics(metrics, args.metrics_port, log)  # first: a port in use fails before any work
     store = ctx.store
     # Read once before the queue is asked, so a missing bucket, an unreachable endpoint or
     # a corrupt catalog fails here; a throwaway reader, since the Compactor keeps its own.
@@ -56,22 +55,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     finally:
         queue.close()
     return 0
-
-
-def _serve_metrics(metrics: WorkerMetrics, port: int) -> None:
-    """Serves ``--metrics-port``; a port that cannot be bound (in use, not permitted) is
-    the command line's to change: a usage error, in one line."""
-    try:
-        metrics.serve(port)
-    except OSError as e:
-        raise UsageError(
-            f"--metrics-port {port}: cannot serve metrics: {e.strerror or e}"
-        ) from None
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0..65535 (0: any free port)."""
-    return integer_in(text, 0, 65535, "must be a TCP port, 0..65535")
 
 
 def _settings(args: argparse.Namespace) -> WorkerSettings:
@@ -123,12 +106,7 @@ def register(
         metavar="R",
         help="throttle the job's reads to R bytes/s (log.cleaner.io.max.bytes.per.second)",
     )
-    p.add_argument(
-        "--metrics-port",
-        type=port_number,
-        default=None,
-        help="serve Prometheus metrics on this port",
-    )
+    add_metrics_port_option(p)
     p.add_argument(
         "--quarantine-after",
         type=positive_int,

@@ -1,12 +1,17 @@
-"""A queue worker's Prometheus metrics (README.md, "Running workers", says what each
-means). Names follow Kafka's log cleaner where one exists: ``max-buffer-utilization-
-percent``, ``cleaner-recopy-percent``, ``max-clean-time-secs``,
-``max-compaction-delay-secs``."""
+"""The queue's Prometheus metrics: a worker's (``WorkerMetrics``) and a scheduler's
+(``SchedulerMetrics``); README.md, "Metrics", says what each means. Names follow Kafka's
+log cleaner where one exists: ``max-buffer-utilization-percent``,
+``cleaner-recopy-percent``, ``max-clean-time-secs``, ``max-compaction-delay-secs``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from compactor.catalog import Snapshot
+from compactor.catalog.verify import MAX_LEVEL
+from compactor.planner.job import PLANNER_RULES, Job
 from compactor.worker.stats import JobReport
 
 OUTCOMES = ("committed", "stale", "failed", "aborted")
@@ -16,10 +21,29 @@ ended it; the message reappears after its visibility timeout. aborted: it stoppe
 without committing because the worker lost the job (a heartbeat failed) or was told to
 stop (SIGTERM)."""
 
+PASS_OUTCOMES = ("ok", "failed")
+"""ok: the scheduler planned on the catalog and published what was due (possibly
+nothing). failed: the pass raised (the catalog or the queue unreachable, every due job
+refused by the queue); the next pass tries again."""
 
-class WorkerMetrics:
+
+class ServedMetrics:
+    """A registry of its own, served on request."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else CollectorRegistry()
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Serve the Prometheus text format on ``addr:port`` from a daemon thread; the port
+        bound (``port``, or the one the system chose for 0)."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_port)
+
+
+class WorkerMetrics(ServedMetrics):
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        r = self.registry
         self._longest_s = 0.0
         p = "compactor_worker_"
         self.jobs = Counter(p + "jobs", "Jobs finished, by outcome", ["outcome"], registry=r)
@@ -96,6 +120,98 @@ class WorkerMetrics:
         self._longest_s = max(self._longest_s, report.duration_s)
         self.max_job_seconds.set(self._longest_s)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve the Prometheus text format on ``addr:port`` from a daemon thread."""
-        start_http_server(port, addr=addr, registry=self.registry)
+
+class SchedulerMetrics(ServedMetrics):
+    """What a scheduler's passes did, and the catalog as the last pass planned on it: the
+    backlog workers have before them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        r = self.registry
+        p = "compactor_scheduler_"
+        self.passes = Counter(p + "passes", "Scheduler passes, by outcome", ["outcome"], registry=r)
+        for outcome in PASS_OUTCOMES:
+            self.passes.labels(outcome)
+        self.jobs_published = Counter(
+            p + "jobs_published", "Jobs leased and sent to the queue, by rule", ["rule"], registry=r
+        )
+        for rule in PLANNER_RULES:
+            self.jobs_published.labels(rule)
+        self.jobs_unsent = Counter(
+            p + "jobs_unsent", "Due jobs the queue refused (their leases released)", registry=r
+        )
+        self.objects_deleted = Counter(
+            p + "objects_deleted",
+            "Replaced files, abandoned uploads and old catalog objects deleted",
+            registry=r,
+        )
+        self.garbage_collection_failures = Counter(
+            p + "garbage_collection_failures",
+            "Passes whose garbage collection failed (the garbage waits for the next pass)",
+            registry=r,
+        )
+        self.last_pass_seconds = Gauge(
+            p + "last_pass_seconds",
+            "How long the last pass took, garbage collection included",
+            registry=r,
+        )
+        self.last_success_timestamp_seconds = Gauge(
+            p + "last_success_timestamp_seconds",
+            "When the last pass that planned and published ended (Unix time)",
+            registry=r,
+        )
+        self.catalog_version = Gauge(
+            p + "catalog_version", "The catalog version the last pass planned on", registry=r
+        )
+        self.live_files = Gauge(
+            p + "live_files",
+            "Live files per level, as the last pass saw them",
+            ["level"],
+            registry=r,
+        )
+        self.live_bytes = Gauge(
+            p + "live_bytes",
+            "Live file bytes per level, as the last pass saw them",
+            ["level"],
+            registry=r,
+        )
+        for level in range(MAX_LEVEL + 1):
+            self.live_files.labels(str(level))
+            self.live_bytes.labels(str(level))
+        self.leased_files = Gauge(
+            p + "leased_files",
+            "Live files held by an unexpired job lease once the last pass had published",
+            registry=r,
+        )
+        self.quarantined_files = Gauge(
+            p + "quarantined_files",
+            "Live files set aside (compactor catalog quarantine)",
+            registry=r,
+        )
+        self.oldest_l0_file_age_seconds = Gauge(
+            p + "oldest_l0_file_age_seconds",
+            "How long the oldest live L0 file has waited, on the time rules' clock (0: none)",
+            registry=r,
+        )
+
+    def observe_pass(
+        self, snap: Snapshot, published: Sequence[Job], unsent: int, now_ms: int, lease_now_ms: int
+    ) -> None:
+        """A pass that planned on ``snap`` (the time rules at ``now_ms``, leases on the
+        wall clock ``lease_now_ms``) and published ``published``."""
+        self.passes.labels("ok").inc()
+        for job in published:
+            self.jobs_published.labels(job.rule).inc()
+        self.jobs_unsent.inc(unsent)
+        self.catalog_version.set(snap.version)
+        totals = snap.level_totals()
+        for level in sorted({*range(MAX_LEVEL + 1), *totals}):
+            files, size = totals.get(level, (0, 0))
+            self.live_files.labels(str(level)).set(files)
+            self.live_bytes.labels(str(level)).set(size)
+        leased = set(snap.leased_inputs(lease_now_ms))
+        leased.update(i.id for job in published for i in job.inputs)
+        self.leased_files.set(len(leased))
+        self.quarantined_files.set(len(snap.quarantined))
+        l0 = [f.created_ms for f in snap.files if f.level == 0]
+        self.oldest_l0_file_age_seconds.set(max(0, now_ms - min(l0)) / 1000 if l0 else 0)

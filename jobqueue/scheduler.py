@@ -13,7 +13,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from compactor.catalog import Catalog, CommitConflict
+from compactor.catalog import Catalog, CommitConflict, Snapshot
 from compactor.catalog.leases import JobLeases
 from compactor.jobqueue.errors import QueueError
 from compactor.jobqueue.sqs import JobQueue
@@ -46,6 +46,8 @@ class Unsent:
 class Pass:
     published: list[Published]
     unsent: list[Unsent]
+    snapshot: Snapshot | None = None
+    """The catalog state the pass planned on (None: it planned on none)."""
 
 
 class Scheduler:
@@ -83,7 +85,7 @@ class Scheduler:
         self.leases.expire()
         snap = self.catalog.snapshot()
         leased = frozenset(snap.leased_inputs(self.catalog.clock()))
-        done = Pass([], [])
+        done = Pass([], [], snap)
         for job in plan(snap, now_ms, self.config, leased).jobs:
             try:
                 lease = self.leases.take(
