@@ -26,6 +26,9 @@ from compactor.catalog.summary import (
 )
 from compactor.fileformat import SectionMeta
 
+MAX_LEVEL = 4
+"""The top level: files live at levels 0 to 4."""
+
 CATALOG_FORMAT = 2
 
 TopicPartition = tuple[str, int]
@@ -201,9 +204,10 @@ class Snapshot:
         raise KeyError(file_id)
 
     def level_totals(self) -> dict[int, tuple[int, int]]:
-        """Level -> the number of its live files and their bytes, for each level that
-        holds any (``compactor stats``, the scheduler's metrics)."""
-        totals: dict[int, tuple[int, int]] = {}
+        """Level -> the number of its live files and their bytes: every level from 0 to
+        ``MAX_LEVEL`` in order, then any other a file claims (a catalog ``verify`` faults)
+        in order of appearance (``compactor stats``, the scheduler's metrics)."""
+        totals = dict.fromkeys(range(MAX_LEVEL + 1), (0, 0))
         for f in self.files:
             files, size = totals.get(f.level, (0, 0))
             totals[f.level] = (files + 1, size + f.size)

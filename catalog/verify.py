@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from compactor.catalog.catalog import Catalog, log_gaps
 from compactor.catalog.errors import CatalogError
-from compactor.catalog.snapshot import LiveFile, Snapshot
+from compactor.catalog.snapshot import MAX_LEVEL, LiveFile, Snapshot
 from compactor.catalog.summary import summarize
 from compactor.fileformat import FormatError, SectionMeta, verify_stream
 from compactor.fileformat.offset_index import (
@@ -36,7 +36,6 @@ from compactor.objectstore import ObjectInfo, ObjectNotFound, ObjectStore, Store
 
 Sections = dict[str, tuple[SectionMeta, ...]]
 
-MAX_LEVEL = 4
 DATA_PREFIX = "data/"
 """Where every data file and offset index is written (``ingest.agent.l0_key``,
 ``planner.job.Job.output_key``, ``fileformat.offset_index.index_key``)."""

@@ -31,7 +31,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     metrics = SchedulerMetrics()
     serve_metrics(metrics, args.metrics_port, log)  # first: a port in use fails before any work
     queue = JobQueue(args.queue_url)
-    scheduler = Scheduler(ctx.catalog, queue, config, lease_ms=args.lease_ms)
+    scheduler = Scheduler(ctx.catalog, queue, config, lease_ms=args.lease_ms, metrics=metrics)
     try:
         while True:
             started = time.monotonic()
@@ -39,7 +39,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             try:
                 done = scheduler.publish_due(now_ms)
             except Exception as e:  # noqa: BLE001 (looping: the next pass tries again)
-                metrics.passes.labels("failed").inc()
                 if args.interval_s is None:
                     raise
                 log("pass_failed", error=f"{type(e).__name__}: {e}")
@@ -52,7 +51,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                     error=unsent.error,
                 )
             deleted = _collect(ctx, args, log, now_ms, metrics)
-            _observe(ctx, metrics, done, deleted, now_ms, time.monotonic() - started)
+            metrics.pass_ended(done, now_ms, time.monotonic() - started)
             _report(args, log, done.published, deleted)
             if args.interval_s is None:
                 return 0
@@ -65,31 +64,15 @@ def _collect(
     ctx: Context, args: argparse.Namespace, log: EventLog, now_ms: int, metrics: SchedulerMetrics
 ) -> list[str]:
     try:
-        return collect_all_garbage(ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms)
+        deleted = collect_all_garbage(ctx.catalog, now_ms, args.grace_ms, args.history_retention_ms)
     except Exception as e:  # noqa: BLE001 (garbage waits for the next pass)
-        metrics.garbage_collection_failures.inc()
+        metrics.collected(None)
         if args.interval_s is None:
             raise
         log("garbage_collection_failed", error=f"{type(e).__name__}: {e}")
         return []
-
-
-def _observe(
-    ctx: Context,
-    metrics: SchedulerMetrics,
-    done: Pass,
-    deleted: list[str],
-    now_ms: int,
-    seconds: float,
-) -> None:
-    """The pass's figures; the catalog's as it planned on them, if it planned."""
-    metrics.objects_deleted.inc(len(deleted))
-    metrics.last_pass_seconds.set(seconds)
-    if done.snapshot is None:
-        return
-    jobs = [p.job for p in done.published]
-    metrics.observe_pass(done.snapshot, jobs, len(done.unsent), now_ms, ctx.catalog.clock())
-    metrics.last_success_timestamp_seconds.set_to_current_time()
+    metrics.collected(len(deleted))
+    return deleted
 
 
 def _report(

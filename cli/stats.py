@@ -7,15 +7,13 @@ import json
 from typing import Any
 
 from compactor.catalog import Snapshot
-from compactor.catalog.verify import MAX_LEVEL
 from compactor.cli.context import Context
 
 
 def stats_json(snap: Snapshot) -> dict[str, Any]:
-    totals = snap.level_totals()
     levels = {
-        str(level): dict(zip(("files", "bytes"), totals.get(level, (0, 0)), strict=True))
-        for level in sorted({*range(MAX_LEVEL + 1), *totals})
+        str(level): {"files": files, "bytes": size}
+        for level, (files, size) in snap.level_totals().items()
     }
     return {
         "levels": levels,

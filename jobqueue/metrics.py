@@ -5,14 +5,16 @@ log cleaner where one exists: ``max-buffer-utilization-percent``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from compactor.catalog import Snapshot
-from compactor.catalog.verify import MAX_LEVEL
+from compactor.catalog.snapshot import MAX_LEVEL
 from compactor.planner.job import PLANNER_RULES, Job
 from compactor.worker.stats import JobReport
+
+if TYPE_CHECKING:
+    from compactor.jobqueue.scheduler import Pass
 
 OUTCOMES = ("committed", "stale", "failed", "aborted")
 """committed: the job's commit landed. stale: its inputs were gone or taken (already
@@ -122,8 +124,10 @@ class WorkerMetrics(ServedMetrics):
 
 
 class SchedulerMetrics(ServedMetrics):
-    """What a scheduler's passes did, and the catalog as the last pass planned on it: the
-    backlog workers have before them."""
+    """What a scheduler's passes did, and the catalog as the last pass that planned saw
+    it: the backlog workers have before them. The scheduler counts each job as it is
+    published or refused (``published``, ``unsent``), so a pass that fails part-way still
+    counts the jobs it sent; the command line reports each pass's end."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
@@ -142,7 +146,7 @@ class SchedulerMetrics(ServedMetrics):
         )
         self.objects_deleted = Counter(
             p + "objects_deleted",
-            "Replaced files, abandoned uploads and old catalog objects deleted",
+            "Keys the passes' garbage collection reported deleted (none from a failed one)",
             registry=r,
         )
         self.garbage_collection_failures = Counter(
@@ -157,21 +161,21 @@ class SchedulerMetrics(ServedMetrics):
         )
         self.last_success_timestamp_seconds = Gauge(
             p + "last_success_timestamp_seconds",
-            "When the last pass that planned and published ended (Unix time)",
+            "When the last ok pass ended (Unix time; 0: none yet)",
             registry=r,
         )
         self.catalog_version = Gauge(
-            p + "catalog_version", "The catalog version the last pass planned on", registry=r
+            p + "catalog_version", "The catalog version the last ok pass planned on", registry=r
         )
         self.live_files = Gauge(
             p + "live_files",
-            "Live files per level, as the last pass saw them",
+            "Live files per level, as the last ok pass saw them",
             ["level"],
             registry=r,
         )
         self.live_bytes = Gauge(
             p + "live_bytes",
-            "Live file bytes per level, as the last pass saw them",
+            "Live file bytes per level, as the last ok pass saw them",
             ["level"],
             registry=r,
         )
@@ -180,38 +184,52 @@ class SchedulerMetrics(ServedMetrics):
             self.live_bytes.labels(str(level))
         self.leased_files = Gauge(
             p + "leased_files",
-            "Live files held by an unexpired job lease once the last pass had published",
+            "Live files held by an unexpired job lease once the last ok pass had published",
             registry=r,
         )
         self.quarantined_files = Gauge(
             p + "quarantined_files",
-            "Live files set aside (compactor catalog quarantine)",
+            "Live files set aside (compactor catalog quarantine), as the last ok pass saw them",
             registry=r,
         )
         self.oldest_l0_file_age_seconds = Gauge(
             p + "oldest_l0_file_age_seconds",
-            "How long the oldest live L0 file has waited, on the time rules' clock (0: none)",
+            "How long the oldest live L0 file had waited at the last ok pass, on the time "
+            "rules' clock (0: none)",
             registry=r,
         )
 
-    def observe_pass(
-        self, snap: Snapshot, published: Sequence[Job], unsent: int, now_ms: int, lease_now_ms: int
-    ) -> None:
-        """A pass that planned on ``snap`` (the time rules at ``now_ms``, leases on the
-        wall clock ``lease_now_ms``) and published ``published``."""
+    def published(self, job: Job) -> None:
+        self.jobs_published.labels(job.rule).inc()
+
+    def unsent(self, job: Job) -> None:
+        self.jobs_unsent.inc()
+
+    def collected(self, deleted: int | None) -> None:
+        """A pass's garbage collection: the keys it deleted, or None if it failed."""
+        if deleted is None:
+            self.garbage_collection_failures.inc()
+        else:
+            self.objects_deleted.inc(deleted)
+
+    def pass_ended(self, done: Pass, now_ms: int, seconds: float) -> None:
+        """A pass's end, its garbage collected: ``done`` planned on its snapshot and
+        published (the time rules at ``now_ms``), or failed (no snapshot). The gauges
+        describing the catalog keep the last ok pass's."""
+        self.last_pass_seconds.set(seconds)
+        if done.snapshot is None:
+            self.passes.labels("failed").inc()
+            return
         self.passes.labels("ok").inc()
-        for job in published:
-            self.jobs_published.labels(job.rule).inc()
-        self.jobs_unsent.inc(unsent)
+        snap = done.snapshot
         self.catalog_version.set(snap.version)
-        totals = snap.level_totals()
-        for level in sorted({*range(MAX_LEVEL + 1), *totals}):
-            files, size = totals.get(level, (0, 0))
+        for level, (files, size) in snap.level_totals().items():
             self.live_files.labels(str(level)).set(files)
             self.live_bytes.labels(str(level)).set(size)
-        leased = set(snap.leased_inputs(lease_now_ms))
-        leased.update(i.id for job in published for i in job.inputs)
+        leased = set(snap.leased_inputs(done.lease_clock_ms))
+        leased.update(i.id for p in done.published for i in p.job.inputs)
         self.leased_files.set(len(leased))
         self.quarantined_files.set(len(snap.quarantined))
         l0 = [f.created_ms for f in snap.files if f.level == 0]
         self.oldest_l0_file_age_seconds.set(max(0, now_ms - min(l0)) / 1000 if l0 else 0)
+        self.last_success_timestamp_seconds.set_to_current_time()

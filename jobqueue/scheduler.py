@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compactor.catalog import Catalog, CommitConflict, Snapshot
 from compactor.catalog.leases import JobLeases
@@ -20,6 +21,9 @@ from compactor.jobqueue.sqs import JobQueue
 from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import plan
+
+if TYPE_CHECKING:
+    from compactor.jobqueue.metrics import SchedulerMetrics
 
 
 def process_owner(role: str) -> str:
@@ -48,6 +52,8 @@ class Pass:
     unsent: list[Unsent]
     snapshot: Snapshot | None = None
     """The catalog state the pass planned on (None: it planned on none)."""
+    lease_clock_ms: int = 0
+    """The wall clock the pass read its leases at (``leased_inputs``)."""
 
 
 class Scheduler:
@@ -58,12 +64,15 @@ class Scheduler:
         config: PlannerConfig | None = None,
         *,
         lease_ms: int | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         """``lease_ms``: how long a published job's lease lasts before a worker renews it
-        (default: the queue's visibility timeout)."""
+        (default: the queue's visibility timeout). ``metrics`` counts each job as it is
+        published or refused."""
         self.catalog, self.queue, self.config = catalog, queue, config
         self.leases = JobLeases(catalog, process_owner("scheduler"))
         self._lease_ms = lease_ms
+        self.metrics = metrics
 
     def lease_ms(self) -> int:
         if self._lease_ms is not None:
@@ -84,8 +93,9 @@ class Scheduler:
         ttl_ms = self.lease_ms()
         self.leases.expire()
         snap = self.catalog.snapshot()
-        leased = frozenset(snap.leased_inputs(self.catalog.clock()))
-        done = Pass([], [], snap)
+        clock_ms = self.catalog.clock()
+        leased = frozenset(snap.leased_inputs(clock_ms))
+        done = Pass([], [], snap, clock_ms)
         for job in plan(snap, now_ms, self.config, leased).jobs:
             try:
                 lease = self.leases.take(
@@ -100,8 +110,12 @@ class Scheduler:
                 if not isinstance(e, QueueError):
                     raise
                 done.unsent.append(Unsent(job, str(e)))
+                if self.metrics is not None:
+                    self.metrics.unsent(job)
                 continue
             done.published.append(Published(job, message_id, lease.expires_ms))
+            if self.metrics is not None:
+                self.metrics.published(job)
         if done.unsent and not done.published:
             first = done.unsent[0]
             raise QueueError(f"{len(done.unsent)} jobs could not be published: {first.error}")
