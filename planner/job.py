@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MAX_LEVEL = 4
+from compactor.catalog.snapshot import MAX_LEVEL as MAX_LEVEL  # the catalog's
 
 CLEAN_LEVEL = 2
 """The lowest level every file of which was written by a deduplicating job: a job writing
