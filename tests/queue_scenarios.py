@@ -9,10 +9,12 @@ import select
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Any
 
 from clirunner import run_cli
 from conftest import JobQueues, S3Url
+from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.catalog import Catalog
 from compactor.ingest.agent import L0Ingest
@@ -141,3 +143,17 @@ def compaction_commits(s3: S3Url) -> list[str]:
     r = run_cli(*s3.cli_args, "history", "--json", "--limit", "100000")
     assert r.code == 0, r.err
     return [e["job"]["id"] for e in json.loads(r.out) if e["kind"] == "compaction"]
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+"""Scraped metrics: (name, sorted labels) -> value."""
+
+
+def scraped_metrics(port: int) -> Samples:
+    """GET /metrics from 127.0.0.1:``port``, parsed by prometheus_client's own parser."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }

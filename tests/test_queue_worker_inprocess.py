@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from clirunner import assert_one_line_error, run_cli
 from conftest import JobQueues, S3Endpoint, S3Url
-from prometheus_client.parser import text_string_to_metric_families
+from queue_scenarios import scraped_metrics
 from worker_scenarios import add_file, make_topics, read_live
 
 from compactor.catalog import Catalog, CommitConflict
@@ -202,12 +200,6 @@ def _latest(live: dict[tuple[str, int], list[Record]]) -> dict[tuple[str, int], 
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_metrics_are_served_and_parse(s3_store: S3Store, job_queues: JobQueues) -> None:
     catalog = _four_files(s3_store)
     queue = JobQueue(job_queues.url)
@@ -215,19 +207,13 @@ def test_metrics_are_served_and_parse(s3_store: S3Store, job_queues: JobQueues) 
     queue.send(job)
     queue.send(job)  # a stale copy
     worker, _ = _worker(s3_store, queue)
-    port = _free_port()
-    worker.metrics.serve(port, addr="127.0.0.1")
+    port = worker.metrics.serve(0, addr="127.0.0.1")
     for _ in range(2):
         message = queue.receive(5, 30)
         assert message is not None
         worker.metrics.messages_received.inc()
         worker.handle(message)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text.decode())
-        for s in family.samples
-    }
+    samples = scraped_metrics(port)
 
     def value(name: str, **labels: str) -> float:
         return samples[(name, tuple(sorted(labels.items())))]

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,8 +20,17 @@ from typing import Any
 import pytest
 from clirunner import assert_one_line_error, run_cli
 from conftest import JobQueues, S3Endpoint, S3Url, make_job_queues
-from prometheus_client.parser import text_string_to_metric_families
-from queue_scenarios import NOW, SMALL_LEVELS, env, events, populate, read_until, start_worker
+from queue_scenarios import (
+    NOW,
+    SMALL_LEVELS,
+    Samples,
+    env,
+    events,
+    populate,
+    read_until,
+    scraped_metrics,
+    start_worker,
+)
 
 from compactor.catalog import Catalog, Lease, LiveFile, Snapshot
 from compactor.catalog.snapshot import Quarantine
@@ -39,8 +47,6 @@ LATER_MS = 90_000
 """How far past the ingest the scheduler's clock (--now-ms) is."""
 NO_QUEUE = "http://127.0.0.1:9/000000000000/q"
 """A queue URL nothing answers at."""
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @contextmanager
@@ -82,15 +88,6 @@ def _first_pass(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     return done
 
 
-def _scraped(port: int) -> Samples:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text.decode())
-        for s in family.samples
-    }
-
-
 def _value(samples: Samples, name: str, **labels: str) -> float:
     return samples[("compactor_scheduler_" + name, tuple(sorted(labels.items())))]
 
@@ -111,7 +108,7 @@ def test_a_pass_is_counted_and_the_catalog_it_planned_on_described(
     with _scheduler(s3_url, job_queues.url) as proc:
         port = _port(read_until(proc, "metrics_serving", 60))
         done = _first_pass(proc)
-        samples = _scraped(port)
+        samples = scraped_metrics(port)
     after = Catalog(s3_store).snapshot()
 
     jobs = done["jobs"]
@@ -151,7 +148,7 @@ def test_a_failed_pass_is_counted_and_describes_nothing(s3_url: S3Url, s3_store:
     with _scheduler(s3_url, NO_QUEUE) as proc:
         port = _port(read_until(proc, "pass_failed", 300))  # metrics_serving comes first
         assert _first_pass(proc)["jobs"] == []  # the pass's end, its garbage collected
-        samples = _scraped(port)
+        samples = scraped_metrics(port)
     assert _value(samples, "passes_total", outcome="failed") == 1
     assert _value(samples, "passes_total", outcome="ok") == 0
     assert _value(samples, "last_success_timestamp_seconds") == 0
@@ -166,7 +163,7 @@ def test_a_worker_given_port_0_logs_the_port_it_serves_on(
     worker = start_worker(s3_url, job_queues, "--metrics-port", "0", "--exit-when-idle", "30")
     try:
         port = _port(read_until(worker, "metrics_serving", 60))
-        samples = _scraped(port)
+        samples = scraped_metrics(port)
     finally:
         worker.kill()
         worker.communicate()
