@@ -11,6 +11,7 @@ from compactor.cli.context import Context, non_negative_int
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
+from compactor.objectstore.request_tally import SENT, as_json
 from compactor.worker.compactor import Compactor
 from compactor.worker.stats import JobProgress, JobReport
 
@@ -42,6 +43,7 @@ def progress_line(p: JobProgress) -> str:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
+    sent_before = SENT.snapshot()  # the opening catalog read comes after this
     config = planner_config(args)
     compactor = Compactor(
         ctx.store,
@@ -73,7 +75,12 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         progress.done()
     deleted = compactor.collect_garbage(ctx.now_ms)
     if args.json:
-        print(json.dumps({"jobs": [r.to_json() for r in reports], "deleted": deleted}))
+        requests = as_json(SENT.since(sent_before))  # the catalog's included
+        print(
+            json.dumps(
+                {"jobs": [r.to_json() for r in reports], "deleted": deleted, "requests": requests}
+            )
+        )
     elif not reports:
         print("nothing to compact")
     return 0
@@ -105,5 +112,10 @@ def register(
     )
     add_codec_options(p)
     add_planner_options(p)
-    p.add_argument("--json", action="store_true", help="every job's report as one JSON document")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="every job's report as one JSON document, with the S3 requests the command sent "
+        "by operation",
+    )
     p.set_defaults(run=run, existing_store=True)

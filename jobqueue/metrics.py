@@ -5,11 +5,15 @@ log cleaner where one exists: ``max-buffer-utilization-percent``,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from compactor.catalog.snapshot import MAX_LEVEL
+from compactor.objectstore.request_tally import SENT, RequestTally
 from compactor.planner.job import PLANNER_RULES, Job
 from compactor.worker.stats import JobReport
 
@@ -42,12 +46,32 @@ class ServedMetrics:
         return int(server.server_port)
 
 
+class RequestsSent:
+    """A collector of a process's ``RequestTally``, read at each scrape: the requests
+    sent to S3 and SQS, every attempt, by service and operation, whatever became of the
+    job or pass that sent them. What the operator's bill counts."""
+
+    def __init__(self, name: str, tally: RequestTally = SENT) -> None:
+        self.name, self.tally = name, tally
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            self.name,
+            "AWS API requests sent (S3, SQS), every attempt, by service and operation",
+            labels=("service", "operation"),
+        )
+        for (service, operation), n in sorted(self.tally.snapshot().items()):
+            family.add_metric((service, operation), n)
+        yield family
+
+
 class WorkerMetrics(ServedMetrics):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
         r = self.registry
         self._longest_s = 0.0
         p = "compactor_worker_"
+        r.register(RequestsSent(p + "requests"))
         self.jobs = Counter(p + "jobs", "Jobs finished, by outcome", ["outcome"], registry=r)
         for outcome in OUTCOMES:
             self.jobs.labels(outcome)
@@ -133,6 +157,7 @@ class SchedulerMetrics(ServedMetrics):
         super().__init__(registry)
         r = self.registry
         p = "compactor_scheduler_"
+        r.register(RequestsSent(p + "requests"))
         self.passes = Counter(p + "passes", "Scheduler passes, by outcome", ["outcome"], registry=r)
         for outcome in PASS_OUTCOMES:
             self.passes.labels(outcome)

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from compactor.jobqueue.errors import QueueError, QueueUnreachable, ReceiptInvalid
+from compactor.objectstore.request_tally import SENT
 from compactor.planner.job import Job
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class JobQueue:
                 retries={"max_attempts": 3, "mode": "standard"},
             ),
         )
+        SENT.watch(self._client)
         self.fifo = url.endswith(".fifo")
 
     def visibility_timeout_s(self) -> int:

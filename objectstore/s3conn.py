@@ -32,6 +32,7 @@ from ._loop import LoopThread
 from ._s3errors import BODY_ERRORS, error_code, map_error, was_retried
 from .base import GetCounter, ObjectInfo, ObjectStream, PreconditionFailed, StoreError
 from .keys import check_conditions, check_key, check_prefix
+from .request_tally import SENT
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -52,7 +53,8 @@ def modified_ms(described: Mapping[str, Any]) -> int | None:
 class S3Connection:
     """Clients, key mapping and error mapping for ``s3://bucket/prefix/``.
 
-    ``gets`` counts every GET sent through this connection, per store key. The event loop
+    ``gets`` counts every GET sent through this connection, per store key; the process's
+    ``request_tally.SENT`` counts every attempt of every request, by operation. The event loop
     and the aiobotocore client are created on the first ``aio()``; after ``close()``,
     ``aio()`` raises StoreError. Streams registered with ``track_stream`` are closed by
     ``close()`` before the loop stops.
@@ -102,6 +104,7 @@ class S3Connection:
         self.client: S3Client = boto3.session.Session().client(
             "s3", region_name=region_name, endpoint_url=endpoint, config=Config(**options)
         )
+        SENT.watch(self.client)
         self.endpoint_url: str = self.client.meta.endpoint_url
         self._loop: LoopThread | None = None
         self._aio_client: Any = None
@@ -215,7 +218,9 @@ class S3Connection:
             endpoint_url=self._endpoint_arg,
             config=AioConfig(**self._aio_options),
         )
-        return await ctx.__aenter__()
+        client = await ctx.__aenter__()
+        SENT.watch(client)
+        return client
 
     def track_stream(self, stream: ObjectStream) -> None:
         """Have ``close()`` close ``stream`` if it is still open then."""

@@ -21,7 +21,8 @@ class CuttingProxy:
     server carried the request out and the client sees the connection close, as when an
     answer is lost on the way; ``on_drop`` runs first, so what it changes at the server
     comes before the client's retry. Records every request
-    line and headers it forwards.
+    line and headers it forwards. Sockets wait ``timeout_s`` for data (more than an SQS
+    long poll's 20 s where one passes).
 
     Bounded: sockets time out, and leaving the ``with`` block stops every thread.
     Assumes no HTTP pipelining (true of botocore and aiohttp)."""
@@ -33,6 +34,7 @@ class CuttingProxy:
         cut_after: int | None,
         method: str = "GET",
         on_drop: Callable[[], None] = lambda: None,
+        timeout_s: float = 10,
     ) -> None:
         parts = urlsplit(upstream_url)
         assert parts.hostname is not None and parts.port is not None
@@ -40,6 +42,7 @@ class CuttingProxy:
         self._target = _request_line_start(method, path).encode()
         self._cut_after = cut_after
         self._on_drop = on_drop
+        self._timeout_s = timeout_s
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.1)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -84,8 +87,8 @@ class CuttingProxy:
                 client, _ = self._listener.accept()
             except TimeoutError:
                 continue
-            upstream = socket.create_connection(self._upstream, timeout=10)
-            client.settimeout(10)
+            upstream = socket.create_connection(self._upstream, timeout=self._timeout_s)
+            client.settimeout(self._timeout_s)
             with self._lock:
                 self._sockets += [client, upstream]
             armed = threading.Event()
@@ -188,6 +191,11 @@ class CuttingProxy:
                 client.sendall(data)
             except OSError:
                 return
+
+    def recorded(self) -> list[tuple[str, dict[str, str]]]:
+        """Every request line and its headers forwarded so far."""
+        with self._lock:
+            return list(self.requests)
 
     def lines(self, method: str, path: str) -> list[str]:
         """The request lines forwarded that match ``method`` and ``path`` (as the cut's)."""

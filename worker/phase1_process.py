@@ -20,7 +20,8 @@ file: the job's process opens only phase 2's, so still exactly two per input) an
 each item of phase 1's walk (``worker.pipeline.Phase1Walk``), pickled, through a pipe:
 the partitions, windows with their keep-sets, ends and groups, in order. Before the end
 it sends its streams' GET requests and resumes, which the job's report counts with its
-own.
+own, and every request it sent during the job, which the worker adds to its tally
+(``objectstore.request_tally.SENT``); a failing phase 1 sends them before its failure.
 
 Bounds: the same as a thread's. At most ``MAX_KEEP_SETS`` keep-sets are out at a time
 (the helper waits for the job's process to release one before it takes out a third), and
@@ -52,6 +53,7 @@ from multiprocessing.connection import Connection
 
 from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore
+from compactor.objectstore.request_tally import SENT
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job
 from compactor.worker.collector import rare_collections
@@ -171,6 +173,7 @@ class Phase1Process(Phase1Feed):
                 ) from None
             if isinstance(item, Reads):
                 self.reads = item
+                SENT.add(item.requests)  # sent on this worker's behalf
                 continue
             if isinstance(item, _Failed | _Done):
                 self._finished = True
@@ -253,12 +256,26 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
     store = state.store(plan)
     buffer = state.key_buffer(plan)
     tally = ReadTally(store, plan.job.inputs)
-    with ExitStack() as stack:
-        pointer = open_pointer(stack, store, plan.job.inputs, None, None, tally.streams, "all")
-        for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
-            if item is _DONE:
-                _send(outbox, tally.reads(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
-            _send(outbox, item)
+    reported = False
+    try:
+        with ExitStack() as stack:
+            pointer = open_pointer(stack, store, plan.job.inputs, None, None, tally.streams, "all")
+            for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
+                if item is _DONE:
+                    reported = True
+                    _send(outbox, tally.reads(_peak_rss_kib()))
+                _send(outbox, item)
+    except Exception:
+        # Phase 1 failed: the requests it sent still count (the worker's tally), so its
+        # reads go before the failure does.
+        if not reported:
+            with contextlib.suppress(OSError):
+                _send(outbox, tally.reads(_peak_rss_kib()))
+        raise
+
+
+def _peak_rss_kib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _send(conn: Connection, message: object) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compactor.fileformat import StreamReader
 from compactor.fileformat.reader import FileChecks
 from compactor.fileformat.second_read import Role
 from compactor.objectstore import ObjectStore, ObjectStream
+from compactor.objectstore.request_tally import SENT, Operation
 from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import JobInput
 from compactor.worker.merge import SectionMerge
@@ -77,11 +78,13 @@ def open_pointer(
 class Reads:
     """A job's reads of its inputs in one process, per input key: GET requests and the
     streams' resumes; and, from phase 1's process, its peak RSS so far (KiB), for the
-    job's memory report."""
+    job's memory report, and every request it sent during the job, by operation
+    (``objectstore.request_tally``), for the worker's tally."""
 
     gets: dict[str, int]
     resumes: dict[str, int]
     peak_rss_kib: int = 0
+    requests: dict[Operation, int] = field(default_factory=dict)
 
 
 class ReadTally:
@@ -92,6 +95,7 @@ class ReadTally:
     def __init__(self, store: ObjectStore, inputs: Sequence[JobInput]) -> None:
         self._store = store
         self._before = {i.key: store.gets.get(i.key) for i in inputs}
+        self._sent_before = SENT.snapshot()
         self.streams: list[ObjectStream] = []
 
     def reads(self, peak_rss_kib: int = 0) -> Reads:
@@ -99,4 +103,4 @@ class ReadTally:
         for stream in self.streams:
             resumes[stream.key] += stream.resumes
         gets = {key: self._store.gets.get(key) - n for key, n in self._before.items()}
-        return Reads(gets, resumes, peak_rss_kib)
+        return Reads(gets, resumes, peak_rss_kib, SENT.since(self._sent_before))
