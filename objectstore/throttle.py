@@ -46,6 +46,11 @@ class ReadThrottle:
         self.bytes_total = 0
         self.slept_s = 0.0
 
+    @property
+    def paces(self) -> bool:
+        """Whether it has a rate to keep; without one it only meters."""
+        return self.rate != float("inf")
+
     def consume(self, n: int) -> None:
         """Account for ``n`` bytes read; sleeps while the bucket is in debt."""
         self._on_read(n)

@@ -24,12 +24,15 @@ from compactor.cli.commands import command_of
 from compactor.fileformat import Record
 from compactor.objectstore import LocalStore, ObjectStore
 from compactor.objectstore.s3 import S3Store
+from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job, JobInput
 from compactor.worker import helper_pool
 from compactor.worker.errors import WorkerError
 from compactor.worker.group import Group
 from compactor.worker.kernel import KeyBuffer
 from compactor.worker.partition import KeepSet
+from compactor.worker.phase1_process import store_recipe
+from compactor.worker.pipeline import Phase1Mode
 from compactor.worker.policy import Partition, PartitionPolicy
 from compactor.worker.runner import run_job
 
@@ -120,6 +123,37 @@ def test_a_store_that_cannot_travel_keeps_phase_1_here(tmp_path: Path) -> None:
         run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process")
     report = run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW)
     assert report.committed and report.phase1 in ("inline", "thread")
+
+
+@pytest.mark.parametrize(
+    ("asked", "runs"), [(None, "process"), ("process", "process"), ("inline", "inline")]
+)
+def test_a_meter_keeps_phase_1_in_its_process_and_sees_both_pointers_bytes(
+    tmp_path: Path, asked: Phase1Mode | None, runs: Phase1Mode
+) -> None:
+    """A throttle without a rate (a queue worker's meter of bytes read) lets phase 1 have
+    its process, by default and when asked, and meters the helper's bytes as its own:
+    the same count as with phase 1 in the job's process, both pointers reading every
+    input byte (a local store reads each stream front to back once). A throttle with a
+    rate keeps phase 1 in the job's process."""
+    store = LocalStore(tmp_path / "store")
+    catalog, job = _job_over_files(store)
+    meter = ReadThrottle(None)
+    report = run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1=asked, cpus=2,
+                     read_throttle=meter)  # fmt: skip
+    assert report.committed and report.phase1 == runs
+    assert meter.bytes_total == 2 * job.input_bytes
+    assert [f.gets for f in report.inputs] == [2] * len(job.inputs)
+
+
+def test_only_a_throttle_with_a_rate_keeps_phase_1_here(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    catalog, job = _job_over_files(store)
+    assert store_recipe(store, KeyBuffer(1 << 16), ReadThrottle(None)) is not None
+    assert store_recipe(store, KeyBuffer(1 << 16), ReadThrottle(10**9)) is None
+    with pytest.raises(ValueError, match="no throttle with a rate"):
+        run_job(store, catalog, job, KeyBuffer(1 << 16), now_ms=NOW, phase1="process",
+                read_throttle=ReadThrottle(10**9))  # fmt: skip
 
 
 def test_a_helper_killed_mid_job_fails_the_job_and_loses_nothing(

@@ -95,6 +95,8 @@ class _Plan:
     hash_impl: str
     now_ms: int
     env: dict[str, str] = field(default_factory=dict)
+    metered: bool = False
+    """Count the bytes the helper's streams read, for the worker's meter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +114,11 @@ def store_recipe(
 ) -> Callable[[], ObjectStore] | None:
     """How a helper would make ``store`` again; None where phase 1 cannot have a process of
     its own: the store cannot travel (``ObjectStore.portable``), the key buffer is not a
-    ``KeyBuffer`` (the helper makes one of the same size and hash), or reads are throttled
-    (a throttle is this process's)."""
-    if read_throttle is not None or not isinstance(buffer, KeyBuffer):
+    ``KeyBuffer`` (the helper makes one of the same size and hash), or reads are paced
+    (one token bucket for both pointers is this process's). A throttle without a rate,
+    a meter (a queue worker's ``read_bytes``), does not keep phase 1 here: the helper
+    meters its own reads and reports them (``Reads.read_bytes``)."""
+    if (read_throttle is not None and read_throttle.paces) or not isinstance(buffer, KeyBuffer):
         return None
     return store.portable()
 
@@ -122,7 +126,9 @@ def store_recipe(
 class Phase1Process(Phase1Feed):
     """Phase 1 of a whole job in a helper process; use as a context manager (leaving it
     hands the helper back, or kills it if phase 1 had not finished). ``reads`` holds the
-    helper's GET requests and resumes per input key once phase 1 is done."""
+    helper's GET requests and resumes per input key once phase 1 is done. With a
+    ``meter`` (a throttle without a rate), the bytes the helper read are consumed from it
+    once phase 1 ends, or fails."""
 
     def __init__(
         self,
@@ -131,10 +137,22 @@ class Phase1Process(Phase1Feed):
         store: Callable[[], ObjectStore],
         buffer: KeyBuffer,
         now_ms: int,
+        meter: ReadThrottle | None = None,
     ) -> None:
         super().__init__(job)
+        assert meter is None or not meter.paces, "a paced throttle keeps phase 1 in-process"
         env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV)}
-        self._plan = _Plan(snap, job, store, buffer.capacity_bytes, buffer.hash_impl, now_ms, env)
+        self._plan = _Plan(
+            snap,
+            job,
+            store,
+            buffer.capacity_bytes,
+            buffer.hash_impl,
+            now_ms,
+            env,
+            metered=meter is not None,
+        )
+        self._meter = meter
         self._helper: Helper | None = None
         self._finished = False  # the helper has sent the job's last item
         self.reads = Reads({}, {})
@@ -174,6 +192,8 @@ class Phase1Process(Phase1Feed):
             if isinstance(item, Reads):
                 self.reads = item
                 SENT.add(item.requests)  # sent on this worker's behalf
+                if self._meter is not None:
+                    self._meter.consume(item.read_bytes)
                 continue
             if isinstance(item, _Failed | _Done):
                 self._finished = True
@@ -255,11 +275,13 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
     os.environ.update(plan.env)
     store = state.store(plan)
     buffer = state.key_buffer(plan)
-    tally = ReadTally(store, plan.job.inputs)
+    tally = ReadTally(store, plan.job.inputs, ReadThrottle(None) if plan.metered else None)
     reported = False
     try:
         with ExitStack() as stack:
-            pointer = open_pointer(stack, store, plan.job.inputs, None, None, tally.streams, "all")
+            pointer = open_pointer(
+                stack, store, plan.job.inputs, tally.meter, None, tally.streams, "all"
+            )
             for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
                 if item is _DONE:
                     reported = True

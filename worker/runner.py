@@ -379,7 +379,8 @@ def write_outputs(
     if phase1 == "process" and recipe is None:
         raise ValueError(
             "phase 1 cannot run in a process of its own with this store, key buffer or "
-            "read throttle (it needs ObjectStore.portable, a KeyBuffer and no throttle)"
+            "read throttle (it needs ObjectStore.portable, a KeyBuffer and no throttle "
+            "with a rate)"
         )
     tally = ReadTally(store, job.inputs)
     stats = CompactionStats()
@@ -425,7 +426,7 @@ def _phase1(
     are opened here, or by its process (made from ``recipe``)."""
     if mode == "process":
         assert recipe is not None and isinstance(buffer, KeyBuffer)
-        return Phase1Process(snap, job, recipe, buffer, now_ms)
+        return Phase1Process(snap, job, recipe, buffer, now_ms, throttle)
     pointer = open_pointer(stack, store, job.inputs, throttle, "first", tally.streams, "all")
     return (Phase1Thread if mode == "thread" else Phase1Inline)(snap, job, pointer, buffer, now_ms)
 
