@@ -7,8 +7,8 @@ for every client ``watch`` is given: the S3 store's two clients (boto3 for contr
 aiobotocore for streams and part uploads) and the job queue's SQS client.
 
 ``SENT`` is the process's tally. A job's phase-1 helper process counts its own and
-reports what it sent during each job (``worker.pointer.Reads.requests``); the worker
-adds that to its ``SENT``, so a worker's figures are its helper's too.
+reports what it sent as it goes (``worker.phase1_process``); the worker adds that to its
+``SENT``, so a worker's figures are its helper's too.
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ class RequestTally:
 
     def since(self, before: Mapping[Operation, int]) -> dict[Operation, int]:
         """What was counted after ``before`` (an earlier ``snapshot``) was taken."""
-        now = self.snapshot()
-        return {op: n - before.get(op, 0) for op, n in now.items() if n > before.get(op, 0)}
+        return difference(self.snapshot(), before)
 
     def on_send(self, event_name: str, **kwargs: Any) -> None:
         """botocore's ``before-send.<service>.<Operation>`` handler. It returns None, so
@@ -56,7 +55,16 @@ class RequestTally:
 
     def watch(self, client: Any) -> None:
         """Count every request ``client`` (boto3's or aiobotocore's) sends from now on."""
-        client.meta.events.register("before-send", self.on_send)
+        client.meta.events.register(
+            "before-send", self.on_send, unique_id=f"request-tally-{id(self)}"
+        )
+
+
+def difference(
+    now: Mapping[Operation, int], before: Mapping[Operation, int]
+) -> dict[Operation, int]:
+    """The counts of ``now`` above those of ``before`` (two snapshots of one tally)."""
+    return {op: n - before.get(op, 0) for op, n in now.items() if n > before.get(op, 0)}
 
 
 SENT = RequestTally()

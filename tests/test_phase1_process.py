@@ -21,7 +21,7 @@ from worker_scenarios import add_file, make_topics
 from compactor.catalog import Catalog
 from compactor.catalog.config import TopicConfig
 from compactor.cli.commands import command_of
-from compactor.fileformat import Record
+from compactor.fileformat import FormatError, Record
 from compactor.objectstore import LocalStore, ObjectStore
 from compactor.objectstore.s3 import S3Store
 from compactor.objectstore.throttle import ReadThrottle
@@ -128,7 +128,7 @@ def test_a_store_that_cannot_travel_keeps_phase_1_here(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("asked", "runs"), [(None, "process"), ("process", "process"), ("inline", "inline")]
 )
-def test_a_meter_keeps_phase_1_in_its_process_and_sees_both_pointers_bytes(
+def test_under_a_meter_phase_1_has_its_process_and_both_pointers_bytes_are_metered(
     tmp_path: Path, asked: Phase1Mode | None, runs: Phase1Mode
 ) -> None:
     """A throttle without a rate (a queue worker's meter of bytes read) lets phase 1 have
@@ -144,6 +144,24 @@ def test_a_meter_keeps_phase_1_in_its_process_and_sees_both_pointers_bytes(
     assert report.committed and report.phase1 == runs
     assert meter.bytes_total == 2 * job.input_bytes
     assert [f.gets for f in report.inputs] == [2] * len(job.inputs)
+
+
+def test_a_failing_metered_helper_reports_what_it_read(tmp_path: Path) -> None:
+    """A byte of the last input's footer flipped: phase 1's helper, the only pointer that
+    reads footers through, fails the job at the end of its reads. Its report comes before
+    its failure, so the meter holds its bytes (about every input byte) besides phase 2's:
+    more than the inputs' bytes, which no one pointer reads more of."""
+    store = LocalStore(tmp_path / "store")
+    catalog, job = _job_over_files(store, files=3, partitions=40)
+    last = tmp_path / "store" / job.inputs[-1].key
+    raw = bytearray(last.read_bytes())
+    raw[-40] ^= 0xFF
+    last.write_bytes(bytes(raw))
+    meter = ReadThrottle(None)
+    with pytest.raises(FormatError):
+        run_job(store, catalog, job, KeyBuffer(1 << 12), now_ms=NOW, phase1="process",
+                read_throttle=meter)  # fmt: skip
+    assert meter.bytes_total > job.input_bytes
 
 
 def test_only_a_throttle_with_a_rate_keeps_phase_1_here(tmp_path: Path) -> None:

@@ -20,8 +20,11 @@ file: the job's process opens only phase 2's, so still exactly two per input) an
 each item of phase 1's walk (``worker.pipeline.Phase1Walk``), pickled, through a pipe:
 the partitions, windows with their keep-sets, ends and groups, in order. Before the end
 it sends its streams' GET requests and resumes, which the job's report counts with its
-own, and every request it sent during the job, which the worker adds to its tally
-(``objectstore.request_tally.SENT``); a failing phase 1 sends them before its failure.
+own. What it costs as it goes, it reports as it goes (``_Sent``): the requests it sent,
+which the worker adds to its tally (``objectstore.request_tally.SENT``), and, where the
+worker meters the job's reads, the bytes it read; every ``REPORT_BYTES`` read, and once
+more at its end or its failure. A helper killed mid-job has its unread reports read
+before its pipe is closed, so only what it did since its last report goes uncounted.
 
 Bounds: the same as a thread's. At most ``MAX_KEEP_SETS`` keep-sets are out at a time
 (the helper waits for the job's process to release one before it takes out a third), and
@@ -53,7 +56,7 @@ from multiprocessing.connection import Connection
 
 from compactor.catalog import Snapshot
 from compactor.objectstore import ObjectStore
-from compactor.objectstore.request_tally import SENT
+from compactor.objectstore.request_tally import SENT, Operation, difference
 from compactor.objectstore.throttle import ReadThrottle
 from compactor.planner.job import Job
 from compactor.worker.collector import rare_collections
@@ -100,6 +103,15 @@ class _Plan:
 
 
 @dataclass(frozen=True, slots=True)
+class _Sent:
+    """What the helper sent and read since its last report: requests by operation, and
+    bytes its streams read (0 unless the job is metered)."""
+
+    requests: dict[Operation, int]
+    read_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Release:
     """Phase 2 is done with a keep-set of job ``job_id``."""
 
@@ -127,8 +139,8 @@ class Phase1Process(Phase1Feed):
     """Phase 1 of a whole job in a helper process; use as a context manager (leaving it
     hands the helper back, or kills it if phase 1 had not finished). ``reads`` holds the
     helper's GET requests and resumes per input key once phase 1 is done. With a
-    ``meter`` (a throttle without a rate), the bytes the helper read are consumed from it
-    once phase 1 ends, or fails."""
+    ``meter`` (a throttle without a rate), the bytes the helper reports it read are
+    consumed from it as its reports arrive (``_Sent``)."""
 
     def __init__(
         self,
@@ -140,7 +152,8 @@ class Phase1Process(Phase1Feed):
         meter: ReadThrottle | None = None,
     ) -> None:
         super().__init__(job)
-        assert meter is None or not meter.paces, "a paced throttle keeps phase 1 in-process"
+        if meter is not None and meter.paces:
+            raise ValueError("a throttle with a rate keeps phase 1 in the job's process")
         env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV)}
         self._plan = _Plan(
             snap,
@@ -174,26 +187,44 @@ class Phase1Process(Phase1Feed):
             return
         if self._finished:
             checkin(helper)
-        else:
-            helper.kill()
+            return
+        if helper.alive():
+            helper.process.kill()
+        helper.process.wait()
+        self._count_unread(helper)
+        helper.kill()
+
+    def _count_unread(self, helper: Helper) -> None:
+        """Counts the reports a killed helper sent that the job's thread never read; the
+        rest of what is left in the pipe (windows, groups) goes unread."""
+        with contextlib.suppress(Exception):  # a message cut by the kill ends the reading
+            while helper.outbox.poll(0):
+                item = pickle.loads(helper.outbox.recv_bytes())
+                if isinstance(item, _Sent):
+                    self._count(item)
+
+    def _count(self, sent: _Sent) -> None:
+        SENT.add(sent.requests)  # sent on this worker's behalf
+        if self._meter is not None:
+            self._meter.consume(sent.read_bytes)
 
     def _get(self) -> _Item:
         helper = self._helper
         assert helper is not None, "Phase1Process used outside its context"
         while True:
             try:
-                item: _Item | Reads = pickle.loads(helper.outbox.recv_bytes())
+                item: _Item | Reads | _Sent = pickle.loads(helper.outbox.recv_bytes())
             except (EOFError, OSError):
                 code = helper.process.wait(_STOP_S)
                 raise WorkerError(
                     f"phase 1's process ended without a word (exit code {code})",
                     job_id=self._job.id,
                 ) from None
+            if isinstance(item, _Sent):
+                self._count(item)
+                continue
             if isinstance(item, Reads):
                 self.reads = item
-                SENT.add(item.requests)  # sent on this worker's behalf
-                if self._meter is not None:
-                    self._meter.consume(item.read_bytes)
                 continue
             if isinstance(item, _Failed | _Done):
                 self._finished = True
@@ -275,25 +306,52 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
     os.environ.update(plan.env)
     store = state.store(plan)
     buffer = state.key_buffer(plan)
-    tally = ReadTally(store, plan.job.inputs, ReadThrottle(None) if plan.metered else None)
-    reported = False
+    tally = ReadTally(store, plan.job.inputs)
+    counts = _Counts(ReadThrottle(None) if plan.metered else None)
+    done = False
     try:
         with ExitStack() as stack:
             pointer = open_pointer(
-                stack, store, plan.job.inputs, tally.meter, None, tally.streams, "all"
+                stack, store, plan.job.inputs, counts.meter, None, tally.streams, "all"
             )
             for item in _HelperWalk(plan, pointer, buffer, inbox)._walk():
+                if counts.due() or item is _DONE:
+                    _send(outbox, counts.report())
                 if item is _DONE:
-                    reported = True
+                    done = True
                     _send(outbox, tally.reads(_peak_rss_kib()))
                 _send(outbox, item)
     except Exception:
-        # Phase 1 failed: the requests it sent still count (the worker's tally), so its
-        # reads go before the failure does.
-        if not reported:
-            with contextlib.suppress(OSError):
-                _send(outbox, tally.reads(_peak_rss_kib()))
+        if done:
+            return  # the job has had its end; closing a stream after it is no news to it
+        with contextlib.suppress(OSError):  # what phase 1 cost counts, failed or not
+            _send(outbox, counts.report())
         raise
+
+
+REPORT_BYTES = 8 << 20
+"""A metered helper reports its costs each time its streams have read this much more."""
+
+
+class _Counts:
+    """The helper's costs not yet reported: this process's requests (``SENT``) and the
+    bytes ``meter`` saw."""
+
+    def __init__(self, meter: ReadThrottle | None) -> None:
+        self.meter = meter
+        self._requests = SENT.snapshot()
+        self._bytes = 0
+
+    def due(self) -> bool:
+        """Whether the streams have read ``REPORT_BYTES`` since the last report."""
+        return self.meter is not None and self.meter.bytes_total - self._bytes >= REPORT_BYTES
+
+    def report(self) -> _Sent:
+        now = SENT.snapshot()
+        read = self.meter.bytes_total if self.meter is not None else 0
+        sent = _Sent(difference(now, self._requests), read - self._bytes)
+        self._requests, self._bytes = now, read
+        return sent
 
 
 def _peak_rss_kib() -> int:

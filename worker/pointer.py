@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from compactor.fileformat import StreamReader
 from compactor.fileformat.reader import FileChecks
 from compactor.fileformat.second_read import Role
 from compactor.objectstore import ObjectStore, ObjectStream
-from compactor.objectstore.request_tally import SENT, Operation
 from compactor.objectstore.throttle import ReadThrottle, ThrottledStream
 from compactor.planner.job import JobInput
 from compactor.worker.merge import SectionMerge
@@ -78,29 +77,21 @@ def open_pointer(
 class Reads:
     """A job's reads of its inputs in one process, per input key: GET requests and the
     streams' resumes; and, from phase 1's process, its peak RSS so far (KiB), for the
-    job's memory report, every request it sent during the job, by operation
-    (``objectstore.request_tally``), for the worker's tally, and the bytes its streams
-    read where the worker meters them (``read_bytes``)."""
+    job's memory report."""
 
     gets: dict[str, int]
     resumes: dict[str, int]
     peak_rss_kib: int = 0
-    requests: dict[Operation, int] = field(default_factory=dict)
-    read_bytes: int = 0
 
 
 class ReadTally:
     """Counts a job's reads of its inputs in this process from its making on: the store's
-    GET requests per input, the resumes of the streams ``open_pointer`` opened into
-    ``streams``, and the bytes ``meter`` (the throttle they read through) saw."""
+    GET requests per input, and the resumes of the streams ``open_pointer`` opened into
+    ``streams``."""
 
-    def __init__(
-        self, store: ObjectStore, inputs: Sequence[JobInput], meter: ReadThrottle | None = None
-    ) -> None:
+    def __init__(self, store: ObjectStore, inputs: Sequence[JobInput]) -> None:
         self._store = store
-        self.meter = meter
         self._before = {i.key: store.gets.get(i.key) for i in inputs}
-        self._sent_before = SENT.snapshot()
         self.streams: list[ObjectStream] = []
 
     def reads(self, peak_rss_kib: int = 0) -> Reads:
@@ -108,5 +99,4 @@ class ReadTally:
         for stream in self.streams:
             resumes[stream.key] += stream.resumes
         gets = {key: self._store.gets.get(key) - n for key, n in self._before.items()}
-        read = self.meter.bytes_total if self.meter is not None else 0
-        return Reads(gets, resumes, peak_rss_kib, SENT.since(self._sent_before), read)
+        return Reads(gets, resumes, peak_rss_kib)
