@@ -33,19 +33,6 @@ nothing). failed: the pass raised (the catalog or the queue unreachable, every d
 refused by the queue); the next pass tries again."""
 
 
-class ServedMetrics:
-    """A registry of its own, served on request."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serve the Prometheus text format on ``addr:port`` from a daemon thread; the port
-        bound (``port``, or the one the system chose for 0)."""
-        server, _ = start_http_server(port, addr=addr, registry=self.registry)
-        return int(server.server_port)
-
-
 class RequestsSent:
     """A collector of a process's ``RequestTally``, read at each scrape: the requests
     sent to S3 and SQS, every attempt, by service and operation, whatever became of the
@@ -65,13 +52,27 @@ class RequestsSent:
         yield family
 
 
+class ServedMetrics:
+    """A registry of its own, served on request, with the process's requests sent
+    (``<prefix>requests_total``) in it."""
+
+    def __init__(self, registry: CollectorRegistry | None, prefix: str) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(RequestsSent(prefix + "requests"))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Serve the Prometheus text format on ``addr:port`` from a daemon thread; the port
+        bound (``port``, or the one the system chose for 0)."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_port)
+
+
 class WorkerMetrics(ServedMetrics):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(registry)
+        p = "compactor_worker_"
+        super().__init__(registry, p)
         r = self.registry
         self._longest_s = 0.0
-        p = "compactor_worker_"
-        r.register(RequestsSent(p + "requests"))
         self.jobs = Counter(p + "jobs", "Jobs finished, by outcome", ["outcome"], registry=r)
         for outcome in OUTCOMES:
             self.jobs.labels(outcome)
@@ -154,10 +155,9 @@ class SchedulerMetrics(ServedMetrics):
     counts the jobs it sent; the command line reports each pass's end."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(registry)
-        r = self.registry
         p = "compactor_scheduler_"
-        r.register(RequestsSent(p + "requests"))
+        super().__init__(registry, p)
+        r = self.registry
         self.passes = Counter(p + "passes", "Scheduler passes, by outcome", ["outcome"], registry=r)
         for outcome in PASS_OUTCOMES:
             self.passes.labels(outcome)

@@ -17,6 +17,7 @@ import importlib
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from compactor.worker import helper_process
@@ -93,13 +94,16 @@ class Helper:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def kill(self) -> None:
+    def kill(self, unread: Callable[[Connection], None] = lambda outbox: None) -> None:
         """SIGKILL, then the pipes: closed first, they would let the helper read the end
         of its inbox and exit on its own, tearing its interpreter down (and printing
-        whatever its teardown prints) on the worker's stderr."""
+        whatever its teardown prints) on the worker's stderr. ``unread`` is given the
+        outbox once the helper is gone and before it is closed: what it sent and no one
+        read is still there."""
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        unread(self.outbox)
         self.inbox.close()
         self.outbox.close()
 

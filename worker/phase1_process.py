@@ -129,7 +129,7 @@ def store_recipe(
     ``KeyBuffer`` (the helper makes one of the same size and hash), or reads are paced
     (one token bucket for both pointers is this process's). A throttle without a rate,
     a meter (a queue worker's ``read_bytes``), does not keep phase 1 here: the helper
-    meters its own reads and reports them (``Reads.read_bytes``)."""
+    meters its own reads and reports them (``_Sent``)."""
     if (read_throttle is not None and read_throttle.paces) or not isinstance(buffer, KeyBuffer):
         return None
     return store.portable()
@@ -187,19 +187,15 @@ class Phase1Process(Phase1Feed):
             return
         if self._finished:
             checkin(helper)
-            return
-        if helper.alive():
-            helper.process.kill()
-        helper.process.wait()
-        self._count_unread(helper)
-        helper.kill()
+        else:
+            helper.kill(unread=self._count_unread)
 
-    def _count_unread(self, helper: Helper) -> None:
+    def _count_unread(self, outbox: Connection) -> None:
         """Counts the reports a killed helper sent that the job's thread never read; the
         rest of what is left in the pipe (windows, groups) goes unread."""
         with contextlib.suppress(Exception):  # a message cut by the kill ends the reading
-            while helper.outbox.poll(0):
-                item = pickle.loads(helper.outbox.recv_bytes())
+            while outbox.poll(0):
+                item = pickle.loads(outbox.recv_bytes())
                 if isinstance(item, _Sent):
                     self._count(item)
 
@@ -319,7 +315,7 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
                     _send(outbox, counts.report())
                 if item is _DONE:
                     done = True
-                    _send(outbox, tally.reads(_peak_rss_kib()))
+                    _send(outbox, tally.reads(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
                 _send(outbox, item)
     except Exception:
         if done:
@@ -352,10 +348,6 @@ class _Counts:
         sent = _Sent(difference(now, self._requests), read - self._bytes)
         self._requests, self._bytes = now, read
         return sent
-
-
-def _peak_rss_kib() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _send(conn: Connection, message: object) -> None:
