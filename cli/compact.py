@@ -11,7 +11,6 @@ from compactor.cli.context import Context, non_negative_int
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.progress import Progress
-from compactor.objectstore.request_tally import SENT, as_json
 from compactor.worker.compactor import Compactor
 from compactor.worker.stats import JobProgress, JobReport
 
@@ -43,7 +42,6 @@ def progress_line(p: JobProgress) -> str:
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int:
-    sent_before = SENT.snapshot()  # the opening catalog read comes after this
     config = planner_config(args)
     compactor = Compactor(
         ctx.store,
@@ -75,10 +73,13 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         progress.done()
     deleted = compactor.collect_garbage(ctx.now_ms)
     if args.json:
-        requests = as_json(SENT.since(sent_before))  # the catalog's included
         print(
             json.dumps(
-                {"jobs": [r.to_json() for r in reports], "deleted": deleted, "requests": requests}
+                {
+                    "jobs": [r.to_json() for r in reports],
+                    "deleted": deleted,
+                    "requests": ctx.requests_sent(),
+                }
             )
         )
     elif not reports:

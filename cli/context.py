@@ -6,13 +6,14 @@ import argparse
 import os
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from compactor.catalog import Catalog, topic_names
 from compactor.catalog.config import MAX_MS
 from compactor.catalog.numbers import INT64_MAX, INT64_MIN, parse_float, saturated_int, shown
 from compactor.objectstore import LocalStore, ObjectStore, StoreError, open_store
+from compactor.objectstore.request_tally import SENT, Operation, as_json
 
 DEFAULT_STORE = "./compactor-data"
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -150,6 +151,8 @@ class Context:
     not exist is then a StoreError, not an empty store (commands that create a store,
     ``topic create``, ``ingest``, ``demo``, leave this False; a command opts in with
     ``set_defaults(existing_store=True)``)."""
+    sent_at_start: dict[Operation, int] = field(default_factory=SENT.snapshot)
+    """This process's request tally when the command began (``requests_sent``)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Context:
@@ -172,6 +175,12 @@ class Context:
         """The clock of the planner's time rules, now: ``--now-ms`` if given, else the
         wall clock."""
         return self.now_ms if self.fixed_clock else int(time.time() * 1000)
+
+    def requests_sent(self) -> dict[str, dict[str, int]]:
+        """The AWS requests this process sent since the command began, by service and
+        operation, as a ``--json`` report gives them (``{}`` on a local store): the
+        catalog's reads and commits included, and a phase-1 helper's."""
+        return as_json(SENT.since(self.sent_at_start))
 
     @cached_property
     def store(self) -> ObjectStore:

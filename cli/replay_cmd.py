@@ -59,7 +59,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     if args.execute:
         return _execute(ctx, args, job)
     preview = preview_job(ctx.catalog, job, ctx.catalog.clock(), committed_by=committed_by)
-    _print_previews(args, [(preview, None)])
+    _print_previews(ctx, args, [(preview, None)])
     if preview.status not in (READY, COMMITTED):
         raise CatalogError(f"job {job.id} would not run: {preview.status}: {preview.why}")
     return 0
@@ -106,22 +106,28 @@ def _execute(ctx: Context, args: argparse.Namespace, job: Job) -> int:
             on_progress=lambda p: progress.update(progress_line(p)),
         )
     except StaleJob as stale:
-        _print_outcome(args, job, "stale", str(stale))
+        _print_outcome(ctx, args, job, "stale", str(stale))
         return 0
     finally:
         progress.done()
-    _print_outcome(args, job, "committed" if report.committed else "stale", report.note, report)
+    outcome = "committed" if report.committed else "stale"
+    _print_outcome(ctx, args, job, outcome, report.note, report)
     return 0
 
 
 def _print_outcome(
-    args: argparse.Namespace, job: Job, outcome: str, note: str, report: JobReport | None = None
+    ctx: Context,
+    args: argparse.Namespace,
+    job: Job,
+    outcome: str,
+    note: str,
+    report: JobReport | None = None,
 ) -> None:
     if args.json:
         doc: dict[str, Any] = {"job": job.id, "outcome": outcome, "note": note}
         if report is not None:
             doc["report"] = report.to_json()
-        print(json.dumps({"jobs": [doc]}))
+        print(json.dumps({"jobs": [doc], "requests": ctx.requests_sent()}))
     elif report is not None and report.committed:
         print(job_summary(report))
     else:
@@ -140,7 +146,7 @@ def _verify(ctx: Context, args: argparse.Namespace) -> int:
     finally:
         progress.done()
     if args.json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps({**report.to_json(), "requests": ctx.requests_sent()}))
     else:
         print(_verify_text(report))
     if report.ok:
@@ -184,7 +190,7 @@ def _from_queue(ctx: Context, args: argparse.Namespace) -> int:
             previews.append((preview_job(catalog, Job.loads(m.body), now), m.message_id))
         except Exception as e:  # noqa: BLE001 (a worker would call it poison too)
             previews.append((f"poison: {type(e).__name__}: {e}", m.message_id))
-    _print_previews(args, previews)
+    _print_previews(ctx, args, previews)
     return 0
 
 
@@ -206,7 +212,7 @@ def _drain(ctx: Context, args: argparse.Namespace, queue: JobQueue) -> int:
     done = fromqueue.drain(worker, args.max)
     rows = [{"message_id": m.message_id, "outcome": outcome} for m, outcome in done]
     if args.json:
-        print(json.dumps({"messages": rows}))
+        print(json.dumps({"messages": rows, "requests": ctx.requests_sent()}))
     else:
         for row in rows:
             print(f"{row['message_id']}: {row['outcome']}")
@@ -227,7 +233,9 @@ def _drain(ctx: Context, args: argparse.Namespace, queue: JobQueue) -> int:
 
 
 def _print_previews(
-    args: argparse.Namespace, previews: Sequence[tuple[JobPreview | str, str | None]]
+    ctx: Context,
+    args: argparse.Namespace,
+    previews: Sequence[tuple[JobPreview | str, str | None]],
 ) -> None:
     if args.json:
         docs = []
@@ -238,7 +246,7 @@ def _print_previews(
             if message_id is not None:
                 doc["message_id"] = message_id
             docs.append(doc)
-        print(json.dumps({"jobs": docs}))
+        print(json.dumps({"jobs": docs, "requests": ctx.requests_sent()}))
         return
     if not previews:
         print("no messages")

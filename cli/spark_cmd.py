@@ -16,6 +16,7 @@ from compactor.cli.context import Context, UsageError, non_negative_int, positiv
 from compactor.cli.key_buffer import add_key_buffer_option
 from compactor.cli.planner_options import add_planner_options, planner_config
 from compactor.cli.spark_log import spark_log
+from compactor.objectstore.request_tally import SENT, as_json, from_json, total
 from compactor.worker.compactor import DEFAULT_KEY_BUFFER_BYTES
 
 FAULT_ENV = "COMPACTOR_SPARK_INJECT_FAULT"
@@ -52,7 +53,9 @@ def compact(ctx: Context, args: argparse.Namespace) -> int:
         spark.stop()
     deleted = collect_all_garbage(ctx.catalog, ctx.now_ms, args.grace_ms)
     if args.json:
-        print(json.dumps({"jobs": reports, "deleted": deleted}))
+        print(
+            json.dumps({"jobs": reports, "deleted": deleted, "requests": _requests(ctx, reports)})
+        )
     elif not reports:
         print("nothing to compact")
     else:
@@ -78,13 +81,21 @@ def index(ctx: Context, args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     if args.json:
-        print(json.dumps({"indexed": reports}))
+        print(json.dumps({"indexed": reports, "requests": _requests(ctx, reports)}))
     else:
         for r in reports:
             state = "written" if r["written"] else "already there"
             print(f"{r['index']}: {r['sections']} sections, {r['gets']} GET; {state}")
         print(f"{sum(r['written'] for r in reports)} indexes written")
     return 0
+
+
+def _requests(ctx: Context, reports: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """The requests the command sent: the driver's (planning, leases, garbage collection)
+    and those each task reported. A failed attempt reports nothing, so what Spark's
+    retries of a task sent before they failed is not in it."""
+    tasks = (from_json(r.get("requests", {})) for r in reports)
+    return as_json(total(SENT.since(ctx.sent_at_start), *tasks))
 
 
 def _session(args: argparse.Namespace) -> Any:

@@ -71,6 +71,20 @@ SENT = RequestTally()
 """The requests this process sent (and, in a worker, its phase-1 helper's)."""
 
 
+def from_json(doc: Mapping[str, Mapping[str, int]]) -> dict[Operation, int]:
+    """``as_json``'s document read back as counts: how a Spark driver adds up what its
+    tasks, each in an executor process with its own ``SENT``, report they sent."""
+    return {(service, op): n for service, ops in doc.items() for op, n in ops.items()}
+
+
+def total(*counts: Mapping[Operation, int]) -> dict[Operation, int]:
+    """The sum of several processes' counts."""
+    out: Counter[Operation] = Counter()
+    for c in counts:
+        out.update(c)
+    return dict(out)
+
+
 def as_json(counts: Mapping[Operation, int]) -> dict[str, dict[str, int]]:
     """``{"s3": {"GetObject": 12, ...}, "sqs": {...}}``, sorted, for a JSON report."""
     out: dict[str, dict[str, int]] = {}

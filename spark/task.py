@@ -20,6 +20,7 @@ from compactor.catalog.leases import JobLeases, LeaseKeeper
 from compactor.fileformat.offset_index import build_index, encode_index, index_key
 from compactor.jobqueue.scheduler import process_owner
 from compactor.objectstore import ObjectStore, PreconditionFailed, open_store
+from compactor.objectstore.request_tally import SENT, as_json
 from compactor.planner.codecs import DEFAULT_CODECS, LevelCodecs
 from compactor.planner.job import OUTPUT_GROUPS, Job
 from compactor.worker.kernel import KeyBuffer
@@ -94,7 +95,11 @@ def _executor() -> dict[str, int]:
 
 def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str, Any]:
     """Runs one job document; its report as ``compact --json`` prints it (``committed``
-    false, with a note, if another attempt or job got there first)."""
+    false, with a note, if another attempt or job got there first), with the executor
+    that ran it and the requests the task sent (``requests``: the executor's Python
+    worker runs one task at a time, so what its ``SENT`` counted meanwhile is the
+    task's)."""
+    sent_before = SENT.snapshot()
     s = TaskSettings(**settings)
     job = Job.loads(document)
     store = _store(s)
@@ -129,15 +134,21 @@ def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str,
             "committed": False,
             "note": note,
             "executor": _executor(),
+            "requests": as_json(SENT.since(sent_before)),
         }
     if fault == "after-commit":
         raise InjectedFault(f"job {job.id}: injected fault after the commit (attempt 0)")
-    return {**report.to_json(), "executor": _executor()}
+    return {
+        **report.to_json(),
+        "executor": _executor(),
+        "requests": as_json(SENT.since(sent_before)),
+    }
 
 
 def index_task(settings: dict[str, Any], key: str, size: int) -> dict[str, Any]:
     """Writes the offset index of the data file ``key`` (FORMAT.md section 12), reading
     the file once, front to back (one GET); a file indexed meanwhile is left as it is."""
+    sent_before = SENT.snapshot()
     store = _store(TaskSettings(**settings))
     gets_before = store.gets.get(key)
     with store.open_stream(key) as stream:
@@ -153,4 +164,5 @@ def index_task(settings: dict[str, Any], key: str, size: int) -> dict[str, Any]:
         "written": written,
         "sections": len(index.sections),
         "gets": store.gets.get(key) - gets_before,
+        "requests": as_json(SENT.since(sent_before)),
     }

@@ -267,3 +267,105 @@ def _more(worker: subprocess.Popen[bytes]) -> bytes:
     chunk = os.read(fd, 1 << 16)
     assert chunk, "the worker exited"
     return chunk
+
+
+# --- replay and Spark: the other two ways of running a job --------------------------------
+
+
+def _json_through(command: list[str], environment: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(command, capture_output=True, env=environment, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
+
+
+def _s3_proxied(
+    s3: S3Url, endpoint: S3Endpoint, *args: str
+) -> tuple[dict[str, Any], Counter[tuple[str, str]], Counter[tuple[str, str]]]:
+    """A command's ``--json`` document with every S3 request through a recording proxy:
+    the document, its ``requests`` and what the proxy forwarded."""
+    with CuttingProxy(endpoint.url, NEVER, 0) as proxy:
+        out = _json_through(through(s3, proxy.url, *args), proxied_env(s3, proxy.url))
+        return out, from_json(out["requests"]), forwarded(proxy, s3.bucket)
+
+
+def test_replay_reports_every_request_of_a_drained_queue_and_of_a_verify(
+    s3_url: S3Url, s3_store: S3Store, s3_endpoint: S3Endpoint
+) -> None:
+    """``replay --from-queue URL --execute --json`` (its S3 and SQS requests each
+    through a recording proxy) runs a schedule's jobs; its ``requests`` equal what both
+    proxies forwarded, the empty receive that ends the drain included. Then
+    ``replay --from-history ID --verify --json`` re-runs one commit: its ``requests``
+    equal what the S3 proxy forwarded for it, its scratch outputs' uploads and deletes
+    included."""
+    queues: JobQueues = make_job_queues(s3_endpoint, visibility_timeout_s=60)
+    populate(s3_url, s3_store, records=2_000, agents=4, file_bytes=64 << 10)
+    jobs = schedule(s3_url, queues)
+    assert jobs
+    with (
+        CuttingProxy(s3_endpoint.url, NEVER, 0) as s3_proxy,
+        CuttingProxy(queues.endpoint_url, NEVER, 0, timeout_s=60) as sqs_proxy,
+    ):
+        drained = _json_through(
+            through(s3_url, s3_proxy.url, "replay", "--from-queue", queues.url, "--execute",
+                    "--json"),
+            proxied_env(s3_url, s3_proxy.url, sqs_proxy.url),
+        )  # fmt: skip
+        sent = from_json(drained["requests"])
+        assert [m["outcome"] for m in drained["messages"]] == ["committed"] * len(jobs)
+        assert sent == forwarded(s3_proxy, s3_url.bucket) + forwarded(sqs_proxy, s3_url.bucket)
+        assert sent["sqs", "DeleteMessage"] == len(jobs)
+        assert sent["s3", "GetObject"] > 2 * sum(len(j["inputs"]) for j in jobs)
+    history = subprocess.run(
+        [sys.executable, "-m", "compactor", *s3_url.cli_args, "history", "--json"],
+        capture_output=True,
+        env=env(s3_url),
+        timeout=120,
+    )
+    assert history.returncode == 0, history.stderr.decode()
+    commit = max(int(e["id"]) for e in json.loads(history.stdout) if e["kind"] == "compaction")
+    verified, sent, seen = _s3_proxied(
+        s3_url, s3_endpoint, "replay", "--from-history", str(commit), "--verify", "--json"
+    )
+    assert verified["ok"], verified["differences"]
+    assert sent == seen
+    assert sent["s3", "DeleteObjects"] + sent["s3", "DeleteObject"] >= 1  # its scratch
+
+
+def test_spark_reports_its_tasks_requests_and_its_drivers(
+    s3_url: S3Url, s3_store: S3Store, s3_endpoint: S3Endpoint
+) -> None:
+    """``spark compact --until-idle --json`` and then ``spark index --json``, on
+    ``local[2]`` with every S3 request (the driver's and each executor's) through a
+    recording proxy: each command's ``requests`` equal what the proxy forwarded for it,
+    operation by operation. Each task's own ``requests`` hold its job's two streams per
+    input (or its index's one read), its outputs and its commit; the driver's catalog
+    reads and leases are the rest."""
+    populate(s3_url, s3_store, records=3_000, agents=2, file_bytes=8 << 10)
+    spark = ["--master", "local[2]", "--spark-log", os.devnull]
+    compacted, sent, seen = _s3_proxied(
+        s3_url, s3_endpoint, "spark", "compact", *spark, "--until-idle",
+        "--key-buffer-bytes", "1048576", "--json", *SMALL_LEVELS,
+    )  # fmt: skip
+    assert sent == seen
+    jobs = compacted["jobs"]
+    assert jobs and all(j["committed"] for j in jobs)
+    tasks: Counter[tuple[str, str]] = Counter()
+    for j in jobs:
+        own = from_json(j["requests"])
+        assert own["s3", "GetObject"] >= sum(i["gets"] for i in j["inputs"]) == 2 * len(j["inputs"])
+        # Each output is one PutObject (small) or a completed multipart upload; the
+        # task's commit is a PutObject more.
+        uploaded = own["s3", "PutObject"] + own["s3", "CompleteMultipartUpload"]
+        assert uploaded >= len(j["outputs"]) + 1
+        tasks += own
+    driver = sent - tasks
+    assert sum(driver.values()) + sum(tasks.values()) == sum(sent.values())  # none negative
+    assert driver["s3", "GetObject"] >= 1 and not driver["s3", "UploadPart"]
+    indexed, sent, seen = _s3_proxied(s3_url, s3_endpoint, "spark", "index", *spark, "--json")
+    assert sent == seen
+    files = indexed["indexed"]
+    assert files and all(f["written"] for f in files)
+    for f in files:
+        assert from_json(f["requests"])["s3", "GetObject"] == f["gets"] == 1
+    assert sent["s3", "PutObject"] == len(files)
