@@ -83,6 +83,14 @@ def _back_off(attempt: int) -> None:
         time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
 
 
+def _record(
+    record: CommitRecord | Callable[[Snapshot], CommitRecord] | None, state: Snapshot
+) -> CommitRecord:
+    if record is None:
+        return CommitRecord("change")
+    return record(state) if callable(record) else record
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -383,7 +391,7 @@ class Catalog:
     def commit(
         self,
         change: Change,
-        record: CommitRecord | None = None,
+        record: CommitRecord | Callable[[Snapshot], CommitRecord] | None = None,
         *,
         new_files: NewFiles | None = None,
     ) -> Snapshot:
@@ -391,21 +399,27 @@ class Catalog:
 
         ``new_files`` are the files the change makes live: their manifests are written
         first (once, however many attempts the commit takes). ``record`` says what the
-        commit did, for ``history``.
+        commit did, for ``history``; a function of the state the change is applied to
+        where that is what it says (the leases a lease commit drops as expired).
+
+        Requests, uncontended: one GET (the 404 of the next version) and the entry's PUT,
+        after the manifests' PUTs; a GET more when manifests were written, or the format-1
+        object upgraded, since the first.
         """
-        record = record or CommitRecord("change")
         with self._lock:
-            self._refresh()  # refuses a log with a gap before anything is written
-            if self._format1 is not None:
-                self.upgrade()
-            for live, sections in (new_files or {}).values():
-                write_manifest(self.store, live.id, live.key, self.clock(), sections)
-            # Read on from the state just checked: entries past it were committed since,
-            # each on top of the one before, so the log has no new gap to look for (§3).
-            state = self._refresh(check_gap=False)
+            state = self._refresh()  # refuses a log with a gap before anything is written
+            if self._format1 is not None or new_files:
+                if self._format1 is not None:
+                    self.upgrade()
+                for live, sections in (new_files or {}).values():
+                    write_manifest(self.store, live.id, live.key, self.clock(), sections)
+                # Read on from the state just checked: entries past it were committed
+                # while those were written, each on top of the one before, so the log has
+                # no new gap to look for (§3).
+                state = self._refresh(check_gap=False)
             for attempt in range(self.max_attempts):
                 delta = diff(state, change(state))
-                entry = LogEntry(state.version + 1, self.clock(), record, delta)
+                entry = LogEntry(state.version + 1, self.clock(), _record(record, state), delta)
                 body = entry_to_bytes(entry, writer=uuid.uuid4().hex)
                 try:
                     self.store.put(log_key(entry.version), body, if_none_match=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from compactor.catalog.catalog import Catalog
 from compactor.catalog.changes import Leased, check_unleased, live_run_start
@@ -93,7 +93,6 @@ class JobLeases:
         unread: bool = False,
     ) -> Lease:
         now = self.catalog.clock()
-        expired = self._expired(now)
         snap = self.catalog.commit(
             functools.partial(
                 take_lease,
@@ -105,7 +104,7 @@ class JobLeases:
                 fresh=fresh,
                 unread=unread,
             ),
-            self._record("taken", job_id, add_ms(now, ttl_ms), expired),
+            self._record("taken", job_id, now, add_ms(now, ttl_ms)),
         )
         return snap.leases[job_id]
 
@@ -120,14 +119,14 @@ class JobLeases:
                 ttl_ms=ttl_ms,
                 unread=unread,
             ),
-            self._record("renewed", job_id, add_ms(now, ttl_ms), self._expired(now)),
+            self._record("renewed", job_id, now, add_ms(now, ttl_ms)),
         )
         return snap.leases[job_id]
 
     def release(self, job_id: str) -> None:
         self.catalog.commit(
             functools.partial(release_lease, job_id=job_id),
-            self._record("released", job_id, None, []),
+            self._record("released", job_id, None, None),
         )
 
     def expire(self) -> list[str]:
@@ -137,24 +136,34 @@ class JobLeases:
         if expired:
             self.catalog.commit(
                 functools.partial(drop_expired_leases, now_ms=now),
-                self._record("expired", None, None, expired),
+                self._record("expired", None, now, None),
             )
         return expired
 
     def _expired(self, now: int) -> list[str]:
-        return sorted(j for j, x in self.catalog.snapshot().leases.items() if not x.active(now))
+        return _expired_in(self.catalog.snapshot(), now)
 
     def _record(
-        self, action: str, job_id: str | None, expires_ms: int | None, expired: list[str]
-    ) -> CommitRecord:
+        self, action: str, job_id: str | None, now: int | None, expires_ms: int | None
+    ) -> Callable[[Snapshot], CommitRecord]:
+        """The commit's record, made from the state its change is applied to, so that the
+        leases it names as expired are those the change drops (``now``: none if None)
+        without a read of the catalog of its own."""
         details: dict[str, object] = {"action": action, "owner": self.owner}
         if job_id is not None:
             details["job_id"] = job_id
         if expires_ms is not None:
             details["expires_ms"] = expires_ms
-        if expired:
-            details["expired"] = expired
-        return CommitRecord("lease", details)
+
+        def record(s: Snapshot) -> CommitRecord:
+            expired = [] if now is None else _expired_in(s, now)
+            return CommitRecord("lease", {**details, "expired": expired} if expired else details)
+
+        return record
+
+
+def _expired_in(s: Snapshot, now: int) -> list[str]:
+    return sorted(j for j, x in s.leases.items() if not x.active(now))
 
 
 class LeaseKeeper:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-from compactor.catalog import Catalog
 from compactor.cli.codec_options import add_codec_options, level_codecs
 from compactor.cli.context import Context, UsageError, integer, number, positive_int
 from compactor.cli.key_buffer import add_key_buffer_option
@@ -27,9 +26,10 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
     metrics = WorkerMetrics()
     serve_metrics(metrics, args.metrics_port, log)  # first: a port in use fails before any work
     store = ctx.store
+    compactor = Compactor(store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args))
     # Read once before the queue is asked, so a missing bucket, an unreachable endpoint or
-    # a corrupt catalog fails here; a throwaway reader, since the Compactor keeps its own.
-    Catalog(store).snapshot()
+    # a corrupt catalog fails here; by the Compactor's reader, which keeps the state.
+    compactor.catalog.snapshot()
     queue = JobQueue(args.queue_url)
     try:
         queue_timeout_s = queue.visibility_timeout_s()  # the queue answers, before anything
@@ -42,9 +42,6 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
                 "queue keeps its scheduler lease for the queue's, and is published again "
                 "(a stale duplicate) if it waits longer",
             )
-        compactor = Compactor(
-            store, key_buffer_bytes=args.key_buffer_bytes, codecs=level_codecs(args)
-        )
         worker = QueueWorker(
             compactor, queue, settings, metrics=metrics, log=log, now_ms=ctx.time_rules_now_ms
         )

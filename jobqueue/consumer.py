@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from compactor.catalog import CatalogError, CommitConflict, LiveFile
+from compactor.catalog import CatalogError, CommitConflict, LiveFile, Snapshot
 from compactor.catalog.leases import JobLeases
 from compactor.catalog.quarantine import file_damage, fitted_reason, set_aside
 from compactor.fileformat import FormatError
@@ -162,9 +162,10 @@ class QueueWorker:
             unread=job.drop,
         )
         try:
-            check_job(self.compactor.catalog.snapshot(), job)  # before the lease: see there
+            snap = self.compactor.catalog.snapshot()
+            check_job(snap, job)  # before the lease: see there
             self.leases.take(job.id, [i.id for i in job.inputs], timeout_s * 1000, unread=job.drop)
-            delay_s = self._compaction_delay_s(job)
+            delay_s = self._compaction_delay_s(snap, job)
             with heartbeat:
                 report = self.compactor.run(
                     job, self.now_ms(), read_throttle=self.throttle, guard=heartbeat.check
@@ -274,8 +275,9 @@ class QueueWorker:
         )
         return outcome
 
-    def _compaction_delay_s(self, job: Job) -> float | None:
-        snap = self.compactor.catalog.snapshot()
+    def _compaction_delay_s(self, snap: Snapshot, job: Job) -> float | None:
+        """How long the job's oldest input has waited, from ``snap`` (a file's creation
+        time never changes, so the state read before the lease tells it)."""
         created = {f.id: f.created_ms for f in snap.files}
         times = [created[i.id] for i in job.inputs if i.id in created]
         if not times:

@@ -406,6 +406,43 @@ def test_job_leases_record_taken_renewed_expired_in_the_history(tmp_path: Path) 
     assert records[0]["expired"] == ["j1", "j2"]
 
 
+def test_a_lease_commit_reads_the_catalog_once_and_records_what_its_change_dropped(
+    tmp_path: Path,
+) -> None:
+    clock = [1_000]
+    store = LocalStore(tmp_path)
+    c = Catalog(store, clock=lambda: clock[0])
+    _topic(c)
+    _ingest(c, "a", 0)
+    leases = JobLeases(c, "worker-1")
+    leases.take("j1", ["a"], ttl_ms=100)
+    clock[0] = 2_000  # j1 expired
+    version = c.snapshot().version
+    store.gets.reset()
+    leases.take("j2", ["a"], ttl_ms=100)  # drops j1's lease as it takes j2's
+    # the 404 of the next version only: no read of the state of its own for the record
+    assert store.gets.snapshot() == {log_key(version + 1): 1}
+    assert set(c.snapshot().leases) == {"j2"}
+    record = c.history(limit=1)[0].history_json()
+    assert (record["action"], record["job_id"], record["expired"]) == ("taken", "j2", ["j1"])
+
+
+def test_a_commit_reads_the_next_version_again_only_after_writing_manifests(
+    tmp_path: Path,
+) -> None:
+    store = LocalStore(tmp_path)
+    c = Catalog(store)
+    _topic(c)
+    version = c.snapshot().version
+    store.gets.reset()
+    _ingest(c, "a", 0)  # a snapshot (its next offset), then a commit with a manifest
+    # the snapshot's miss, the commit's before the manifest and after it
+    assert store.gets.snapshot() == {log_key(version + 1): 3}
+    store.gets.reset()
+    c.commit(lambda s: s, CommitRecord("nothing"))
+    assert store.gets.snapshot() == {log_key(version + 2): 1}
+
+
 def test_garbage_collection_folds_old_history_into_the_newest_checkpoint(tmp_path: Path) -> None:
     clock = [1_000]
     store = LocalStore(tmp_path)

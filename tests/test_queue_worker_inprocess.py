@@ -237,6 +237,29 @@ def test_metrics_are_served_and_parse(s3_store: S3Store, job_queues: JobQueues) 
     queue.close()
 
 
+def test_a_queued_job_reads_the_catalog_five_times(
+    s3_store: S3Store, job_queues: JobQueues
+) -> None:
+    catalog = _four_files(s3_store)
+    queue = JobQueue(job_queues.url)
+    job = _job(catalog)
+    queue.send(job)
+    worker, _ = _worker(s3_store, queue)
+    version = worker.compactor.catalog.snapshot().version  # as `compactor worker` starts
+    message = queue.receive(5, 30)
+    assert message is not None
+    s3_store.gets.reset()
+    assert worker.handle(message) == "committed"
+    gets = s3_store.gets.snapshot()
+    # The misses of the next version: the check before the lease and the lease's commit;
+    # then the job's own check and its commit, before its manifests and after them.
+    assert {k: n for k, n in gets.items() if "_catalog/" in k} == {
+        log_key(version + 1): 2,
+        log_key(version + 2): 3,
+    }
+    queue.close()
+
+
 def test_the_event_log_never_prints_a_credential(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-Value/xyz")
     out = io.StringIO()
