@@ -1,8 +1,8 @@
 """What one Spark task runs: one job, with its executor process's key buffer.
 
 A task receives the job document and the settings the driver broadcast (never a
-client: each executor process opens its own store, and allocates one key buffer, on
-its first task and reuses both for every task it runs). The job runs exactly as
+client: each executor process opens its own store and catalog reader, and allocates one
+key buffer, on its first task and reuses them for every task it runs). The job runs exactly as
 anywhere else (``worker.runner.run_job``): two GET streams per input, a multipart
 upload under the job-derived key with If-None-Match, then its own commit. So a retried
 or speculative attempt adopts the output an earlier attempt completed, and of two
@@ -70,6 +70,18 @@ def _store(settings: TaskSettings) -> ObjectStore:
     return store
 
 
+def _catalog(settings: TaskSettings) -> Catalog:
+    """This executor process's catalog reader, on its store: kept across tasks, so a task
+    reads only the entries committed since the one before it (CATALOG.md §3), not the
+    newest checkpoint and the log after it again."""
+    store = _store(settings)
+    catalog = _process.get("catalog")
+    if not isinstance(catalog, Catalog) or catalog.store is not store:
+        catalog = _process["catalog"] = Catalog(store)
+        _process["catalogs"] = _process.get("catalogs", 0) + 1
+    return catalog
+
+
 def _buffer(settings: TaskSettings) -> KeyBuffer:
     buffer = _process.get("buffer")
     if buffer is None or buffer.capacity_bytes != settings.key_buffer_bytes:
@@ -89,8 +101,13 @@ def _task_cpus() -> int:
 
 
 def _executor() -> dict[str, int]:
-    """Which executor process ran the task, and how many key buffers it has allocated."""
-    return {"pid": os.getpid(), "key_buffers_allocated": int(_process.get("buffers", 0))}
+    """Which executor process ran the task, how many key buffers it has allocated, and
+    how many catalog readers it has made (each reads the catalog whole once)."""
+    return {
+        "pid": os.getpid(),
+        "key_buffers_allocated": int(_process.get("buffers", 0)),
+        "catalog_readers": int(_process.get("catalogs", 0)),
+    }
 
 
 def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str, Any]:
@@ -103,7 +120,7 @@ def run_task(settings: dict[str, Any], document: str, attempt: int) -> dict[str,
     s = TaskSettings(**settings)
     job = Job.loads(document)
     store = _store(s)
-    catalog = Catalog(store)
+    catalog = _catalog(s)
     fault = s.inject_fault if attempt == 0 else None
     leases = JobLeases(catalog, process_owner("spark"))
     keeper = LeaseKeeper(leases, job.id, s.lease_ms, unread=job.drop)

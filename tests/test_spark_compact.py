@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,9 @@ def _check_reports(reports: list[dict[str, Any]], commits: list[str]) -> None:
         if r["committed"]:
             assert [i["gets"] for i in r["inputs"]] == [2] * len(r["inputs"])
             assert r["executor"]["key_buffers_allocated"] == 1  # once per executor process
+            assert r["executor"]["catalog_readers"] == 1  # the catalog read whole once
+    pids = Counter(r["executor"]["pid"] for r in reports if r["committed"])
+    assert max(pids.values()) > 1  # an executor process ran tasks after its first
 
 
 def test_spark_compact_equals_compact_until_idle(tmp_path: Path) -> None:
