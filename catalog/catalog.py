@@ -120,9 +120,13 @@ class Catalog:
 
     # --- reading ------------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        """The newest committed state."""
+    def snapshot(self, *, refresh: bool = True) -> Snapshot:
+        """The newest committed state. ``refresh`` False: the state this reader last read
+        or committed, without a request, for a caller that has just read or committed
+        through it (the first call reads whatever it is told)."""
         with self._lock:
+            if not refresh and self._state is not None and self._format1 is None:
+                return self._state
             return self._refresh()
 
     def sections(self, live: LiveFile) -> tuple[SectionMeta, ...]:
@@ -394,6 +398,7 @@ class Catalog:
         record: CommitRecord | Callable[[Snapshot], CommitRecord] | None = None,
         *,
         new_files: NewFiles | None = None,
+        refresh: bool = True,
     ) -> Snapshot:
         """Apply ``change`` atomically to the newest state; returns the committed state.
 
@@ -402,12 +407,19 @@ class Catalog:
         commit did, for ``history``; a function of the state the change is applied to
         where that is what it says (the leases a lease commit drops as expired).
 
+        ``refresh`` False, for a caller that has just read or committed through this
+        reader (``snapshot``) and writes no manifest: the change is tried on the state it
+        holds, without reading the next version first. The entry's conditional PUT still
+        refuses a version committed meanwhile; the commit then reads on and tries again.
+
         Requests, uncontended: one GET (the 404 of the next version) and the entry's PUT,
         after the manifests' PUTs; a GET more when manifests were written, or the format-1
-        object upgraded, since the first.
+        object upgraded, since the first; no GET with ``refresh`` False.
         """
         with self._lock:
-            state = self._refresh()  # refuses a log with a gap before anything is written
+            kept = self._state if self._format1 is None and not new_files else None
+            # A full read refuses a log with a gap before anything is written.
+            state = self._refresh() if refresh or kept is None else kept
             if self._format1 is not None or new_files:
                 if self._format1 is not None:
                     self.upgrade()

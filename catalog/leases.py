@@ -91,7 +91,11 @@ class JobLeases:
         *,
         fresh: bool = False,
         unread: bool = False,
+        refresh: bool = True,
     ) -> Lease:
+        """Commits ``job_id``'s lease on ``inputs`` for ``ttl_ms``; CommitConflict (Leased)
+        if another job's lease holds one. ``refresh`` False: on the state the caller has
+        just read through the catalog reader (``Catalog.commit``)."""
         now = self.catalog.clock()
         snap = self.catalog.commit(
             functools.partial(
@@ -105,6 +109,7 @@ class JobLeases:
                 unread=unread,
             ),
             self._record("taken", job_id, now, add_ms(now, ttl_ms)),
+            refresh=refresh,
         )
         return snap.leases[job_id]
 
@@ -130,13 +135,15 @@ class JobLeases:
         )
 
     def expire(self) -> list[str]:
-        """Drop every expired lease (their inputs are plannable again); returns their jobs."""
+        """Drop every expired lease (their inputs are plannable again); returns their jobs.
+        Reads the catalog once; the state it leaves read is the newest."""
         now = self.catalog.clock()
         expired = self._expired(now)
         if expired:
             self.catalog.commit(
                 functools.partial(drop_expired_leases, now_ms=now),
                 self._record("expired", None, now, None),
+                refresh=False,
             )
         return expired
 

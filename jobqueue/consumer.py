@@ -164,11 +164,17 @@ class QueueWorker:
         try:
             snap = self.compactor.catalog.snapshot()
             check_job(snap, job)  # before the lease: see there
-            self.leases.take(job.id, [i.id for i in job.inputs], timeout_s * 1000, unread=job.drop)
+            self.leases.take(
+                job.id, [i.id for i in job.inputs], timeout_s * 1000, unread=job.drop, refresh=False
+            )
             delay_s = self._compaction_delay_s(snap, job)
             with heartbeat:
                 report = self.compactor.run(
-                    job, self.now_ms(), read_throttle=self.throttle, guard=heartbeat.check
+                    job,
+                    self.now_ms(),
+                    read_throttle=self.throttle,
+                    guard=heartbeat.check,
+                    snapshot=self.compactor.catalog.snapshot(refresh=False),  # the lease's
                 )
         except (StaleJob, CommitConflict) as e:  # inputs gone, or another job's lease
             return self._stale(job, message, str(e))

@@ -92,7 +92,7 @@ class Scheduler:
         refused every job."""
         ttl_ms = self.lease_ms()
         self.leases.expire()
-        snap = self.catalog.snapshot()
+        snap = self.catalog.snapshot(refresh=False)  # as expire just read or committed it
         clock_ms = self.catalog.clock()
         leased = frozenset(snap.leased_inputs(clock_ms))
         done = Pass([], [], snap, clock_ms)

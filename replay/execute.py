@@ -38,7 +38,7 @@ def execute_job(
     check_job(compactor.catalog.snapshot(), job)  # a mismatched document takes no lease
     leases = JobLeases(compactor.catalog, process_owner("replay"))
     try:
-        leases.take(job.id, [i.id for i in job.inputs], lease_ms, unread=job.drop)
+        leases.take(job.id, [i.id for i in job.inputs], lease_ms, unread=job.drop, refresh=False)
     except Leased:
         raise
     except CommitConflict as stale:
@@ -49,6 +49,7 @@ def execute_job(
             now_ms,
             on_progress,
             guard=LeaseKeeper(leases, job.id, lease_ms, unread=job.drop),
+            snapshot=compactor.catalog.snapshot(refresh=False),  # the lease's
         )
     except BaseException:
         _give_back(leases, job.id)

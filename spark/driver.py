@@ -125,11 +125,20 @@ def _planned(catalog: Catalog, run: SparkCompaction) -> list[Job]:
 
 
 def _leased(leases: JobLeases, jobs: list[Job], lease_ms: int) -> list[Job]:
-    """The jobs whose lease this driver took (others are held, or already stale)."""
+    """The jobs whose lease this driver took (others are held, or already stale). The
+    first lease reads the catalog, which planning may have taken long enough to leave
+    behind; each one after is tried on the state the one before it left read."""
     taken = []
-    for job in jobs:
+    for n, job in enumerate(jobs):
         try:
-            leases.take(job.id, [i.id for i in job.inputs], lease_ms, fresh=True, unread=job.drop)
+            leases.take(
+                job.id,
+                [i.id for i in job.inputs],
+                lease_ms,
+                fresh=True,
+                unread=job.drop,
+                refresh=n == 0,
+            )
         except CommitConflict:
             continue
         taken.append(job)

@@ -427,20 +427,46 @@ def test_a_lease_commit_reads_the_catalog_once_and_records_what_its_change_dropp
     assert (record["action"], record["job_id"], record["expired"]) == ("taken", "j2", ["j1"])
 
 
-def test_a_commit_reads_the_next_version_again_only_after_writing_manifests(
-    tmp_path: Path,
-) -> None:
+def _read_topic(tmp_path: Path) -> tuple[LocalStore, Catalog, int]:
+    """A catalog holding a topic, read, and its store's GET count reset."""
     store = LocalStore(tmp_path)
     c = Catalog(store)
     _topic(c)
     version = c.snapshot().version
     store.gets.reset()
+    return store, c, version
+
+
+def test_a_commit_reads_the_next_version_again_only_after_writing_manifests(
+    tmp_path: Path,
+) -> None:
+    store, c, version = _read_topic(tmp_path)
     _ingest(c, "a", 0)  # a snapshot (its next offset), then a commit with a manifest
     # the snapshot's miss, the commit's before the manifest and after it
     assert store.gets.snapshot() == {log_key(version + 1): 3}
     store.gets.reset()
     c.commit(lambda s: s, CommitRecord("nothing"))
     assert store.gets.snapshot() == {log_key(version + 2): 1}
+
+
+def test_a_commit_on_the_state_just_read_sends_no_get_and_still_loses_no_race(
+    tmp_path: Path,
+) -> None:
+    store, c, version = _read_topic(tmp_path)
+    config = TopicConfig.parse({"cleanup.policy": "compact"})
+    c.commit(lambda s: create_topic(s, "u", 1, config), CommitRecord("u"), refresh=False)
+    assert c.snapshot(refresh=False).version == version + 1
+    assert store.gets.snapshot() == {}  # neither the commit nor the kept state read
+    # Another reader commits past the state this one holds: this one's PUT of that version
+    # is refused, and its change is applied again on top of the other's.
+    _ingest(Catalog(LocalStore(tmp_path)), "b", 1)
+    c.commit(lambda s: create_topic(s, "v", 1, config), CommitRecord("v"), refresh=False)
+    fresh = Catalog(LocalStore(tmp_path)).snapshot()
+    assert fresh.version == version + 3
+    assert {"t", "u", "v"} <= set(fresh.topics)
+    assert [f.id for f in fresh.files] == ["b"]
+    history = Catalog(LocalStore(tmp_path)).history(limit=2)
+    assert [e.record.kind for e in history] == ["v", "ingest"]
 
 
 def test_garbage_collection_folds_old_history_into_the_newest_checkpoint(tmp_path: Path) -> None:

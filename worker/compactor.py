@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compactor.catalog import Catalog
+from compactor.catalog import Catalog, Snapshot
 from compactor.catalog.garbage import (
     DEFAULT_GRACE_MS,
     DEFAULT_HISTORY_RETENTION_MS,
@@ -54,6 +54,7 @@ class Compactor:
         *,
         read_throttle: ReadThrottle | None = None,
         guard: Callable[[], None] = lambda: None,
+        snapshot: Snapshot | None = None,
     ) -> JobReport:
         """Runs ``job`` with this process's key buffer (``worker.runner.run_job``), its
         outputs in the codec of their level."""
@@ -67,6 +68,7 @@ class Compactor:
             on_progress=on_progress,
             read_throttle=read_throttle,
             guard=guard,
+            snapshot=snapshot,
         )
 
     def collect_garbage(self, now_ms: int) -> list[str]:

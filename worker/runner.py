@@ -252,6 +252,7 @@ def run_job(
     progress_interval_s: float = 0.5,
     read_throttle: ReadThrottle | None = None,
     guard: Callable[[], None] = lambda: None,
+    snapshot: Snapshot | None = None,
 ) -> JobReport:
     """Runs ``job`` and commits its outputs. ``phase1``: where phase 1 runs, "inline" (on
     the job's thread), "thread" or "process" (a window ahead of phase 2, on a thread or
@@ -262,6 +263,8 @@ def run_job(
     ``read_throttle`` paces every GET stream's reads. ``guard`` is called after every
     output batch and before the uploads complete: whatever it raises stops the job as any
     failure does (a queue worker whose heartbeat failed no longer owns the job).
+    ``snapshot``: the newest state, where the caller has just committed it (the job's
+    lease), so that the job does not read the catalog again; else it is read.
 
     Steps: check the inputs (StaleJob unless they are a live, contiguous run), open the
     pointers, run the partitions, finish the outputs, commit, report. Invariants: each
@@ -272,7 +275,7 @@ def run_job(
     to another worker is reported (``committed`` false), not raised.
     """
     started = time.monotonic()
-    snap = catalog.snapshot()
+    snap = catalog.snapshot() if snapshot is None else snapshot
     inputs = check_job(snap, job)
     run = RunSettings(snap.version, now_ms, buffer.capacity_bytes, compression)
     if job.drop:
