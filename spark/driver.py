@@ -30,6 +30,7 @@ from compactor.planner.config import PlannerConfig
 from compactor.planner.job import Job
 from compactor.planner.plan import full_plan, plan
 from compactor.spark.failures import SparkUnavailable, reported, task_failure
+from compactor.spark.master import check_reachable
 from compactor.spark.task import TaskSettings, index_task, run_task
 from compactor.worker.errors import WorkerError
 
@@ -67,6 +68,7 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None) -> 
     for name, value in (conf or {}).items():
         builder = builder.config(name, value)
     if master is not None:
+        check_reachable(master)  # in seconds, where Spark would take a minute
         builder = builder.master(master)
     elif not SparkConf().contains("spark.master"):  # not under spark-submit
         builder = builder.master("local[*]")

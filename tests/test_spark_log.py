@@ -4,6 +4,7 @@ own words, the store untouched. Each case runs the command as a user does, a rea
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from clirunner import one_line, spark_cli, tree, two_l0_files
@@ -58,6 +59,26 @@ def test_a_master_spark_refuses_is_exit_9_in_its_words(tmp_path: Path) -> None:
     assert "Master must either be yarn" in debug.err  # --debug leaves Spark's log
     assert "Traceback" in debug.err
     assert debug.err.splitlines()[-1].startswith("compactor: ")
+
+
+def test_a_standalone_master_that_is_not_there_is_exit_9_before_spark_starts(
+    tmp_path: Path,
+) -> None:
+    """Spark would spend a minute on it ("All masters are unresponsive!"); the command
+    names the master and why in the one line, and neither plans nor leases."""
+    store = two_l0_files(tmp_path / "store", NOW)
+    before = tree(store)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master = f"spark://127.0.0.1:{port}"
+    for command in (["compact", "--full"], ["index"]):
+        line = one_line(spark_cli(store, NOW, *command, "--master", master), ExitCode.SPARK)
+        assert line == (
+            f"compactor: Spark did not start: no standalone master at {master} "
+            f"(127.0.0.1:{port}: Connection refused)"
+        ), line
+    assert tree(store) == before
 
 
 def test_a_setting_spark_refuses_at_start_is_exit_9_in_its_words(tmp_path: Path) -> None:
