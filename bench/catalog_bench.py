@@ -98,8 +98,9 @@ def measure_cli(root: Path) -> dict[str, float]:
     written = sum(n for k, n in after.items() if before.get(k) != n)
     plan_s = _cli(root, "plan", "--json")
     store = LocalStore(root)
+    store.gets.reset()  # count every key's GETs
     Catalog(store).snapshot()
-    gets = sum(store.gets.snapshot().values())
+    gets = store.gets.total
     read_bytes = sum(
         (root / k).stat().st_size for k in store.gets.snapshot() if (root / k).exists()
     )

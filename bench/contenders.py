@@ -150,7 +150,7 @@ def twopass(
         "logical_bytes_in": sum(f.uncompressed_bytes for f in files),
         "bytes_in": sum(f.size for f in files),
         "bytes_out": bytes_out,
-        "gets": sum(store.gets.snapshot().values()),
+        "gets": store.gets.total,
     }
 
 
@@ -174,7 +174,7 @@ def copy(
         "logical_bytes_in": sum(f.uncompressed_bytes for f in files),
         "bytes_in": sum(f.size for f in files),
         "bytes_out": bytes_out,
-        "gets": sum(store.gets.snapshot().values()),
+        "gets": store.gets.total,
     }
 
 

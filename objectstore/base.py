@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -53,27 +53,58 @@ class PendingUpload:
 
 
 class GetCounter:
-    """Thread-safe count of GET requests per key (each stream open or resume is one)."""
+    """Thread-safe count of GET requests (each stream open or resume is one): all of them
+    (``total``), and per key for the keys being watched (``watch``, ``unwatch``: a job's
+    inputs while it reads them), or for every key from a ``reset`` on (a test's or a
+    benchmark's view).
+
+    Invariant: a key's entry lives only while it is watched (or every key is counted), so
+    a worker that runs for months holds no entry for each catalog version and input it
+    ever read. Watches nest: a key stays watched until each ``watch`` of it is undone."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._watched: Counter[str] = Counter()
+        self._every_key = False
+        self.total = 0
 
     def add(self, key: str) -> None:
         with self._lock:
-            self._counts[key] += 1
+            self.total += 1
+            if self._every_key or key in self._watched:
+                self._counts[key] += 1
 
     def get(self, key: str) -> int:
+        """The GETs of ``key`` counted while it was watched (0 where it never was)."""
         with self._lock:
             return self._counts[key]
+
+    def watch(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            self._watched.update(keys)
+
+    def unwatch(self, keys: Iterable[str]) -> None:
+        """Undoes one ``watch`` of each of ``keys``; a key no longer watched loses its
+        count (unless every key is counted)."""
+        with self._lock:
+            for key in keys:
+                self._watched[key] -= 1
+                if self._watched[key] <= 0:
+                    del self._watched[key]
+                    if not self._every_key:
+                        self._counts.pop(key, None)
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
 
     def reset(self) -> None:
+        """Forgets the counts, and from now on counts every key, watched or not (a test's
+        or a benchmark's view; ``total`` is left as it is)."""
         with self._lock:
             self._counts.clear()
+            self._every_key = True
 
 
 def check_buffer_size(buffer_size: int) -> int:

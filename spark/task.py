@@ -167,9 +167,14 @@ def index_task(settings: dict[str, Any], key: str, size: int) -> dict[str, Any]:
     the file once, front to back (one GET); a file indexed meanwhile is left as it is."""
     sent_before = SENT.snapshot()
     store = _store(TaskSettings(**settings))
-    gets_before = store.gets.get(key)
-    with store.open_stream(key) as stream:
-        index = build_index(stream, object_name=key, size=size)
+    store.gets.watch([key])
+    try:
+        gets_before = store.gets.get(key)
+        with store.open_stream(key) as stream:
+            index = build_index(stream, object_name=key, size=size)
+        gets = store.gets.get(key) - gets_before
+    finally:
+        store.gets.unwatch([key])
     try:
         store.put(index_key(key), encode_index(index), if_none_match=True)
         written = True
@@ -180,6 +185,6 @@ def index_task(settings: dict[str, Any], key: str, size: int) -> dict[str, Any]:
         "index": index_key(key),
         "written": written,
         "sections": len(index.sections),
-        "gets": store.gets.get(key) - gets_before,
+        "gets": gets,
         "requests": as_json(SENT.since(sent_before)),
     }

@@ -132,7 +132,7 @@ def test_checkpoints_bound_what_a_reader_gets(tmp_path: Path) -> None:
     snap = Catalog(fresh).snapshot()
     assert snap == c.snapshot()
     # the hint, checkpoint 20, entries 21..23, and the miss at 24
-    assert sum(fresh.gets.snapshot().values()) == 1 + 1 + 3 + 1
+    assert fresh.gets.total == 1 + 1 + 3 + 1
 
 
 def test_a_reader_finds_the_newest_checkpoint_without_the_hint(tmp_path: Path) -> None:
@@ -425,6 +425,28 @@ def test_a_lease_commit_reads_the_catalog_once_and_records_what_its_change_dropp
     assert set(c.snapshot().leases) == {"j2"}
     record = c.history(limit=1)[0].history_json()
     assert (record["action"], record["job_id"], record["expired"]) == ("taken", "j2", ["j1"])
+
+
+def test_a_reader_following_the_log_keeps_no_count_of_each_version(tmp_path: Path) -> None:
+    """A worker reads every version the catalog ever commits: its store's GET counter
+    counts them in all, and holds no entry per version (the memory of a long-lived
+    worker)."""
+    store, c, version = _topic_and_reader(tmp_path)
+    writer = Catalog(LocalStore(tmp_path))
+    before = store.gets.total
+    for _ in range(50):
+        writer.commit(lambda s: s, CommitRecord("nothing"))
+        c.snapshot()
+    assert c.snapshot().version == version + 50
+    assert store.gets.total - before == 50 * 2 + 1  # each entry and the miss after it; a miss
+    assert store.gets.snapshot() == {}
+
+
+def _topic_and_reader(tmp_path: Path) -> tuple[LocalStore, Catalog, int]:
+    store = LocalStore(tmp_path)
+    c = Catalog(store)
+    _topic(c)
+    return store, c, c.snapshot().version
 
 
 def _read_topic(tmp_path: Path) -> tuple[LocalStore, Catalog, int]:

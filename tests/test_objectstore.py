@@ -392,3 +392,23 @@ def test_multipart_if_none_match_on_new_key(store: ObjectStore) -> None:
         etag = w.complete()
         assert w.complete() == etag  # idempotent
     assert store.get("fresh") == (data, etag)
+
+
+def test_get_counter_holds_a_key_only_while_it_is_watched(store: ObjectStore) -> None:
+    """A worker follows the catalog for months: its counter must not keep an entry for
+    every log version and input it ever read, only for the keys a job watches."""
+    store.put("g", b"x")
+    store.put("h", b"y")
+    before = store.gets.total
+    store.get("g")
+    assert store.gets.snapshot() == {} and store.gets.total == before + 1
+    store.gets.watch(["g"])
+    store.gets.watch(["g"])  # a second watcher of the same key
+    store.get("g")
+    store.get("h")
+    assert store.gets.snapshot() == {"g": 1}
+    store.gets.unwatch(["g"])
+    assert store.gets.get("g") == 1  # still watched once
+    store.gets.unwatch(["g"])
+    assert store.gets.snapshot() == {}
+    assert store.gets.total == before + 3

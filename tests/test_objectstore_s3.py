@@ -117,6 +117,7 @@ def test_stream_resumes_after_cut(
     mode: str,
 ) -> None:
     store, proxy, key = proxied
+    store.gets.reset()  # counts every key's GETs
     data = blob(4 * MiB + 1, seed=2)
     etag = s3_store.put(key, data)
     log = s3_endpoint.log
@@ -309,6 +310,7 @@ def test_a_create_if_absent_put_whose_answer_is_lost_succeeds(
     bytes it sent, so the PUT succeeded and returns the object's ETag."""
     store, proxy, line = answer_lost
     data = blob(1000, seed=23)
+    store.gets.reset()  # counts every key's GETs
     etag = store.put("lost/object.bin", data, if_none_match=True)
     assert proxy.dropped == [200]
     assert len(proxy.lines(*line)) == 2  # the request, and botocore's retry

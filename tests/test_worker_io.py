@@ -52,6 +52,7 @@ def test_four_files_of_1000_partitions_take_exactly_eight_gets(
     assert per_file == {i.key: 2 for i in job.inputs}
     assert sum(per_file.values()) == 8
     assert [f.gets for f in report.inputs] == [2, 2, 2, 2]
+    assert s3_store.gets.snapshot() == {}  # the job's inputs were watched only while it ran
     assert report.phase1 == "process"  # with a second CPU, whatever the sections' size
     assert report.stats.partitions == 1000
     # Each partition had 3 keys across 4 files: 12 records in, the 3 newest out.

@@ -302,11 +302,10 @@ def _run(plan: _Plan, state: _HelperState, inbox: Connection, outbox: Connection
     os.environ.update(plan.env)
     store = state.store(plan)
     buffer = state.key_buffer(plan)
-    tally = ReadTally(store, plan.job.inputs)
     counts = _Counts(ReadThrottle(None) if plan.metered else None)
     done = False
     try:
-        with ExitStack() as stack:
+        with ReadTally(store, plan.job.inputs) as tally, ExitStack() as stack:
             pointer = open_pointer(
                 stack, store, plan.job.inputs, counts.meter, None, tally.streams, "all"
             )

@@ -87,12 +87,21 @@ class Reads:
 class ReadTally:
     """Counts a job's reads of its inputs in this process from its making on: the store's
     GET requests per input, and the resumes of the streams ``open_pointer`` opened into
-    ``streams``."""
+    ``streams``. A context manager: its inputs are watched in the store's GET counter
+    (``GetCounter.watch``) from its making to its exit."""
 
     def __init__(self, store: ObjectStore, inputs: Sequence[JobInput]) -> None:
         self._store = store
-        self._before = {i.key: store.gets.get(i.key) for i in inputs}
+        self._keys = [i.key for i in inputs]
+        store.gets.watch(self._keys)
+        self._before = {key: store.gets.get(key) for key in self._keys}
         self.streams: list[ObjectStream] = []
+
+    def __enter__(self) -> ReadTally:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._store.gets.unwatch(self._keys)
 
     def reads(self, peak_rss_kib: int = 0) -> Reads:
         resumes = dict.fromkeys(self._before, 0)

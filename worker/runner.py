@@ -385,30 +385,30 @@ def write_outputs(
             "read throttle (it needs ObjectStore.portable, a KeyBuffer and no throttle "
             "with a rate)"
         )
-    tally = ReadTally(store, job.inputs)
-    stats = CompactionStats()
-    total = sum(f.record_count for f in inputs)
-    progress = ProgressReporter(
-        job.id, job.rule, total, stats, on_progress, progress_interval_s, guard
-    )
-    key_of = output_key or job.output_key
-    outputs = {g: _GroupOutput(store, job, g, compression, key_of(g)) for g in OUTPUT_GROUPS}
-    with _aborted_on_failure(outputs):
-        with ExitStack() as stack:
-            feed = _phase1(
-                stack, store, recipe, snap, job, buffer, now_ms, phase1, read_throttle, tally
-            )
-            with feed:
-                role: Role = None if phase1 == "process" else "second"
-                phase2 = open_pointer(
-                    stack, store, job.inputs, read_throttle, role, tally.streams, "elsewhere"
+    with ReadTally(store, job.inputs) as tally:
+        stats = CompactionStats()
+        total = sum(f.record_count for f in inputs)
+        progress = ProgressReporter(
+            job.id, job.rule, total, stats, on_progress, progress_interval_s, guard
+        )
+        key_of = output_key or job.output_key
+        outputs = {g: _GroupOutput(store, job, g, compression, key_of(g)) for g in OUTPUT_GROUPS}
+        with _aborted_on_failure(outputs):
+            with ExitStack() as stack:
+                feed = _phase1(
+                    stack, store, recipe, snap, job, buffer, now_ms, phase1, read_throttle, tally
                 )
-                _run_partitions(job, feed, phase2, outputs, stats, progress)
-        stats.frames_reused = sum(o.writer.frames_reused for o in outputs.values() if o.writer)
-        guard()  # the last moment an upload can still be aborted
-        new_files = _finish_outputs(outputs, now_ms)
-    elsewhere = feed.reads if isinstance(feed, Phase1Process) else None
-    files = _input_stats(job, tally.reads(), elsewhere)
+                with feed:
+                    role: Role = None if phase1 == "process" else "second"
+                    phase2 = open_pointer(
+                        stack, store, job.inputs, read_throttle, role, tally.streams, "elsewhere"
+                    )
+                    _run_partitions(job, feed, phase2, outputs, stats, progress)
+            stats.frames_reused = sum(o.writer.frames_reused for o in outputs.values() if o.writer)
+            guard()  # the last moment an upload can still be aborted
+            new_files = _finish_outputs(outputs, now_ms)
+        elsewhere = feed.reads if isinstance(feed, Phase1Process) else None
+        files = _input_stats(job, tally.reads(), elsewhere)
     rss = elsewhere.peak_rss_kib if elsewhere is not None else 0
     return WrittenOutputs(new_files, stats, files, phase1, rss)
 
