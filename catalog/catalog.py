@@ -125,9 +125,13 @@ class Catalog:
         or committed, without a request, for a caller that has just read or committed
         through it (the first call reads whatever it is told)."""
         with self._lock:
-            if not refresh and self._state is not None and self._format1 is None:
-                return self._state
-            return self._refresh()
+            held = None if refresh else self._held()
+            return self._refresh() if held is None else held
+
+    def _held(self) -> Snapshot | None:
+        """The state this reader holds, if it may stand for the newest without a read:
+        None before the first read, and on a format-1 store (which every read upgrades)."""
+        return self._state if self._format1 is None else None
 
     def sections(self, live: LiveFile) -> tuple[SectionMeta, ...]:
         """A live file's sections, from its manifest (one GET)."""
@@ -417,9 +421,9 @@ class Catalog:
         object upgraded, since the first; no GET with ``refresh`` False.
         """
         with self._lock:
-            kept = self._state if self._format1 is None and not new_files else None
+            held = None if refresh or new_files else self._held()
             # A full read refuses a log with a gap before anything is written.
-            state = self._refresh() if refresh or kept is None else kept
+            state = self._refresh() if held is None else held
             if self._format1 is not None or new_files:
                 if self._format1 is not None:
                     self.upgrade()

@@ -451,10 +451,7 @@ def _topic_and_reader(tmp_path: Path) -> tuple[LocalStore, Catalog, int]:
 
 def _read_topic(tmp_path: Path) -> tuple[LocalStore, Catalog, int]:
     """A catalog holding a topic, read, and its store's GET count reset."""
-    store = LocalStore(tmp_path)
-    c = Catalog(store)
-    _topic(c)
-    version = c.snapshot().version
+    store, c, version = _topic_and_reader(tmp_path)
     store.gets.reset()
     return store, c, version
 
